@@ -1,0 +1,89 @@
+#include "common/flags.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+
+namespace yoco {
+
+Result<Flags> Flags::parse(int argc, char** argv, int first, const std::set<std::string>& known,
+                           const std::set<std::string>& booleans) {
+  Flags f;
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) {
+      f.positional_.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (!known.count(name)) return invalid_argument("unknown flag --" + name);
+    if (booleans.count(name)) {
+      if (has_value && value != "true" && value != "1") {
+        if (value == "false" || value == "0") continue;
+        return invalid_argument("--" + name + ": expected true or false");
+      }
+      f.values_[name] = "true";
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) return invalid_argument("--" + name + ": missing value");
+      value = argv[++i];
+    }
+    f.values_[name] = value;
+  }
+  return f;
+}
+
+std::string Flags::get(const std::string& name, const std::string& def) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? def : it->second;
+}
+
+Result<int64_t> Flags::get_int(const std::string& name, int64_t def) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return def;
+  int64_t v = 0;
+  const std::string& s = it->second;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size()) return invalid_argument("--" + name + ": not an integer: " + s);
+  return v;
+}
+
+Result<double> Flags::get_double(const std::string& name, double def) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return def;
+  const std::string& s = it->second;
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || errno == ERANGE) return invalid_argument("--" + name + ": not a number: " + s);
+  return v;
+}
+
+Result<std::vector<int64_t>> Flags::get_int_list(const std::string& name) const {
+  std::vector<int64_t> out;
+  const std::string s = get(name);
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    std::string item = s.substr(pos, end - pos);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    int64_t v = 0;
+    auto r = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || r.ec != std::errc() || r.ptr != item.data() + item.size())
+      return invalid_argument("--" + name + ": item " + std::to_string(out.size()) + " (\"" + item + "\") is not an integer");
+    out.push_back(v);
+    pos = end + 1;
+  }
+  return out;
+}
+
+}  // namespace yoco

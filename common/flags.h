@@ -1,0 +1,35 @@
+// Command-line flags: `--name value`, `--name=value`, and bare boolean `--name`.
+// Unknown flags and malformed values are errors that name the flag.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace yoco {
+
+class Flags {
+ public:
+  // `known` lists the accepted flag names (without "--"); `booleans` those that take no value.
+  static Result<Flags> parse(int argc, char** argv, int first, const std::set<std::string>& known,
+                             const std::set<std::string>& booleans = {});
+
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  std::string get(const std::string& name, const std::string& def = "") const;
+  Result<int64_t> get_int(const std::string& name, int64_t def) const;
+  Result<double> get_double(const std::string& name, double def) const;
+  bool get_bool(const std::string& name) const { return has(name); }
+  // Comma-separated integers, e.g. --tokens 1,2,3.
+  Result<std::vector<int64_t>> get_int_list(const std::string& name) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+}  // namespace yoco

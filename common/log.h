@@ -1,0 +1,39 @@
+// Structured log lines: `ts=... level=... msg="..." key=value ...` on stderr.
+#pragma once
+
+#include <sstream>
+#include <string>
+#include <string_view>
+
+namespace yoco {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
+
+void set_log_level(LogLevel level);
+LogLevel log_level();
+void log_line(LogLevel level, std::string_view msg, std::string_view fields);
+
+// Builds the `key=value` tail; values with spaces are quoted.
+class LogFields {
+ public:
+  template <class V>
+  LogFields& kv(std::string_view key, const V& value) {
+    std::ostringstream os;
+    os << value;
+    append(key, os.str());
+    return *this;
+  }
+  const std::string& str() const { return s_; }
+
+ private:
+  void append(std::string_view key, const std::string& value);
+  std::string s_;
+};
+
+}  // namespace yoco
+
+#define YOCO_LOG(level, msg, fields)                                   \
+  do {                                                                 \
+    if (static_cast<int>(level) >= static_cast<int>(::yoco::log_level())) \
+      ::yoco::log_line(level, msg, (fields).str());                    \
+  } while (0)

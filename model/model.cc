@@ -1,0 +1,344 @@
+#include "model/model.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/ops.h"
+
+namespace yoco {
+
+namespace {
+
+float logsigmoid(float x) { return std::min(x, 0.0f) - std::log1p(std::exp(-std::fabs(x))); }
+
+struct RopeTable {
+  std::vector<float> cos, sin;
+  RopeTable(const int64_t* positions, int rows, int head_dim, double theta)
+      : cos(static_cast<size_t>(rows) * (head_dim / 2)), sin(cos.size()) {
+    cpu::rope_table(positions, rows, head_dim, theta, cos.data(), sin.data());
+  }
+};
+
+std::vector<int64_t> consecutive(int64_t pos0, int n) {
+  std::vector<int64_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = pos0 + i;
+  return p;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir, WeightSet set) {
+  auto w = load_model_dir(dir, set);
+  if (!w.ok()) return w.status();
+  return std::make_unique<Model>(std::move(w).value());
+}
+
+Model::Model(LoadedWeights w) : cfg_(w.config), w_(std::move(w.weights)), fingerprint_(w.fingerprint) {}
+
+Status Model::validate_tokens(std::span<const int32_t> tokens, int64_t start_position, const char* field) const {
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= cfg_.vocab_size)
+      return invalid_argument(std::string(field) + "[" + std::to_string(i) + "]: token id " + std::to_string(tokens[i]) +
+                              " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
+  if (start_position + static_cast<int64_t>(tokens.size()) > cfg_.max_seq_len)
+    return invalid_argument(std::string(field) + ": sequence of " +
+                            std::to_string(start_position + static_cast<int64_t>(tokens.size())) +
+                            " tokens exceeds max_seq_len " + std::to_string(cfg_.max_seq_len));
+  return Status::Ok();
+}
+
+void Model::ffn(float* h, int rows, const std::vector<float>& norm, const std::vector<float>& w13,
+                const std::vector<float>& w2) const {
+  const int D = cfg_.dim, H = cfg_.hidden_dim;
+  std::vector<float> x(static_cast<size_t>(rows) * D), u(static_cast<size_t>(rows) * 2 * H),
+      act(static_cast<size_t>(rows) * H);
+  cpu::rmsnorm(h, D, norm.data(), x.data(), D, rows, D, static_cast<float>(cfg_.norm_eps));
+  cpu::linear(x.data(), w13.data(), u.data(), rows, 2 * H, D);
+  // SPEC 2.2: fc1 is the activated branch, gate the linear one.
+  cpu::silu_mul(u.data(), 2 * H, u.data() + H, 2 * H, act.data(), H, rows, H);
+  cpu::linear(act.data(), w2.data(), h, rows, D, H, /*accumulate=*/true);
+}
+
+void Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& st, const PrefillOptions& opt) const {
+  const int D = cfg_.dim, Hs = cfg_.n_self_heads, hd = cfg_.self_head_dim(), R = cfg_.self_qkv_rows();
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  const std::vector<int64_t> positions = consecutive(pos0, n);
+  const RopeTable rope(positions.data(), n, hd, cfg_.rope_theta);
+  std::vector<float> x(static_cast<size_t>(n) * D), proj(static_cast<size_t>(n) * R), o(static_cast<size_t>(n) * D);
+  std::vector<float> gt, a, k_all, v_all;
+
+  for (int loop = 0; loop < cfg_.n_loops; ++loop) {
+    for (int l = 0; l < cfg_.n_self_layers; ++l) {
+      const SelfLayerWeights& L = w_.self_layers[l];
+      SelfLayerState& S = st.self[static_cast<size_t>(loop) * cfg_.n_self_layers + l];
+      cpu::rmsnorm(h, D, L.mixer_norm.data(), x.data(), D, n, D, eps);
+      cpu::linear(x.data(), L.wqkvg.data(), proj.data(), n, R, D);
+      float* q = proj.data();
+      float* k = proj.data() + D;
+      float* v = proj.data() + 2 * D;
+      cpu::rope_apply(q, R, n, Hs, hd, rope.cos.data(), rope.sin.data());
+      cpu::rope_apply(k, R, n, Hs, hd, rope.cos.data(), rope.sin.data());
+
+      if (!cfg_.is_swa()) {
+        gt.resize(static_cast<size_t>(n) * Hs);
+        a.resize(static_cast<size_t>(n) * Hs);
+        cpu::linear(x.data(), L.wgt.data(), gt.data(), n, Hs, D);
+        const float inv_tau = 1.0f / static_cast<float>(cfg_.gate_logit_normalizer);
+        for (int t = 0; t < n; ++t)
+          for (int hh = 0; hh < Hs; ++hh) a[static_cast<size_t>(hh) * n + t] = logsigmoid(gt[static_cast<size_t>(t) * Hs + hh]) * inv_tau;
+        const float kscale = 1.0f / std::sqrt(static_cast<float>(hd));
+        for (int t = 0; t < n; ++t) cpu::scale_inplace(k + static_cast<int64_t>(t) * R, kscale, D);
+#pragma omp parallel for schedule(dynamic)
+        for (int hh = 0; hh < Hs; ++hh)
+          cpu::retention_chunkwise(q + hh * hd, R, k + hh * hd, R, v + hh * hd, R, a.data() + static_cast<size_t>(hh) * n, n,
+                                   hd, opt.retention_chunk, S.s.data() + static_cast<size_t>(hh) * hd * hd,
+                                   o.data() + hh * hd, D);
+        cpu::rmsnorm(o.data(), hd, nullptr, o.data(), hd, n * Hs, hd, eps);  // per-head, no weight
+        cpu::silu_mul(proj.data() + 3 * D, R, o.data(), D, o.data(), D, n, D);
+      } else {
+        // Keys: the ring's rows (positions pos0 − count ..) followed by this chunk's rows.
+        const int cnt = S.count, total = cnt + n;
+        k_all.resize(static_cast<size_t>(total) * D);
+        v_all.resize(static_cast<size_t>(total) * D);
+        for (int i = 0; i < cnt; ++i) {
+          std::memcpy(&k_all[static_cast<size_t>(i) * D], &S.k[static_cast<size_t>(S.ring_index(i)) * D], D * 4);
+          std::memcpy(&v_all[static_cast<size_t>(i) * D], &S.v[static_cast<size_t>(S.ring_index(i)) * D], D * 4);
+        }
+        for (int t = 0; t < n; ++t) {
+          std::memcpy(&k_all[static_cast<size_t>(cnt + t) * D], k + static_cast<int64_t>(t) * R, D * 4);
+          std::memcpy(&v_all[static_cast<size_t>(cnt + t) * D], v + static_cast<int64_t>(t) * R, D * 4);
+        }
+        cpu::AttentionArgs args{q, R, k_all.data(), D, v_all.data(), D, o.data(), D, n, total, Hs, Hs, hd,
+                                pos0, pos0 - cnt, cfg_.sliding_window, 1.0f / std::sqrt(static_cast<float>(hd))};
+        cpu::attention(args);
+        for (int t = std::max(0, n - S.capacity); t < n; ++t)
+          S.ring_push(&k_all[static_cast<size_t>(cnt + t) * D], &v_all[static_cast<size_t>(cnt + t) * D], D);
+      }
+      cpu::linear(o.data(), L.wo.data(), h, n, D, D, /*accumulate=*/true);
+      ffn(h, n, L.final_norm, L.w13, L.w2);
+    }
+  }
+}
+
+void Model::self_decoder_step(float* h, std::span<SequenceState* const> states) const {
+  const int B = static_cast<int>(states.size());
+  const int D = cfg_.dim, Hs = cfg_.n_self_heads, hd = cfg_.self_head_dim(), R = cfg_.self_qkv_rows();
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  std::vector<int64_t> positions(B);
+  for (int b = 0; b < B; ++b) positions[b] = states[b]->position;
+  const RopeTable rope(positions.data(), B, hd, cfg_.rope_theta);
+  std::vector<float> x(static_cast<size_t>(B) * D), proj(static_cast<size_t>(B) * R), o(static_cast<size_t>(B) * D),
+      gt(static_cast<size_t>(B) * Hs);
+
+  for (int loop = 0; loop < cfg_.n_loops; ++loop) {
+    for (int l = 0; l < cfg_.n_self_layers; ++l) {
+      const SelfLayerWeights& L = w_.self_layers[l];
+      const size_t si = static_cast<size_t>(loop) * cfg_.n_self_layers + l;
+      cpu::rmsnorm(h, D, L.mixer_norm.data(), x.data(), D, B, D, eps);
+      cpu::linear(x.data(), L.wqkvg.data(), proj.data(), B, R, D);
+      float* q = proj.data();
+      float* k = proj.data() + D;
+      float* v = proj.data() + 2 * D;
+      cpu::rope_apply(q, R, B, Hs, hd, rope.cos.data(), rope.sin.data());
+      cpu::rope_apply(k, R, B, Hs, hd, rope.cos.data(), rope.sin.data());
+      if (!cfg_.is_swa()) {
+        cpu::linear(x.data(), L.wgt.data(), gt.data(), B, Hs, D);
+        const float inv_tau = 1.0f / static_cast<float>(cfg_.gate_logit_normalizer);
+        const float kscale = 1.0f / std::sqrt(static_cast<float>(hd));
+        for (int b = 0; b < B; ++b) cpu::scale_inplace(k + static_cast<int64_t>(b) * R, kscale, D);
+#pragma omp parallel for schedule(static) if (B * Hs > 1)
+        for (int bh = 0; bh < B * Hs; ++bh) {
+          const int b = bh / Hs, hh = bh % Hs;
+          const float a = logsigmoid(gt[bh]) * inv_tau;
+          const int64_t row = static_cast<int64_t>(b) * R + hh * hd;
+          cpu::retention_recurrent(q + row, R, k + row, R, v + row, R, &a, 1, hd,
+                                   states[b]->self[si].s.data() + static_cast<size_t>(hh) * hd * hd,
+                                   o.data() + static_cast<size_t>(b) * D + hh * hd, D);
+        }
+        cpu::rmsnorm(o.data(), hd, nullptr, o.data(), hd, B * Hs, hd, eps);
+        cpu::silu_mul(proj.data() + 3 * D, R, o.data(), D, o.data(), D, B, D);
+      } else {
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel for schedule(static) if (B > 1)
+        for (int b = 0; b < B; ++b) {
+          SelfLayerState& S = states[b]->self[si];
+          // The ring holds W rows, so after inserting this token it is exactly the window.
+          S.ring_push(k + static_cast<int64_t>(b) * R, v + static_cast<int64_t>(b) * R, D);
+          const float* kb = S.k.data();
+          const float* vb = S.v.data();
+          cpu::KvBlocks kv{&kb, &vb, S.capacity, S.count};
+          cpu::decode_attention(q + static_cast<int64_t>(b) * R, kv, o.data() + static_cast<size_t>(b) * D, Hs, Hs, hd,
+                                scale);
+        }
+      }
+      cpu::linear(o.data(), L.wo.data(), h, B, D, D, /*accumulate=*/true);
+      ffn(h, B, L.final_norm, L.w13, L.w2);
+    }
+  }
+}
+
+void Model::global_kv(const float* h, int n, const int64_t* positions, float* k_out, float* v_out) const {
+  const int D = cfg_.dim, KV = cfg_.kv_dim();
+  std::vector<float> x(static_cast<size_t>(n) * D), kv(static_cast<size_t>(n) * 2 * KV);
+  cpu::rmsnorm(h, D, w_.kv_norm.data(), x.data(), D, n, D, static_cast<float>(cfg_.norm_eps));
+  cpu::linear(x.data(), w_.wkv.data(), kv.data(), n, 2 * KV, D);
+  for (int t = 0; t < n; ++t) {
+    std::memcpy(k_out + static_cast<int64_t>(t) * KV, &kv[static_cast<size_t>(t) * 2 * KV], KV * 4);
+    std::memcpy(v_out + static_cast<int64_t>(t) * KV, &kv[static_cast<size_t>(t) * 2 * KV + KV], KV * 4);
+  }
+  if (cfg_.cross_decoder_rope) {
+    const RopeTable rope(positions, n, cfg_.cross_head_dim(), cfg_.rope_theta);
+    cpu::rope_apply(k_out, KV, n, cfg_.n_attn_kv_heads, cfg_.cross_head_dim(), rope.cos.data(), rope.sin.data());
+  }
+}
+
+void Model::cross_decoder(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
+                          bool chunk_of_one_sequence, float* logits) const {
+  const int D = cfg_.dim, Ha = cfg_.n_attn_heads, KVh = cfg_.n_attn_kv_heads, hdc = cfg_.cross_head_dim(),
+            KV = cfg_.kv_dim();
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hdc));
+  std::vector<float> x(static_cast<size_t>(rows) * D), q(static_cast<size_t>(rows) * D), o(static_cast<size_t>(rows) * D);
+  std::unique_ptr<RopeTable> rope;
+  if (cfg_.cross_decoder_rope) rope = std::make_unique<RopeTable>(positions, rows, hdc, cfg_.rope_theta);
+
+  for (const CrossLayerWeights& L : w_.cross_layers) {
+    cpu::rmsnorm(h, D, L.mixer_norm.data(), x.data(), D, rows, D, eps);
+    cpu::linear(x.data(), L.wq.data(), q.data(), rows, D, D);
+    if (rope) cpu::rope_apply(q.data(), D, rows, Ha, hdc, rope->cos.data(), rope->sin.data());
+    if (chunk_of_one_sequence) {
+      const SequenceState& st = *states[0];
+      cpu::AttentionArgs args{q.data(), D, st.k.data(), KV, st.v.data(), KV, o.data(), D, rows,
+                              static_cast<int>(positions[rows - 1] + 1), Ha, KVh, hdc, positions[0], 0, 0, scale};
+      cpu::attention(args);
+    } else {
+#pragma omp parallel for schedule(dynamic) if (rows > 1)
+      for (int b = 0; b < rows; ++b) {
+        const float* kb = states[b]->k.data();
+        const float* vb = states[b]->v.data();
+        const int64_t n = positions[b] + 1;
+        cpu::KvBlocks kv{&kb, &vb, static_cast<int>(n), n};
+        cpu::decode_attention(q.data() + static_cast<size_t>(b) * D, kv, o.data() + static_cast<size_t>(b) * D, Ha, KVh,
+                              hdc, scale);
+      }
+    }
+    cpu::linear(o.data(), L.wo.data(), h, rows, D, D, /*accumulate=*/true);
+    ffn(h, rows, L.final_norm, L.w13, L.w2);
+  }
+  cpu::rmsnorm(h, D, w_.final_norm.data(), x.data(), D, rows, D, eps);
+  cpu::linear(x.data(), w_.output_matrix(), logits, rows, cfg_.vocab_size, D);
+}
+
+Status Model::prefill(SequenceState& st, std::span<const int32_t> tokens, const PrefillOptions& opt) const {
+  if (opt.chunk_tokens <= 0) return invalid_argument("chunk_tokens must be > 0");
+  if (opt.retention_chunk <= 0) return invalid_argument("retention_chunk must be > 0");
+  YOCO_RETURN_IF_ERROR(validate_tokens(tokens, st.position));
+  const int D = cfg_.dim, KV = cfg_.kv_dim();
+  std::vector<float> h;
+  for (size_t off = 0; off < tokens.size(); off += opt.chunk_tokens) {
+    const int n = static_cast<int>(std::min<size_t>(opt.chunk_tokens, tokens.size() - off));
+    const int64_t pos0 = st.position;
+    h.resize(static_cast<size_t>(n) * D);
+    cpu::embed(w_.embed.data(), D, tokens.data() + off, n, std::sqrt(static_cast<float>(D)), h.data());
+    self_decoder_chunk(h.data(), n, pos0, st, opt);
+    st.k.resize(static_cast<size_t>(pos0 + n) * KV);
+    st.v.resize(static_cast<size_t>(pos0 + n) * KV);
+    const std::vector<int64_t> positions = consecutive(pos0, n);
+    global_kv(h.data(), n, positions.data(), st.k.data() + pos0 * KV, st.v.data() + pos0 * KV);
+    st.last_hidden.assign(h.end() - D, h.end());
+    st.position += n;
+  }
+  return Status::Ok();
+}
+
+Status Model::logits(std::span<SequenceState* const> states, float* out) const {
+  if (!has_cross_decoder()) return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
+  const int B = static_cast<int>(states.size()), D = cfg_.dim;
+  std::vector<float> h(static_cast<size_t>(B) * D);
+  std::vector<int64_t> positions(B);
+  for (int b = 0; b < B; ++b) {
+    const SequenceState& st = *states[b];
+    if (st.position <= 0 || static_cast<int>(st.last_hidden.size()) != D)
+      return failed_precondition("sequence " + std::to_string(b) + " has consumed no tokens");
+    std::memcpy(&h[static_cast<size_t>(b) * D], st.last_hidden.data(), D * 4);
+    positions[b] = st.position - 1;
+  }
+  cross_decoder(h.data(), B, positions.data(), states, false, out);
+  return Status::Ok();
+}
+
+Status Model::decode_step(std::span<SequenceState* const> states, std::span<const int32_t> tokens, float* out) const {
+  if (!has_cross_decoder()) return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
+  if (tokens.size() != states.size()) return invalid_argument("decode_step: one token per sequence");
+  const int B = static_cast<int>(states.size()), D = cfg_.dim, KV = cfg_.kv_dim();
+  for (int b = 0; b < B; ++b) YOCO_RETURN_IF_ERROR(validate_tokens(tokens.subspan(b, 1), states[b]->position));
+  std::vector<float> h(static_cast<size_t>(B) * D), k(static_cast<size_t>(B) * KV), v(static_cast<size_t>(B) * KV);
+  cpu::embed(w_.embed.data(), D, tokens.data(), B, std::sqrt(static_cast<float>(D)), h.data());
+  self_decoder_step(h.data(), states);
+  std::vector<int64_t> positions(B);
+  for (int b = 0; b < B; ++b) positions[b] = states[b]->position;
+  global_kv(h.data(), B, positions.data(), k.data(), v.data());
+  for (int b = 0; b < B; ++b) {
+    SequenceState& st = *states[b];
+    st.k.insert(st.k.end(), k.begin() + static_cast<ptrdiff_t>(b) * KV, k.begin() + static_cast<ptrdiff_t>(b + 1) * KV);
+    st.v.insert(st.v.end(), v.begin() + static_cast<ptrdiff_t>(b) * KV, v.begin() + static_cast<ptrdiff_t>(b + 1) * KV);
+    st.last_hidden.assign(h.begin() + static_cast<ptrdiff_t>(b) * D, h.begin() + static_cast<ptrdiff_t>(b + 1) * D);
+    st.position += 1;
+  }
+  cross_decoder(h.data(), B, positions.data(), states, false, out);
+  return Status::Ok();
+}
+
+Status Model::forward(std::span<const int32_t> tokens, const LogitsSink& sink, const PrefillOptions& opt) const {
+  if (!has_cross_decoder()) return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
+  if (opt.chunk_tokens <= 0 || opt.retention_chunk <= 0) return invalid_argument("chunk sizes must be > 0");
+  YOCO_RETURN_IF_ERROR(validate_tokens(tokens, 0));
+  const int D = cfg_.dim, KV = cfg_.kv_dim(), V = cfg_.vocab_size;
+  // Bound the logits buffer (rows × vocab) to ~256 MB whatever the vocabulary.
+  const int chunk = std::max(1, std::min(opt.chunk_tokens, (1 << 26) / V));
+  SequenceState st = new_sequence();
+  SequenceState* one[1] = {&st};
+  std::vector<float> h, logits;
+  for (size_t off = 0; off < tokens.size(); off += chunk) {
+    const int n = static_cast<int>(std::min<size_t>(chunk, tokens.size() - off));
+    const int64_t pos0 = st.position;
+    h.resize(static_cast<size_t>(n) * D);
+    logits.resize(static_cast<size_t>(n) * V);
+    cpu::embed(w_.embed.data(), D, tokens.data() + off, n, std::sqrt(static_cast<float>(D)), h.data());
+    self_decoder_chunk(h.data(), n, pos0, st, opt);
+    st.k.resize(static_cast<size_t>(pos0 + n) * KV);
+    st.v.resize(static_cast<size_t>(pos0 + n) * KV);
+    const std::vector<int64_t> positions = consecutive(pos0, n);
+    global_kv(h.data(), n, positions.data(), st.k.data() + pos0 * KV, st.v.data() + pos0 * KV);
+    st.position += n;
+    cross_decoder(h.data(), n, positions.data(), one, true, logits.data());
+    sink(pos0, n, logits.data());
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<float>> Model::score(std::span<const int32_t> tokens, const PrefillOptions& opt) const {
+  if (tokens.size() < 2) return invalid_argument("tokens: scoring needs at least 2 tokens");
+  std::vector<float> out(tokens.size() - 1);
+  const int V = cfg_.vocab_size;
+  Status st = forward(
+      tokens,
+      [&](int64_t pos0, int rows, const float* logits) {
+        std::vector<float> row(V);
+        for (int r = 0; r < rows; ++r) {
+          const int64_t p = pos0 + r;
+          if (p + 1 >= static_cast<int64_t>(tokens.size())) break;
+          std::memcpy(row.data(), logits + static_cast<size_t>(r) * V, V * 4);
+          cpu::log_softmax(row.data(), V);
+          out[p] = row[tokens[p + 1]];
+        }
+      },
+      opt);
+  if (!st.ok()) return st;
+  return out;
+}
+
+}  // namespace yoco

@@ -1,0 +1,82 @@
+// The YOCO engine on the CPU: prefill (self-decoder only, early exit), batched decode steps,
+// next-token logits from a state, and the full forward used by Score.
+//
+// Invariant of a SequenceState after n tokens: K/V rows 0..n−1, self-decoder state for every
+// (loop, layer), and last_hidden = the self-decoder output at n−1. `logits()` runs the
+// cross-decoder for position n−1 from exactly that, so the state can be shipped between
+// processes at any point and decoding goes on identically.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/config.h"
+#include "model/state.h"
+#include "model/weights.h"
+
+namespace yoco {
+
+struct PrefillOptions {
+  int chunk_tokens = 512;    // tokens per self-decoder pass: the prefill token budget
+  int retention_chunk = 64;  // C of the chunkwise gated-retention form
+};
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, WeightSet set = WeightSet::kFull);
+  explicit Model(LoadedWeights w);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return w_; }
+  uint64_t fingerprint() const { return fingerprint_; }
+  bool has_cross_decoder() const { return w_.set == WeightSet::kFull; }
+
+  SequenceState new_sequence() const { return make_sequence_state(cfg_); }
+
+  // Every id in [0, vocab) and the sequence stays within max_seq_len; errors name `field`.
+  Status validate_tokens(std::span<const int32_t> tokens, int64_t start_position, const char* field = "tokens") const;
+
+  // Consumes `tokens` into the state, chunk by chunk; resumable (call again with more tokens).
+  // Early exit: the cross-decoder does not run.
+  Status prefill(SequenceState& st, std::span<const int32_t> tokens, const PrefillOptions& opt = {}) const;
+
+  // Next-token logits [B, vocab] for each state (cross-decoder at position − 1).
+  Status logits(std::span<SequenceState* const> states, float* out) const;
+
+  // One token per sequence (sequences of any lengths): self-decoder step, one K/V row, then
+  // the cross-decoder. Writes next-token logits [B, vocab].
+  Status decode_step(std::span<SequenceState* const> states, std::span<const int32_t> tokens, float* out) const;
+
+  // Full forward over a fresh sequence, in chunks: sink(first position, rows, logits[rows, vocab]).
+  using LogitsSink = std::function<void(int64_t pos0, int rows, const float* logits)>;
+  Status forward(std::span<const int32_t> tokens, const LogitsSink& sink, const PrefillOptions& opt = {}) const;
+
+  // log p(t[i+1] | t[0..i]) for i = 0..n−2.
+  Result<std::vector<float>> score(std::span<const int32_t> tokens, const PrefillOptions& opt = {}) const;
+
+ private:
+  struct Rope;
+  // Self-decoder over `n` rows of h (one sequence, consecutive positions from pos0).
+  void self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& st, const PrefillOptions& opt) const;
+  // Self-decoder for one new token per sequence.
+  void self_decoder_step(float* h, std::span<SequenceState* const> states) const;
+  // z = RMSNorm_kv(h), K/V rows for `n` rows (RoPE on K at `positions`).
+  void global_kv(const float* h, int n, const int64_t* positions, float* k_out, float* v_out) const;
+  // Cross-decoder on h [rows, dim] then the output head: logits [rows, vocab].
+  // Mode decode: row b is one query per state. Mode chunk: consecutive queries of one state.
+  void cross_decoder(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
+                     bool chunk_of_one_sequence, float* logits) const;
+  void ffn(float* h, int rows, const std::vector<float>& norm, const std::vector<float>& w13,
+           const std::vector<float>& w2) const;
+
+  ModelConfig cfg_;
+  ModelWeights w_;
+  uint64_t fingerprint_ = 0;
+};
+
+}  // namespace yoco

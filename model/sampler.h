@@ -1,0 +1,56 @@
+// Token sampling. Order, as vLLM does it: penalties, temperature, top-k, top-p, min-p, draw.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+
+namespace yoco {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy
+  int top_k = 0;             // 0: off
+  float top_p = 1.0f;        // (0, 1]
+  float min_p = 0.0f;        // [0, 1]
+  float repetition_penalty = 1.0f;  // > 0; applied to prompt and generated tokens
+  float presence_penalty = 0.0f;    // [-2, 2]; generated tokens
+  float frequency_penalty = 0.0f;   // [-2, 2]; generated tokens
+  uint64_t seed = 0;
+
+  // INVALID_ARGUMENT naming the field for out-of-range values.
+  Status validate() const;
+};
+
+// xoshiro256**: fast, seedable, and identical on every platform (std:: distributions are not).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed);
+  uint64_t next();
+  double uniform();  // [0, 1)
+
+ private:
+  uint64_t s_[4];
+};
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& p, int vocab_size, std::span<const int32_t> prompt);
+  // Picks the next token from logits (modified in place) and records it.
+  int32_t sample(float* logits);
+  void accept(int32_t token);
+
+ private:
+  void apply_penalties(float* logits) const;
+
+  SamplingParams p_;
+  int vocab_;
+  Rng rng_;
+  std::vector<uint8_t> seen_;                    // prompt or generated (repetition penalty)
+  std::unordered_map<int32_t, int> generated_;  // counts (presence/frequency penalties)
+  std::vector<int32_t> idx_;                     // scratch
+};
+
+}  // namespace yoco

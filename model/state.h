@@ -1,0 +1,76 @@
+// A sequence's whole inference state (SPEC 2.5) and its binary hand-off format, the one the
+// cluster ships over UCX and the KV store keeps.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "model/config.h"
+
+namespace yoco {
+
+// One (loop, layer) of the self-decoder.
+struct SelfLayerState {
+  // Gated retention: S per head, [n_self_heads, hd, hd] (row = key dim, column = value dim).
+  std::vector<float> s;
+  // Sliding window: a ring of the newest post-RoPE k and v rows, [capacity, dim] each. The
+  // capacity is W (one more than the W−1 rows the format stores) so a decode step can insert
+  // its own row before attending; `head` is the oldest row, `count` how many are valid.
+  std::vector<float> k, v;
+  int capacity = 0, count = 0, head = 0;
+
+  // Row i of the ring in age order (0 = oldest).
+  int ring_index(int i) const { return (head + i) % capacity; }
+  void ring_push(const float* k_row, const float* v_row, int dim);
+};
+
+struct SequenceState {
+  int64_t position = 0;           // tokens consumed
+  std::vector<float> k, v;        // global K/V rows [position, kv_dim]; K is post-RoPE
+  std::vector<SelfLayerState> self;  // n_loops · n_self_layers, loop-major
+  // The self-decoder output at position − 1: the cross-decoder input for the next-token
+  // logits (prefill exits early, so the decode side runs the cross-decoder on it).
+  std::vector<float> last_hidden;
+
+  int64_t kv_bytes() const { return static_cast<int64_t>(k.size() + v.size()) * 4; }
+  int64_t self_state_bytes() const;
+};
+
+SequenceState make_sequence_state(const ModelConfig& c);
+
+// Hand-off format, version 1. Little-endian:
+//   header  magic "YOCOSEQ1", u32 version, u32 header bytes, u64 model fingerprint,
+//           i64 position, i64 first KV row, i64 KV rows, u32 KV dtype (0 f32, 1 bf16),
+//           u32 kv_dim, u32 dim, u32 n_loops, u32 n_self_layers, u32 mixer (0 gRet, 1 SWA),
+//           u32 n_self_heads, u32 self head dim, u32 window, u32 has_last_hidden
+//   payload K rows, V rows, then per (loop, layer): gRet S (f32) | SWA u32 rows + k rows + v rows
+//           (f32, oldest first, at most W−1), then last_hidden (f32)
+//   trailer u32 CRC32C of everything before it
+// A blob may carry no KV rows (state only, e.g. beside KV blocks in a store) or a row range.
+enum class KvDType : uint32_t { kF32 = 0, kBF16 = 1 };
+
+struct StateBlobOptions {
+  bool include_kv = true;
+  int64_t kv_row_begin = 0;
+  int64_t kv_row_end = -1;  // −1: up to position
+  KvDType kv_dtype = KvDType::kF32;
+};
+
+std::vector<uint8_t> serialize_state(const SequenceState& st, const ModelConfig& c, uint64_t fingerprint,
+                                     const StateBlobOptions& opt = {});
+
+struct StateBlobInfo {
+  uint64_t fingerprint = 0;
+  int64_t position = 0, kv_row_begin = 0, kv_rows = 0;
+  KvDType kv_dtype = KvDType::kF32;
+};
+
+// Validates everything (magic, version, checksum, fingerprint, every shape against the
+// config) before touching `out`. KV rows present in the blob land at their row offsets; a
+// blob with no KV rows leaves out.k / out.v empty for the caller to fill.
+Result<StateBlobInfo> deserialize_state(std::span<const uint8_t> blob, const ModelConfig& c, uint64_t fingerprint,
+                                        SequenceState& out);
+
+}  // namespace yoco
