@@ -209,14 +209,13 @@ class YOCO:
         W = self.window
         q, k, v = self.qkv(x, pre, cs, self.hs, self.hd)
         if mode == "step":
-            # Ring of the last W-1 post-RoPE k/v rows; slot = position % (W-1).  Softmax does
-            # not care about key order, so the ring is attended to as is.
+            # Ring of W slots, slot = position % W.  It holds the last W-1 post-RoPE k/v rows (the
+            # state of SPEC 2.5); the current row overwrites the one that just left the window, so
+            # attention reads the ring in place (softmax ignores key order) with no per-step copy.
             ck, cv = st
-            valid = min(pos, W - 1)
-            o = attend(q, torch.cat([ck[:, :, :valid], k], 2), torch.cat([cv[:, :, :valid], v], 2), None)
-            if W > 1:
-                ck[:, :, pos % (W - 1)] = k[:, :, 0]
-                cv[:, :, pos % (W - 1)] = v[:, :, 0]
+            ck[:, :, pos % W], cv[:, :, pos % W] = k[:, :, 0], v[:, :, 0]
+            n = min(pos + 1, W)
+            o = attend(q, ck[:, :, :n], cv[:, :, :n], None)
         else:
             # Query blocks against only their key range [s-W+1, e): memory O(T * W), not O(T^2).
             blk = T if mode == "full" else self.swa_block
@@ -228,10 +227,10 @@ class YOCO:
                 o[:, :, s:e] = attend(q[:, :, s:e], k[:, :, ks:e], v[:, :, ks:e], m)
             st = None
             if mode == "prefill":
-                ck, cv = q.new_zeros(B, self.hs, W - 1, self.hd), q.new_zeros(B, self.hs, W - 1, self.hd)
+                ck, cv = q.new_zeros(B, self.hs, W, self.hd), q.new_zeros(B, self.hs, W, self.hd)
                 m = min(T, W - 1)
                 if m:
-                    idx = torch.arange(T - m, T) % (W - 1)
+                    idx = torch.arange(T - m, T) % W
                     ck[:, :, idx], cv[:, :, idx] = k[:, :, T - m:], v[:, :, T - m:]
                 st = (ck, cv)
         return self.lin(o.transpose(1, 2).reshape(B, T, self.dim), pre + "out_proj.weight"), st

@@ -114,7 +114,9 @@ void Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& st,
         cpu::AttentionArgs args{q, R, k_all.data(), D, v_all.data(), D, o.data(), D, n, total, Hs, Hs, hd,
                                 pos0, pos0 - cnt, cfg_.sliding_window, 1.0f / std::sqrt(static_cast<float>(hd))};
         cpu::attention(args);
-        for (int t = std::max(0, n - S.capacity); t < n; ++t)
+        // Every row goes through the ring (not just the last W) so that the row of position p
+        // lands in slot p mod W: the layout depends on the position alone.
+        for (int t = 0; t < n; ++t)
           S.ring_push(&k_all[static_cast<size_t>(cnt + t) * D], &v_all[static_cast<size_t>(cnt + t) * D], D);
       }
       cpu::linear(o.data(), L.wo.data(), h, n, D, D, /*accumulate=*/true);
@@ -167,9 +169,13 @@ void Model::self_decoder_step(float* h, std::span<SequenceState* const> states) 
           SelfLayerState& S = states[b]->self[si];
           // The ring holds W rows, so after inserting this token it is exactly the window.
           S.ring_push(k + static_cast<int64_t>(b) * R, v + static_cast<int64_t>(b) * R, D);
-          const float* kb = S.k.data();
-          const float* vb = S.v.data();
-          cpu::KvBlocks kv{&kb, &vb, S.capacity, S.count};
+          // Age order (oldest first) in up to two runs, so the result does not depend on
+          // where the ring happens to start (a restored state starts at 0).
+          const int first = std::min(S.count, S.capacity - S.head);
+          const float* kb[2] = {S.k.data() + static_cast<size_t>(S.head) * D, S.k.data()};
+          const float* vb[2] = {S.v.data() + static_cast<size_t>(S.head) * D, S.v.data()};
+          const int rows[2] = {first, S.count - first};
+          cpu::KvBlocks kv{kb, vb, S.capacity, S.count, rows};
           cpu::decode_attention(q + static_cast<int64_t>(b) * R, kv, o.data() + static_cast<size_t>(b) * D, Hs, Hs, hd,
                                 scale);
         }

@@ -227,11 +227,14 @@ Result<StateBlobInfo> deserialize_state(std::span<const uint8_t> blob, const Mod
     if (!r.get(rows)) return bad("truncated window state");
     const int64_t want = std::min<int64_t>(position, c.sliding_window - 1);
     if (rows != want) return bad("window state has " + std::to_string(rows) + " rows, expected " + std::to_string(want));
-    if (!r.get_f32(s.k.data(), static_cast<int64_t>(rows) * c.dim) ||
-        !r.get_f32(s.v.data(), static_cast<int64_t>(rows) * c.dim))
-      return bad("truncated window state");
+    // Row of position p lives in slot p mod capacity, as in the running ring, so a restored
+    // state has the same layout and decodes bitwise identically.
     s.count = static_cast<int>(rows);
-    s.head = 0;
+    s.head = static_cast<int>((position - rows) % s.capacity);
+    for (auto* ring : {&s.k, &s.v})
+      for (uint32_t i = 0; i < rows; ++i)
+        if (!r.get_f32(ring->data() + static_cast<size_t>(s.ring_index(static_cast<int>(i))) * c.dim, c.dim))
+          return bad("truncated window state");
   }
   if (has_hidden) {
     st.last_hidden.resize(c.dim);

@@ -18,6 +18,8 @@ struct SelfLayerState {
   // Sliding window: a ring of the newest post-RoPE k and v rows, [capacity, dim] each. The
   // capacity is W (one more than the W−1 rows the format stores) so a decode step can insert
   // its own row before attending; `head` is the oldest row, `count` how many are valid.
+  // The row of position p always sits in slot p mod capacity: the layout is a function of the
+  // position alone, never of the history that produced the state.
   std::vector<float> k, v;
   int capacity = 0, count = 0, head = 0;
 

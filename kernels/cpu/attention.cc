@@ -134,7 +134,16 @@ void decode_attention(const float* q, const KvBlocks& kv, float* out, int n_q_he
   const int group = n_q_heads / n_kv_heads;
   const int kv_dim = n_kv_heads * hd;
   const int64_t n = kv.n_tokens;
-  const int64_t n_blocks = (n + kv.block_size - 1) / kv.block_size;
+  // Row count and first key index of every block.
+  std::vector<int> rows_of;
+  std::vector<int64_t> start_of;
+  for (int64_t done = 0, b = 0; done < n; ++b) {
+    const int rows = static_cast<int>(kv.block_rows ? kv.block_rows[b] : std::min<int64_t>(kv.block_size, n - done));
+    rows_of.push_back(rows);
+    start_of.push_back(done);
+    done += rows;
+  }
+  const int64_t n_blocks = static_cast<int64_t>(rows_of.size());
   const bool par = !omp_in_parallel() && n_kv_heads > 1 && n * kv_dim > (1 << 14);
 #pragma omp parallel for schedule(static) if (par)
   for (int kvh = 0; kvh < n_kv_heads; ++kvh) {
@@ -142,11 +151,9 @@ void decode_attention(const float* q, const KvBlocks& kv, float* out, int n_q_he
     // this kv head is read once per step.
     const float* qg = q + static_cast<int64_t>(kvh) * group * hd;
     std::vector<float> s(static_cast<size_t>(group) * n);
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      const int rows = static_cast<int>(std::min<int64_t>(kv.block_size, n - b * kv.block_size));
-      gemm(group, rows, hd, scale, qg, hd, kv.k_blocks[b] + static_cast<int64_t>(kvh) * hd, kv_dim, true, 0.0f,
-           s.data() + b * kv.block_size, static_cast<int>(n));
-    }
+    for (int64_t b = 0; b < n_blocks; ++b)
+      gemm(group, rows_of[b], hd, scale, qg, hd, kv.k_blocks[b] + static_cast<int64_t>(kvh) * hd, kv_dim, true, 0.0f,
+           s.data() + start_of[b], static_cast<int>(n));
     for (int g = 0; g < group; ++g) {
       float* sr = s.data() + static_cast<size_t>(g) * n;
       float mx = kNegInf;
@@ -161,11 +168,9 @@ void decode_attention(const float* q, const KvBlocks& kv, float* out, int n_q_he
     }
     float* og = out + static_cast<int64_t>(kvh) * group * hd;
     for (int i = 0; i < group * hd; ++i) og[i] = 0;
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      const int rows = static_cast<int>(std::min<int64_t>(kv.block_size, n - b * kv.block_size));
-      gemm(group, hd, rows, 1.0f, s.data() + b * kv.block_size, static_cast<int>(n),
+    for (int64_t b = 0; b < n_blocks; ++b)
+      gemm(group, hd, rows_of[b], 1.0f, s.data() + start_of[b], static_cast<int>(n),
            kv.v_blocks[b] + static_cast<int64_t>(kvh) * hd, kv_dim, false, 1.0f, og, hd);
-    }
   }
 }
 

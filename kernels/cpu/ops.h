@@ -65,13 +65,16 @@ void attention(const AttentionArgs& a);
 // The O(n_q · n_k) textbook version for tests.
 void attention_reference(const AttentionArgs& a);
 
-// One query per sequence against all its keys, which live in fixed-size blocks (a paged pool
-// or one contiguous run). GQA groups share one read of each kv head.
+// One query per sequence against all its keys, which live in blocks (a paged pool, one
+// contiguous run, or the two halves of a ring in age order). Keys are visited in block order,
+// so the same keys in the same order give bitwise the same result wherever they are stored.
+// GQA groups share one read of each kv head.
 struct KvBlocks {
-  const float* const* k_blocks;  // n_blocks pointers to [block_size, kv_dim]
+  const float* const* k_blocks;  // pointers to [rows, kv_dim]
   const float* const* v_blocks;
-  int block_size;
+  int block_size;                // rows per block when block_rows is null (the last may be partial)
   int64_t n_tokens;
+  const int* block_rows = nullptr;  // optional per-block row counts
 };
 void decode_attention(const float* q, const KvBlocks& kv, float* out, int n_q_heads, int n_kv_heads, int head_dim,
                       float scale);
