@@ -1,0 +1,58 @@
+#include <gtest/gtest.h>
+
+#include "common/checksum.h"
+#include "common/flags.h"
+#include "common/json.h"
+
+namespace yoco {
+namespace {
+
+TEST(Json, ParsesAndDumpsRoundTrip) {
+  auto j = Json::parse(R"({"a": [1, -2.5, true, null, "x\"\u00e9\ud83d\ude00"], "b": {"c": 1e3}})");
+  ASSERT_TRUE(j.ok()) << j.status().to_string();
+  EXPECT_EQ(j->find("a")->as_array()[0].as_int(), 1);
+  EXPECT_TRUE(j->find("a")->as_array()[0].is_integer());
+  EXPECT_EQ(j->find("a")->as_array()[1].as_double(), -2.5);
+  EXPECT_EQ(j->find("a")->as_array()[4].as_string(), "x\"\xc3\xa9\xf0\x9f\x98\x80");
+  EXPECT_EQ(j->find("b")->find("c")->as_double(), 1000.0);
+  auto again = Json::parse(j->dump());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->dump(), j->dump());
+}
+
+TEST(Json, RejectsMalformedInput) {
+  for (const char* bad : {"", "{", "[1,]", "{\"a\":1,}", "01x", "\"\\x\"", "\"\\ud800\"", "{\"a\":1,\"a\":2}", "1 2", "nul",
+                          "\"abc", "[1e999]"}) {
+    EXPECT_FALSE(Json::parse(bad).ok()) << bad;
+  }
+  EXPECT_FALSE(Json::parse(std::string(100, '[') + std::string(100, ']')).ok());
+}
+
+TEST(Checksum, Crc32cKnownValue) {
+  // The standard CRC-32C check value for "123456789".
+  EXPECT_EQ(crc32c("123456789", 9), 0xe3069283u);
+  std::string big(1000, 'x');
+  EXPECT_EQ(crc32c(big.data(), big.size()), crc32c(big.data() + 500, 500, crc32c(big.data(), 500)));
+}
+
+TEST(Flags, ParsesAndNamesErrors) {
+  const char* argv[] = {"prog", "cmd", "--a", "1", "--b=x", "--json", "pos", "--list", "1, 2,3"};
+  auto f = Flags::parse(9, const_cast<char**>(argv), 2, {"a", "b", "json", "list"}, {"json"});
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->get_int("a", 0).value(), 1);
+  EXPECT_EQ(f->get("b"), "x");
+  EXPECT_TRUE(f->get_bool("json"));
+  EXPECT_EQ(f->positional().size(), 1u);
+  EXPECT_EQ(f->get_int_list("list").value(), (std::vector<int64_t>{1, 2, 3}));
+  const char* bad[] = {"prog", "cmd", "--nope", "1"};
+  auto g = Flags::parse(4, const_cast<char**>(bad), 2, {"a"});
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("--nope"), std::string::npos);
+  const char* badint[] = {"prog", "cmd", "--a", "x1"};
+  auto h = Flags::parse(4, const_cast<char**>(badint), 2, {"a"});
+  ASSERT_TRUE(h.ok());
+  EXPECT_NE(h->get_int("a", 0).status().message().find("--a"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace yoco
