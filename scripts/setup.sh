@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages the build and the tests need. Idempotent and
+# non-interactive: packages already present are not touched, apt runs only when one is missing.
+#   scripts/setup.sh            build + test dependencies
+#   scripts/setup.sh --bench    also what the benchmarks compare against (python3-torch)
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ pkg-config ccache
+  libopenblas-openmp-dev      # CPU BLAS; the OpenMP build nests cleanly in our OpenMP regions
+  libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev    # libFuzzer targets
+  python3 python3-numpy       # the float64 reference (tests/reference/)
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(python3-torch)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "setup.sh: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+echo "setup.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
