@@ -77,7 +77,8 @@ Result<SafetensorsHeader> parse_safetensors_header(const uint8_t* data, size_t a
   SafetensorsHeader h;
   h.data_offset = 8 + hlen;
   const uint64_t data_size = file_size - h.data_offset;
-  for (const auto& [name, entry] : root.as_object()) {
+  for (const auto& [key, entry] : root.as_object()) {
+    const std::string& name = key;  // clang 14 cannot capture structured bindings in lambdas
     if (name == "__metadata__") {
       if (!entry.is_object()) return invalid_argument("safetensors header: __metadata__ must be an object");
       for (const auto& [k, v] : entry.as_object()) {

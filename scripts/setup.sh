@@ -9,7 +9,7 @@ packages=(
   cmake ninja-build g++ pkg-config ccache
   libopenblas-openmp-dev      # CPU BLAS; the OpenMP build nests cleanly in our OpenMP regions
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev    # libFuzzer targets
+  clang libclang-rt-14-dev libomp-dev   # libFuzzer targets (clang + its OpenMP runtime)
   python3 python3-numpy       # the float64 reference (tests/reference/)
 )
 if [[ "${1:-}" == "--bench" ]]; then

@@ -1,0 +1,167 @@
+// Engine benchmark: prefill tokens/s over prompt lengths, decode tokens/s over batch sizes,
+// peak RSS and state bytes per token. Prints a table, or JSON with --json. Never asserts speed.
+//   engine_bench --model DIR | --preset NAME  [--threads N] [--prefill-lens 1024,4096]
+//                [--decode-batches 1,8,32] [--decode-context 512] [--decode-steps 16] [--repeats 3]
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+
+#include "common/flags.h"
+#include "common/json.h"
+#include "kernels/cpu/ops.h"
+#include "model/model.h"
+#include "model/random_model.h"
+
+using namespace yoco;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+double peak_rss_mb() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;
+}
+
+std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(g() % vocab);
+  return t;
+}
+
+int die(const Status& s) {
+  std::fprintf(stderr, "engine_bench: %s\n", s.message().c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto f = Flags::parse(argc, argv, 1,
+                        {"model", "preset", "threads", "prefill-lens", "decode-batches", "decode-context", "decode-steps",
+                         "repeats", "json", "chunk-tokens"},
+                        {"json"});
+  if (!f.ok()) return die(f.status());
+  auto threads = f->get_int("threads", 0);
+  if (!threads.ok()) return die(threads.status());
+  cpu::set_num_threads(static_cast<int>(threads.value()));
+
+  std::string dir = f->get("model");
+  std::string tmp;
+  if (dir.empty()) {
+    auto cfg = find_preset(f->get("preset", "small-gret"));
+    if (!cfg.ok()) return die(cfg.status());
+    tmp = "/tmp/yoco-bench-" + f->get("preset", "small-gret");
+    if (Status s = write_random_model(tmp, cfg.value(), 1, DType::kBF16); !s.ok()) return die(s);
+    dir = tmp;
+  }
+  auto m = Model::load(dir);
+  if (!m.ok()) return die(m.status());
+  const Model& model = **m;
+  const ModelConfig& c = model.config();
+
+  PrefillOptions popt;
+  auto chunk = f->get_int("chunk-tokens", popt.chunk_tokens);
+  if (!chunk.ok()) return die(chunk.status());
+  popt.chunk_tokens = static_cast<int>(chunk.value());
+  auto repeats = f->get_int("repeats", 3);
+  if (!repeats.ok()) return die(repeats.status());
+  auto lens = f->has("prefill-lens") ? f->get_int_list("prefill-lens") : Result<std::vector<int64_t>>(std::vector<int64_t>{1024, 4096});
+  auto batches = f->has("decode-batches") ? f->get_int_list("decode-batches")
+                                          : Result<std::vector<int64_t>>(std::vector<int64_t>{1, 8, 32});
+  auto ctx = f->get_int("decode-context", 512);
+  auto steps = f->get_int("decode-steps", 16);
+  for (const Status* s : {&lens.status(), &batches.status(), &ctx.status(), &steps.status()})
+    if (!s->ok()) return die(*s);
+
+  Json::Array prefill_rows, decode_rows;
+  for (int64_t n : lens.value()) {
+    const auto toks = random_tokens(static_cast<int>(n), c.vocab_size, static_cast<uint32_t>(n));
+    // Long prompts are timed once; short ones take the best of `repeats`.
+    const int reps = n >= 16384 ? 1 : static_cast<int>(repeats.value());
+    double best = 1e30;
+    int64_t state_bytes = 0, kv_bytes = 0;
+    for (int r = 0; r < reps; ++r) {
+      // Timed like a time-to-first-token: self-decoder prefill plus the last position's logits.
+      SequenceState st = model.new_sequence();
+      SequenceState* one[1] = {&st};
+      std::vector<float> logits(c.vocab_size);
+      auto t0 = clock_type::now();
+      if (Status s = model.prefill(st, toks, popt); !s.ok()) return die(s);
+      if (Status s = model.logits(one, logits.data()); !s.ok()) return die(s);
+      best = std::min(best, seconds_since(t0));
+      state_bytes = st.self_state_bytes();
+      kv_bytes = st.kv_bytes();
+    }
+    Json::Object row;
+    row["tokens"] = Json(n);
+    row["seconds"] = Json(best);
+    row["tokens_per_s"] = Json(n / best);
+    row["kv_bytes"] = Json(kv_bytes);
+    row["self_state_bytes"] = Json(state_bytes);
+    prefill_rows.push_back(Json(std::move(row)));
+  }
+  // One context prefilled once, then cloned: the batch decodes sequences of equal length.
+  SequenceState base = model.new_sequence();
+  if (Status s = model.prefill(base, random_tokens(static_cast<int>(ctx.value()), c.vocab_size, 7), popt); !s.ok())
+    return die(s);
+  for (int64_t b : batches.value()) {
+    std::vector<SequenceState> seqs(b, base);
+    std::vector<SequenceState*> ptrs;
+    for (auto& s : seqs) ptrs.push_back(&s);
+    std::vector<float> logits(static_cast<size_t>(b) * c.vocab_size);
+    std::vector<int32_t> next(b, 1);
+    if (Status s = model.decode_step(ptrs, next, logits.data()); !s.ok()) return die(s);  // warm-up
+    auto t0 = clock_type::now();
+    for (int64_t i = 0; i < steps.value(); ++i) {
+      for (int64_t j = 0; j < b; ++j) next[j] = static_cast<int32_t>((i * 131 + j) % c.vocab_size);
+      if (Status s = model.decode_step(ptrs, next, logits.data()); !s.ok()) return die(s);
+    }
+    const double sec = seconds_since(t0);
+    Json::Object row;
+    row["batch"] = Json(b);
+    row["context"] = Json(ctx.value());
+    row["steps"] = Json(steps.value());
+    row["seconds"] = Json(sec);
+    row["tokens_per_s"] = Json(static_cast<double>(b * steps.value()) / sec);
+    decode_rows.push_back(Json(std::move(row)));
+  }
+
+  // Per-token KV: YOCO keeps one K/V pair; a Transformer of the same size keeps one per layer.
+  const int64_t kv_per_token = static_cast<int64_t>(2) * c.kv_dim() * 4;
+  Json::Object out;
+  out["impl"] = Json("yoco-engine");
+  out["model"] = Json(dir);
+  out["config"] = c.to_json();
+  out["threads"] = Json(cpu::num_threads());
+  out["blas"] = Json(cpu::gemm_uses_blas());
+  out["prefill"] = Json(std::move(prefill_rows));
+  out["decode"] = Json(std::move(decode_rows));
+  out["kv_bytes_per_token_f32"] = Json(kv_per_token);
+  out["transformer_kv_bytes_per_token_f32"] = Json(kv_per_token * c.n_layers);
+  out["peak_rss_mb"] = Json(peak_rss_mb());
+  if (f->get_bool("json")) {
+    std::cout << Json(std::move(out)).dump() << "\n";
+    return 0;
+  }
+  std::printf("model %s  threads %d  blas %s\n", dir.c_str(), cpu::num_threads(), cpu::gemm_uses_blas() ? "yes" : "no");
+  std::printf("%-10s %12s %14s\n", "prefill", "seconds", "tokens/s");
+  for (const auto& r : out["prefill"].as_array())
+    std::printf("%-10lld %12.3f %14.1f\n", static_cast<long long>(r.find("tokens")->as_int()), r.find("seconds")->as_double(),
+                r.find("tokens_per_s")->as_double());
+  std::printf("%-10s %12s %14s\n", "decode B", "seconds", "tokens/s");
+  for (const auto& r : out["decode"].as_array())
+    std::printf("%-10lld %12.3f %14.1f\n", static_cast<long long>(r.find("batch")->as_int()), r.find("seconds")->as_double(),
+                r.find("tokens_per_s")->as_double());
+  std::printf("KV bytes/token (f32): %lld (a Transformer of the same size: %lld)  peak RSS %.0f MB\n",
+              static_cast<long long>(kv_per_token), static_cast<long long>(kv_per_token * c.n_layers), peak_rss_mb());
+  return 0;
+}
