@@ -34,6 +34,11 @@ ModelConfig make(int dim, int layers, int hidden, int self_heads, int heads, int
   return c;
 }
 
+ModelConfig tied(ModelConfig c) {
+  c.tie_embeddings = true;
+  return c;
+}
+
 Status mkdirs(const std::string& dir) {
   std::string cur;
   for (size_t i = 0; i <= dir.size(); ++i) {
@@ -59,8 +64,8 @@ const std::vector<ModelPreset>& model_presets() {
       {"mid-swa", "benchmark config (~0.3B), sliding window 512", make(1024, 16, 2816, 8, 16, 4, 32000, 512)},
       {"yoco-3b", "YOCO-3B (seed 001): 26 layers, dim 3072, gated retention",
        make(3072, 26, 8192, 24, 24, 8, 100288, 0)},
-      {"yoco-u-1.3b", "YOCO-U 1.3B (seed 003): SWA 512, 3 loops, NoPE cross-decoder",
-       make(2560, 20, 7680, 20, 20, 4, 151936, 512, 3, false)},
+      {"yoco-u-1.3b", "YOCO-U 1.3B (seed 003): SWA 512, 3 loops, NoPE cross-decoder, tied embeddings",
+       tied(make(2560, 20, 7680, 20, 20, 4, 151936, 512, 3, false))},
   };
   return presets;
 }

@@ -144,7 +144,7 @@ void decode_attention(const float* q, const KvBlocks& kv, float* out, int n_q_he
     done += rows;
   }
   const int64_t n_blocks = static_cast<int64_t>(rows_of.size());
-  const bool par = !omp_in_parallel() && n_kv_heads > 1 && n * kv_dim > (1 << 14);
+  const bool par = !omp_in_parallel() && n_kv_heads > 1 && n * kv_dim > (1 << 20);
 #pragma omp parallel for schedule(static) if (par)
   for (int kvh = 0; kvh < n_kv_heads; ++kvh) {
     // The query heads of one GQA group are adjacent: score them together so each K/V row of

@@ -1,0 +1,51 @@
+// Every make-random-model preset is a valid config, and the papers' sizes come out right.
+#include <gtest/gtest.h>
+
+#include "model/random_model.h"
+#include "model/weights.h"
+
+namespace yoco {
+namespace {
+
+int64_t parameter_count(const ModelConfig& c) {
+  int64_t n = 0;
+  for (const TensorSlot& s : model_tensor_slots(c, nullptr, WeightSet::kFull)) {
+    if (s.optional && c.tie_embeddings.value_or(false)) continue;
+    int64_t e = 1;
+    for (auto d : s.shape) e *= d;
+    n += e;
+  }
+  return n;
+}
+
+TEST(Presets, AllValidate) {
+  for (const auto& p : model_presets()) EXPECT_TRUE(validate_model_config(p.config).ok()) << p.name;
+  EXPECT_FALSE(find_preset("nope").ok());
+}
+
+TEST(Presets, PaperSizes) {
+  const ModelConfig y3 = find_preset("yoco-3b").value();
+  EXPECT_EQ(y3.n_layers, 26);
+  EXPECT_EQ(y3.dim, 3072);
+  EXPECT_EQ(y3.hidden_dim, 8192);
+  EXPECT_EQ(y3.n_attn_heads, 24);
+  EXPECT_EQ(y3.n_attn_kv_heads, 8);
+  EXPECT_EQ(y3.vocab_size, 100288);
+  EXPECT_FALSE(y3.is_swa());
+  const double b3 = parameter_count(y3) / 1e9;
+  EXPECT_GT(b3, 2.8);
+  EXPECT_LT(b3, 3.6);
+  const ModelConfig yu = find_preset("yoco-u-1.3b").value();
+  EXPECT_EQ(yu.sliding_window, 512);
+  EXPECT_EQ(yu.n_loops, 3);
+  EXPECT_FALSE(yu.cross_decoder_rope);
+  EXPECT_EQ(yu.vocab_size, 151936);
+  EXPECT_EQ(yu.n_attn_kv_heads, 4);
+  const double b13 = parameter_count(yu) / 1e9;
+  EXPECT_GT(b13, 1.1);
+  EXPECT_LT(b13, 2.5);  // the shape (ffn 7680) carries more than the name's 1.3B
+  std::printf("yoco-3b %.2fB parameters, yoco-u-1.3b %.2fB\n", b3, b13);
+}
+
+}  // namespace
+}  // namespace yoco
