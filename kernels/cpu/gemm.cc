@@ -51,8 +51,8 @@ void gemm(int m, int n, int k, float alpha, const float* a, int lda, const float
   }
   if (m == 1 && b_trans) {
     // One row times Wᵀ (a decode step of one sequence): each output is a dot product with one
-    // contiguous row of W, so W streams once at memory speed. OpenBLAS's m = 1 path reached
-    // about half the bandwidth of its m = 2 path here (bench/README.md).
+    // contiguous row of W, so W streams once. Threads join only for matrices big enough to pay
+    // for waking them: a one-sequence step is dozens of small products (bench/README.md).
 #pragma omp parallel for schedule(static) if (static_cast<int64_t>(n) * k > (1 << 20))
     for (int j = 0; j < n; ++j) {
       const float* row = b + static_cast<int64_t>(j) * ldb;
