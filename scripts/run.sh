@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh -DYOCO_BUILD_TESTS=OFF -DYOCO_BUILD_BENCH=OFF >/dev/null
+scripts/build.sh --target yoco-cli >/dev/null
 MODEL=${YOCO_MODEL:-build/models/tiny-gret}
 if [[ ! -f "$MODEL/params.json" ]]; then
   build/tools/yoco-cli make-random-model --preset tiny-gret --seed 1 --out "$MODEL"
