@@ -22,6 +22,11 @@ struct RopeTable {
   }
 };
 
+// A parallel region costs a thread wake-up (microseconds, far more when the cores are
+// shared); a decode step of one sequence is dozens of small products, so only work of about
+// 2^18 multiply-adds and up is split across threads.
+bool worth_threads(int64_t multiply_adds) { return multiply_adds > (1 << 18); }
+
 std::vector<int64_t> consecutive(int64_t pos0, int n) {
   std::vector<int64_t> p(n);
   for (int i = 0; i < n; ++i) p[i] = pos0 + i;
@@ -151,7 +156,7 @@ void Model::self_decoder_step(float* h, std::span<SequenceState* const> states) 
         const float inv_tau = 1.0f / static_cast<float>(cfg_.gate_logit_normalizer);
         const float kscale = 1.0f / std::sqrt(static_cast<float>(hd));
         for (int b = 0; b < B; ++b) cpu::scale_inplace(k + static_cast<int64_t>(b) * R, kscale, D);
-#pragma omp parallel for schedule(static) if (B * Hs > 1)
+#pragma omp parallel for schedule(static) if (worth_threads(static_cast<int64_t>(B) * Hs * hd * hd))
         for (int bh = 0; bh < B * Hs; ++bh) {
           const int b = bh / Hs, hh = bh % Hs;
           const float a = logsigmoid(gt[bh]) * inv_tau;
@@ -164,7 +169,7 @@ void Model::self_decoder_step(float* h, std::span<SequenceState* const> states) 
         cpu::silu_mul(proj.data() + 3 * D, R, o.data(), D, o.data(), D, B, D);
       } else {
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel for schedule(static) if (B > 1)
+#pragma omp parallel for schedule(static) if (B > 1 && worth_threads(static_cast<int64_t>(B) * cfg_.sliding_window * D))
         for (int b = 0; b < B; ++b) {
           SelfLayerState& S = states[b]->self[si];
           // The ring holds W rows, so after inserting this token it is exactly the window.
@@ -210,6 +215,8 @@ void Model::cross_decoder(float* h, int rows, const int64_t* positions, std::spa
   std::vector<float> x(static_cast<size_t>(rows) * D), q(static_cast<size_t>(rows) * D), o(static_cast<size_t>(rows) * D);
   std::unique_ptr<RopeTable> rope;
   if (cfg_.cross_decoder_rope) rope = std::make_unique<RopeTable>(positions, rows, hdc, cfg_.rope_theta);
+  int64_t attended_rows = 0;
+  for (int b = 0; b < rows; ++b) attended_rows += positions[b] + 1;
 
   for (const CrossLayerWeights& L : w_.cross_layers) {
     cpu::rmsnorm(h, D, L.mixer_norm.data(), x.data(), D, rows, D, eps);
@@ -221,7 +228,7 @@ void Model::cross_decoder(float* h, int rows, const int64_t* positions, std::spa
                               static_cast<int>(positions[rows - 1] + 1), Ha, KVh, hdc, positions[0], 0, 0, scale};
       cpu::attention(args);
     } else {
-#pragma omp parallel for schedule(dynamic) if (rows > 1)
+#pragma omp parallel for schedule(dynamic) if (rows > 1 && worth_threads(attended_rows * KV))
       for (int b = 0; b < rows; ++b) {
         const float* kb = states[b]->k.data();
         const float* vb = states[b]->v.data();
