@@ -224,16 +224,22 @@ void Model::cross_decoder(float* h, int rows, const int64_t* positions, std::spa
     if (rope) cpu::rope_apply(q.data(), D, rows, Ha, hdc, rope->cos.data(), rope->sin.data());
     if (chunk_of_one_sequence) {
       const SequenceState& st = *states[0];
+      YOCO_CHECK(!st.pages);  // the full forward runs on a fresh contiguous state
       cpu::AttentionArgs args{q.data(), D, st.k.data(), KV, st.v.data(), KV, o.data(), D, rows,
                               static_cast<int>(positions[rows - 1] + 1), Ha, KVh, hdc, positions[0], 0, 0, scale};
       cpu::attention(args);
     } else {
 #pragma omp parallel for schedule(dynamic) if (rows > 1 && worth_threads(attended_rows * KV))
       for (int b = 0; b < rows; ++b) {
-        const float* kb = states[b]->k.data();
-        const float* vb = states[b]->v.data();
+        // Keys in fixed chunks, wherever they are stored (see kKvChunkRows).
+        const SequenceState& st = *states[b];
         const int64_t n = positions[b] + 1;
-        cpu::KvBlocks kv{&kb, &vb, static_cast<int>(n), n};
+        std::vector<const float*> kb, vb;
+        for (int64_t r = 0; r < n; r += kKvChunkRows) {
+          kb.push_back(st.k_row(r, KV));
+          vb.push_back(st.v_row(r, KV));
+        }
+        cpu::KvBlocks kv{kb.data(), vb.data(), kKvChunkRows, n};
         cpu::decode_attention(q.data() + static_cast<size_t>(b) * D, kv, o.data() + static_cast<size_t>(b) * D, Ha, KVh,
                               hdc, scale);
       }
@@ -245,22 +251,47 @@ void Model::cross_decoder(float* h, int rows, const int64_t* positions, std::spa
   cpu::linear(x.data(), w_.output_matrix(), logits, rows, cfg_.vocab_size, D);
 }
 
+Status Model::make_room(SequenceState& st, int64_t rows) const {
+  const int64_t need = st.position + rows;
+  if (st.pages) {
+    if (st.pages->kv_dim != cfg_.kv_dim() || st.pages->block_size % kKvChunkRows != 0)
+      return invalid_argument("KV pages do not match the model (kv_dim or block size)");
+    if (st.pages->capacity() < need)
+      return Status(StatusCode::kResourceExhausted, "KV pool: the sequence needs " + std::to_string(need) +
+                                                        " rows, its blocks hold " + std::to_string(st.pages->capacity()));
+    return Status::Ok();
+  }
+  st.k.resize(static_cast<size_t>(need) * cfg_.kv_dim());
+  st.v.resize(static_cast<size_t>(need) * cfg_.kv_dim());
+  return Status::Ok();
+}
+
+void Model::store_kv_rows(SequenceState& st, int64_t pos0, int n, const float* k, const float* v) const {
+  const int KV = cfg_.kv_dim();
+  for (int r = 0; r < n; ++r) {
+    std::memcpy(st.k_row(pos0 + r, KV), k + static_cast<size_t>(r) * KV, KV * 4);
+    std::memcpy(st.v_row(pos0 + r, KV), v + static_cast<size_t>(r) * KV, KV * 4);
+  }
+}
+
 Status Model::prefill(SequenceState& st, std::span<const int32_t> tokens, const PrefillOptions& opt) const {
   if (opt.chunk_tokens <= 0) return invalid_argument("chunk_tokens must be > 0");
   if (opt.retention_chunk <= 0) return invalid_argument("retention_chunk must be > 0");
   YOCO_RETURN_IF_ERROR(validate_tokens(tokens, st.position));
+  YOCO_RETURN_IF_ERROR(make_room(st, static_cast<int64_t>(tokens.size())));
   const int D = cfg_.dim, KV = cfg_.kv_dim();
-  std::vector<float> h;
+  std::vector<float> h, k, v;
   for (size_t off = 0; off < tokens.size(); off += opt.chunk_tokens) {
     const int n = static_cast<int>(std::min<size_t>(opt.chunk_tokens, tokens.size() - off));
     const int64_t pos0 = st.position;
     h.resize(static_cast<size_t>(n) * D);
+    k.resize(static_cast<size_t>(n) * KV);
+    v.resize(static_cast<size_t>(n) * KV);
     cpu::embed(w_.embed.data(), D, tokens.data() + off, n, std::sqrt(static_cast<float>(D)), h.data());
     self_decoder_chunk(h.data(), n, pos0, st, opt);
-    st.k.resize(static_cast<size_t>(pos0 + n) * KV);
-    st.v.resize(static_cast<size_t>(pos0 + n) * KV);
     const std::vector<int64_t> positions = consecutive(pos0, n);
-    global_kv(h.data(), n, positions.data(), st.k.data() + pos0 * KV, st.v.data() + pos0 * KV);
+    global_kv(h.data(), n, positions.data(), k.data(), v.data());
+    store_kv_rows(st, pos0, n, k.data(), v.data());
     st.last_hidden.assign(h.end() - D, h.end());
     st.position += n;
   }
@@ -288,6 +319,9 @@ Status Model::decode_step(std::span<SequenceState* const> states, std::span<cons
   if (tokens.size() != states.size()) return invalid_argument("decode_step: one token per sequence");
   const int B = static_cast<int>(states.size()), D = cfg_.dim, KV = cfg_.kv_dim();
   for (int b = 0; b < B; ++b) YOCO_RETURN_IF_ERROR(validate_tokens(tokens.subspan(b, 1), states[b]->position));
+  for (int b = 0; b < B; ++b)
+    if (states[b]->pages && states[b]->pages->capacity() < states[b]->position + 1)
+      return Status(StatusCode::kResourceExhausted, "sequence " + std::to_string(b) + ": its KV blocks are full");
   std::vector<float> h(static_cast<size_t>(B) * D), k(static_cast<size_t>(B) * KV), v(static_cast<size_t>(B) * KV);
   cpu::embed(w_.embed.data(), D, tokens.data(), B, std::sqrt(static_cast<float>(D)), h.data());
   self_decoder_step(h.data(), states);
@@ -296,8 +330,11 @@ Status Model::decode_step(std::span<SequenceState* const> states, std::span<cons
   global_kv(h.data(), B, positions.data(), k.data(), v.data());
   for (int b = 0; b < B; ++b) {
     SequenceState& st = *states[b];
-    st.k.insert(st.k.end(), k.begin() + static_cast<ptrdiff_t>(b) * KV, k.begin() + static_cast<ptrdiff_t>(b + 1) * KV);
-    st.v.insert(st.v.end(), v.begin() + static_cast<ptrdiff_t>(b) * KV, v.begin() + static_cast<ptrdiff_t>(b + 1) * KV);
+    if (!st.pages) {
+      st.k.resize(static_cast<size_t>(st.position + 1) * KV);
+      st.v.resize(static_cast<size_t>(st.position + 1) * KV);
+    }
+    store_kv_rows(st, st.position, 1, k.data() + static_cast<size_t>(b) * KV, v.data() + static_cast<size_t>(b) * KV);
     st.last_hidden.assign(h.begin() + static_cast<ptrdiff_t>(b) * D, h.begin() + static_cast<ptrdiff_t>(b + 1) * D);
     st.position += 1;
   }

@@ -71,6 +71,10 @@ class Model {
   // Mode decode: row b is one query per state. Mode chunk: consecutive queries of one state.
   void cross_decoder(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
                      bool chunk_of_one_sequence, float* logits) const;
+  // Room for `rows` more K/V rows: contiguous states grow; paged states must already own
+  // the blocks (RESOURCE_EXHAUSTED otherwise, before anything is consumed).
+  Status make_room(SequenceState& st, int64_t rows) const;
+  void store_kv_rows(SequenceState& st, int64_t pos0, int n, const float* k, const float* v) const;
   void ffn(float* h, int rows, const std::vector<float>& norm, const std::vector<float>& w13,
            const std::vector<float>& w2) const;
 

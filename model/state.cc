@@ -111,7 +111,7 @@ std::vector<uint8_t> serialize_state(const SequenceState& st, const ModelConfig&
   int64_t row_begin = opt.include_kv ? opt.kv_row_begin : 0;
   int64_t row_end = opt.include_kv ? (opt.kv_row_end < 0 ? st.position : opt.kv_row_end) : 0;
   YOCO_CHECK(row_begin >= 0 && row_begin <= row_end && row_end <= st.position);
-  YOCO_CHECK(static_cast<int64_t>(st.k.size()) >= row_end * kv_dim);
+  YOCO_CHECK(st.pages ? st.pages->capacity() >= row_end : static_cast<int64_t>(st.k.size()) >= row_end * kv_dim);
   const int64_t rows = row_end - row_begin;
   std::vector<uint8_t> b;
   b.reserve(kHeaderBytes + rows * kv_dim * 8 + st.self_state_bytes() + 16);
@@ -133,10 +133,12 @@ std::vector<uint8_t> serialize_state(const SequenceState& st, const ModelConfig&
   w.put<uint32_t>(c.self_head_dim());
   w.put<uint32_t>(c.sliding_window);
   w.put<uint32_t>(st.last_hidden.empty() ? 0 : 1);
-  for (const auto* src : {&st.k, &st.v}) {
-    const float* p = src->data() + row_begin * kv_dim;
-    if (opt.kv_dtype == KvDType::kBF16) w.put_bf16(p, rows * kv_dim);
-    else w.put_f32(p, rows * kv_dim);
+  for (const bool is_k : {true, false}) {
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const float* p = is_k ? st.k_row(r, kv_dim) : st.v_row(r, kv_dim);
+      if (opt.kv_dtype == KvDType::kBF16) w.put_bf16(p, kv_dim);
+      else w.put_f32(p, kv_dim);
+    }
   }
   for (const auto& s : st.self) {
     if (!c.is_swa()) {

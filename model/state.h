@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -28,14 +30,38 @@ struct SelfLayerState {
   void ring_push(const float* k_row, const float* v_row, int dim);
 };
 
+// Global K/V rows held in a shared paged pool (decode workers) instead of in the state: row r
+// lives in block blocks[r / block_size] at row r % block_size. The pool outlives the state.
+struct KvPages {
+  float* k_pool = nullptr;  // [pool blocks, block_size, kv_dim]
+  float* v_pool = nullptr;
+  int block_size = 0;
+  int kv_dim = 0;
+  std::vector<int32_t> blocks;  // the block table
+
+  int64_t capacity() const { return static_cast<int64_t>(blocks.size()) * block_size; }
+  int64_t offset(int64_t r) const {
+    return (static_cast<int64_t>(blocks[r / block_size]) * block_size + r % block_size) * kv_dim;
+  }
+};
+
+// Decode attention visits keys in chunks of this many rows whatever the storage, so a sequence
+// in a paged pool decodes bitwise like a contiguous one. Pool block sizes are multiples of it.
+constexpr int kKvChunkRows = 32;
+
 struct SequenceState {
   int64_t position = 0;           // tokens consumed
-  std::vector<float> k, v;        // global K/V rows [position, kv_dim]; K is post-RoPE
+  std::vector<float> k, v;        // global K/V rows [position, kv_dim]; K is post-RoPE (unless paged)
+  std::optional<KvPages> pages;   // set: the rows live in a paged pool, k and v stay empty
   std::vector<SelfLayerState> self;  // n_loops · n_self_layers, loop-major
   // The self-decoder output at position − 1: the cross-decoder input for the next-token
   // logits (prefill exits early, so the decode side runs the cross-decoder on it).
   std::vector<float> last_hidden;
 
+  const float* k_row(int64_t r, int kv_dim) const { return pages ? pages->k_pool + pages->offset(r) : k.data() + r * kv_dim; }
+  const float* v_row(int64_t r, int kv_dim) const { return pages ? pages->v_pool + pages->offset(r) : v.data() + r * kv_dim; }
+  float* k_row(int64_t r, int kv_dim) { return const_cast<float*>(std::as_const(*this).k_row(r, kv_dim)); }
+  float* v_row(int64_t r, int kv_dim) { return const_cast<float*>(std::as_const(*this).v_row(r, kv_dim)); }
   int64_t kv_bytes() const { return static_cast<int64_t>(k.size() + v.size()) * 4; }
   int64_t self_state_bytes() const;
 };
