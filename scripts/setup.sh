@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev libomp-dev   # libFuzzer targets (clang + its OpenMP runtime)
   python3 python3-numpy       # the float64 reference (tests/reference/)
+  libboost-dev prometheus     # /metrics endpoint (Beast); promtool and a real scrape in tests
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)

@@ -1,0 +1,182 @@
+// The metrics registry and /metrics endpoint: exact exposition text, validation, HTTP routes,
+// `promtool check metrics`, and a real Prometheus server scraping the endpoint.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "common/http_server.h"
+#include "common/metrics.h"
+#include "tests/unit/test_util.h"
+
+namespace yoco {
+namespace {
+
+// GET over a plain socket to 127.0.0.1:port; returns the whole response ("" on failure).
+std::string http_get(uint16_t port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+    }
+  }
+  close(fd);
+  return out;
+}
+
+uint16_t free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+bool have(const char* tool) { return std::system((std::string("command -v ") + tool + " >/dev/null 2>&1").c_str()) == 0; }
+
+void fill(MetricsRegistry& r) {
+  r.counter("yoco_prompt_tokens_total", "Prompt tokens processed.").inc(42);
+  auto* status = r.counter_family("yoco_requests_total", "Requests by final status.", {"status"}).value();
+  status->with({"ok"}).inc(3);
+  status->with({"invalid_argument"}).inc();
+  r.gauge("yoco_requests_running", "Requests in the running batch.").set(2);
+  auto& ttft = r.histogram("yoco_time_to_first_token_seconds", "Time to first token.", {0.1, 1});
+  ttft.observe(0.05);
+  ttft.observe(0.5);
+  ttft.observe(7);
+}
+
+TEST(Metrics, ExpositionText) {
+  MetricsRegistry r;
+  fill(r);
+  EXPECT_EQ(r.expose(),
+            "# HELP yoco_prompt_tokens_total Prompt tokens processed.\n"
+            "# TYPE yoco_prompt_tokens_total counter\n"
+            "yoco_prompt_tokens_total 42\n"
+            "# HELP yoco_requests_running Requests in the running batch.\n"
+            "# TYPE yoco_requests_running gauge\n"
+            "yoco_requests_running 2\n"
+            "# HELP yoco_requests_total Requests by final status.\n"
+            "# TYPE yoco_requests_total counter\n"
+            "yoco_requests_total{status=\"invalid_argument\"} 1\n"
+            "yoco_requests_total{status=\"ok\"} 3\n"
+            "# HELP yoco_time_to_first_token_seconds Time to first token.\n"
+            "# TYPE yoco_time_to_first_token_seconds histogram\n"
+            "yoco_time_to_first_token_seconds_bucket{le=\"0.1\"} 1\n"
+            "yoco_time_to_first_token_seconds_bucket{le=\"1\"} 2\n"
+            "yoco_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"
+            "yoco_time_to_first_token_seconds_sum 7.55\n"
+            "yoco_time_to_first_token_seconds_count 3\n");
+}
+
+TEST(Metrics, ValidationAndEscaping) {
+  MetricsRegistry r;
+  EXPECT_FALSE(r.counter_family("yoco_requests", "no _total").ok());
+  EXPECT_FALSE(r.gauge_family("9bad", "x").ok());
+  EXPECT_FALSE(r.gauge_family("yoco_x", "x", {"__reserved"}).ok());
+  EXPECT_FALSE(r.histogram_family("yoco_h", "x", {1, 0.5}).ok());
+  EXPECT_FALSE(r.histogram_family("yoco_h2", "x", {1}, {"le"}).ok());
+  auto* g = r.gauge_family("yoco_g", "Help with \\ and\nnewline.", {"path"}).value();
+  g->with({"a\"b\\c\nd"}).set(1);
+  const std::string text = r.expose();
+  EXPECT_NE(text.find("# HELP yoco_g Help with \\\\ and\\nnewline."), std::string::npos) << text;
+  EXPECT_NE(text.find("yoco_g{path=\"a\\\"b\\\\c\\nd\"} 1"), std::string::npos) << text;
+  Counter c;
+  c.inc(-5);  // ignored: counters only go up
+  EXPECT_EQ(c.value(), 0);
+}
+
+TEST(Metrics, ServedOverHttp) {
+  MetricsRegistry r;
+  fill(r);
+  auto server = HttpServer::start("127.0.0.1", 0,
+                                  {{"/metrics", [&] { return HttpResponse{200, kPrometheusContentType, r.expose()}; }}});
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  const std::string ok = http_get((*server)->port(), "/metrics");
+  EXPECT_NE(ok.find("HTTP/1.1 200"), std::string::npos) << ok;
+  EXPECT_NE(ok.find("text/plain; version=0.0.4"), std::string::npos);
+  EXPECT_NE(ok.find("yoco_prompt_tokens_total 42"), std::string::npos);
+  EXPECT_NE(http_get((*server)->port(), "/nope").find("HTTP/1.1 404"), std::string::npos);
+  EXPECT_FALSE(HttpServer::start("not-an-address", 0, {}).ok());
+  (*server)->stop();
+  EXPECT_EQ(http_get((*server)->port(), "/metrics"), "");  // stopped: nothing answers
+}
+
+TEST(Metrics, PromtoolAcceptsTheExposition) {
+  if (!have("promtool")) GTEST_SKIP() << "promtool not installed (scripts/setup.sh installs prometheus)";
+  MetricsRegistry r;
+  fill(r);
+  test::TempDir dir;
+  test::write_file(dir.sub("m.txt"), r.expose());
+  const std::string cmd = "promtool check metrics < " + dir.sub("m.txt") + " > " + dir.sub("out.txt") + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  EXPECT_EQ(rc, 0) << test::read_file(dir.sub("out.txt"));
+}
+
+TEST(Metrics, RealPrometheusScrapesTheEndpoint) {
+  if (!have("prometheus")) GTEST_SKIP() << "prometheus not installed (scripts/setup.sh installs it)";
+  MetricsRegistry r;
+  fill(r);
+  auto server = HttpServer::start("127.0.0.1", 0,
+                                  {{"/metrics", [&] { return HttpResponse{200, kPrometheusContentType, r.expose()}; }}});
+  ASSERT_TRUE(server.ok());
+  test::TempDir dir;
+  const uint16_t prom_port = free_port();
+  test::write_file(dir.sub("prometheus.yml"),
+                   "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: yoco\n    static_configs:\n"
+                   "      - targets: ['127.0.0.1:" + std::to_string((*server)->port()) + "']\n");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string cfg = "--config.file=" + dir.sub("prometheus.yml");
+    const std::string listen = "--web.listen-address=127.0.0.1:" + std::to_string(prom_port);
+    const std::string data = "--storage.tsdb.path=" + dir.sub("data");
+    freopen((dir.sub("prometheus.log")).c_str(), "w", stderr);
+    execlp("prometheus", "prometheus", cfg.c_str(), listen.c_str(), data.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait (bounded) for the target to be up and the sample to be queryable.
+  bool up = false;
+  std::string last;
+  for (int i = 0; i < 120 && !up; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    last = http_get(prom_port, "/api/v1/query?query=yoco_prompt_tokens_total");
+    up = last.find("\"value\":[") != std::string::npos && last.find("\"42\"") != std::string::npos;
+  }
+  const std::string targets = http_get(prom_port, "/api/v1/targets");
+  kill(pid, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 50 && waitpid(pid, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (waitpid(pid, &status, WNOHANG) == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  EXPECT_TRUE(up) << "last query answer: " << last << "\nprometheus log:\n" << test::read_file(dir.sub("prometheus.log"));
+  EXPECT_NE(targets.find("\"health\":\"up\""), std::string::npos) << targets;
+}
+
+}  // namespace
+}  // namespace yoco
