@@ -22,6 +22,8 @@ enum class StatusCode {
   kUnimplemented,
   kInternal,
   kIoError,
+  kDeadlineExceeded,
+  kCancelled,
 };
 
 const char* status_code_name(StatusCode code);

@@ -1,0 +1,282 @@
+#include "decode_service/batcher.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace yoco {
+
+ContinuousBatcher::ContinuousBatcher(const Model& model, KvPool& pool, BatcherLimits limits)
+    : model_(model), pool_(pool), limits_(limits) {}
+
+ContinuousBatcher::~ContinuousBatcher() { stop(/*drain=*/false); }
+
+Result<uint64_t> ContinuousBatcher::submit(DecodeRequest req) {
+  if (req.prompt.empty()) return invalid_argument("prompt: must contain at least one token");
+  if (req.max_tokens < 1) return invalid_argument("max_tokens: must be >= 1");
+  YOCO_RETURN_IF_ERROR(req.sampling.validate());
+  YOCO_RETURN_IF_ERROR(model_.validate_tokens(req.prompt, 0, "prompt"));
+  if (static_cast<int64_t>(req.prompt.size()) + req.max_tokens > model_.config().max_seq_len)
+    return invalid_argument("max_tokens: prompt + max_tokens exceeds max_seq_len " +
+                            std::to_string(model_.config().max_seq_len));
+  if (req.state && (!req.state->pages || req.state->pages->k_pool != pool_.k_data()))
+    return invalid_argument("state: a shipped state must hold its K/V rows in this worker's pool");
+  auto s = std::make_unique<Seq>();
+  s->sampler = std::make_unique<Sampler>(req.sampling, model_.config().vocab_size, req.prompt);
+  s->req = std::move(req);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return Status(StatusCode::kUnavailable, "decode worker is shutting down");
+  if (static_cast<int>(waiting_.size()) >= limits_.max_waiting)
+    return Status(StatusCode::kResourceExhausted,
+                  "decode queue full: " + std::to_string(waiting_.size()) + " requests waiting");
+  s->id = next_id_++;
+  const uint64_t id = s->id;
+  waiting_.push_back(std::move(s));
+  cv_.notify_all();
+  return id;
+}
+
+void ContinuousBatcher::cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancel_requests_.push_back(id);
+  cv_.notify_all();
+}
+
+void ContinuousBatcher::start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (thread_.joinable()) return;
+  stopping_ = false;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void ContinuousBatcher::stop(bool drain) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!thread_.joinable()) return;
+    stopping_ = true;
+    drain_ = drain;
+    cv_.notify_all();
+  }
+  thread_.join();
+}
+
+int ContinuousBatcher::running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(running_.size());
+}
+
+int ContinuousBatcher::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(waiting_.size());
+}
+
+int64_t ContinuousBatcher::preemptions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return preemptions_;
+}
+
+void ContinuousBatcher::finish(SeqPtr s, std::string reason, Status status) {
+  if (s->state && s->state->pages) pool_.release(*s->state->pages);
+  s->state.reset();
+  FinishInfo info;
+  info.reason = std::move(reason);
+  info.status = std::move(status);
+  info.prompt_tokens = static_cast<int64_t>(s->req.prompt.size());
+  info.completion_tokens = static_cast<int64_t>(s->generated.size());
+  info.preemptions = s->preemptions;
+  if (s->req.on_finish) s->req.on_finish(info);
+}
+
+bool ContinuousBatcher::sample_and_emit(Seq& s, const float* logits) {
+  std::vector<float> row(logits, logits + model_.config().vocab_size);
+  const int32_t tok = s.sampler->sample(row.data());
+  s.generated.push_back(tok);
+  if (s.req.on_token) s.req.on_token(tok);
+  const auto& stops = s.req.stop_token_ids;
+  if (std::find(stops.begin(), stops.end(), tok) != stops.end()) return true;
+  if (static_cast<int>(s.generated.size()) >= s.req.max_tokens) return true;
+  s.next_input = tok;
+  return false;
+}
+
+bool ContinuousBatcher::admit(Seq& s) {
+  const int V = model_.config().vocab_size;
+  s.logits.assign(V, 0.0f);
+  if (s.req.state && s.generated.empty()) {
+    // Shipped state: the prompt was prefilled elsewhere; its rows are already in our blocks.
+    s.state = std::move(s.req.state);
+    s.req.state.reset();
+  } else {
+    // Local prefill of everything consumed so far: the prompt, plus the generated tokens
+    // when this is a recompute after preemption (the sampler keeps its state, so the stream
+    // continues exactly).
+    std::vector<int32_t> consumed = s.req.prompt;
+    consumed.insert(consumed.end(), s.generated.begin(), s.generated.end());
+    SequenceState st = model_.new_sequence();
+    st.pages = pool_.new_pages();
+    if (!pool_.reserve(*st.pages, static_cast<int64_t>(consumed.size()) + limits_.reserve_ahead_rows).ok()) return false;
+    Status ps = model_.prefill(st, consumed, limits_.prefill);
+    if (!ps.ok()) {
+      pool_.release(*st.pages);
+      s.state.reset();
+      s.logits.clear();
+      s.cancelled = true;  // reported as an error by the caller
+      return true;
+    }
+    s.state = std::move(st);
+  }
+  SequenceState* one[1] = {&*s.state};
+  Status ls = model_.logits(one, s.logits.data());
+  if (!ls.ok()) s.cancelled = true;
+  return true;
+}
+
+void ContinuousBatcher::preempt_newest() {
+  SeqPtr victim = std::move(running_.back());
+  running_.pop_back();
+  if (victim->state && victim->state->pages) pool_.release(*victim->state->pages);
+  victim->state.reset();
+  ++victim->preemptions;
+  ++preemptions_;
+  waiting_.push_front(std::move(victim));  // first in line to be recomputed
+}
+
+void ContinuousBatcher::loop() {
+  std::vector<float> logits;
+  while (true) {
+    std::vector<SeqPtr> done_cancelled, done_deadline;
+    bool abort_all = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running_.empty() || !cancel_requests_.empty(); });
+      if (stopping_ && !drain_) abort_all = true;
+      if (stopping_ && drain_ && waiting_.empty() && running_.empty()) break;
+      for (uint64_t id : cancel_requests_) {
+        for (auto& s : waiting_)
+          if (s->id == id) s->cancelled = true;
+        for (auto& s : running_)
+          if (s->id == id) s->cancelled = true;
+      }
+      cancel_requests_.clear();
+      const auto now = Clock::now();
+      auto expired = [&](const SeqPtr& s) { return abort_all || s->cancelled || now >= s->req.deadline; };
+      for (auto* q : {&waiting_}) {
+        for (auto it = q->begin(); it != q->end();) {
+          if (expired(*it)) {
+            ((*it)->cancelled || abort_all ? done_cancelled : done_deadline).push_back(std::move(*it));
+            it = q->erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      for (auto it = running_.begin(); it != running_.end();) {
+        if (expired(*it)) {
+          ((*it)->cancelled || abort_all ? done_cancelled : done_deadline).push_back(std::move(*it));
+          it = running_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& s : done_cancelled) finish(std::move(s), "cancelled", Status(StatusCode::kCancelled, "cancelled"));
+    for (auto& s : done_deadline) finish(std::move(s), "deadline", Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
+    if (abort_all) break;
+
+    // Admission between steps: oldest first, while there is room in the batch and the pool.
+    std::vector<SeqPtr> finished_now;
+    while (true) {
+      SeqPtr s;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (waiting_.empty() || static_cast<int>(running_.size()) >= limits_.max_running) break;
+        s = std::move(waiting_.front());
+        waiting_.pop_front();
+      }
+      if (!admit(*s)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (running_.empty()) {
+          // Nothing will free blocks: this request can never fit.
+          finished_now.push_back(std::move(s));
+        } else {
+          waiting_.push_front(std::move(s));
+        }
+        break;
+      }
+      if (s->cancelled) {  // prefill failed
+        finish(std::move(s), "error", internal_error("prefill failed"));
+        continue;
+      }
+      if (sample_and_emit(*s, s->logits.data())) {
+        finish(std::move(s), s->generated.size() >= static_cast<size_t>(s->req.max_tokens) ? "length" : "stop",
+               Status::Ok());
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      running_.push_back(std::move(s));
+    }
+    for (auto& s : finished_now)
+      finish(std::move(s), "error", Status(StatusCode::kResourceExhausted, "the KV pool cannot hold this request"));
+
+    // Every running sequence needs room for one more row; preempt from the newest if not.
+    std::vector<Seq*> batch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = running_.begin(); it != running_.end();) {
+        Seq& s = **it;
+        KvPages& pages = *s.state->pages;
+        bool ok = pages.capacity() > s.state->position ||
+                  pool_.reserve(pages, s.state->position + 1 + limits_.reserve_ahead_rows).ok() ||
+                  pool_.reserve(pages, s.state->position + 1).ok();
+        while (!ok && running_.back().get() != &s) {
+          preempt_newest();
+          ok = pool_.reserve(pages, s.state->position + 1).ok();
+        }
+        if (!ok) {  // this sequence is the newest left: it yields
+          preempt_newest();
+          break;
+        }
+        ++it;
+      }
+      for (auto& s : running_) batch.push_back(s.get());
+    }
+    if (batch.empty()) continue;
+
+    std::vector<SequenceState*> states;
+    std::vector<int32_t> inputs;
+    for (Seq* s : batch) {
+      states.push_back(&*s->state);
+      inputs.push_back(s->next_input);
+    }
+    logits.resize(batch.size() * static_cast<size_t>(model_.config().vocab_size));
+    Status st = model_.decode_step(states, inputs, logits.data());
+    std::vector<SeqPtr> finished;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const bool done = !st.ok() || sample_and_emit(*batch[i], logits.data() + i * model_.config().vocab_size);
+        if (!done) continue;
+        for (auto it = running_.begin(); it != running_.end(); ++it)
+          if (it->get() == batch[i]) {
+            finished.push_back(std::move(*it));
+            running_.erase(it);
+            break;
+          }
+      }
+    }
+    for (auto& s : finished) {
+      if (!st.ok()) {
+        finish(std::move(s), "error", st);
+        continue;
+      }
+      const bool stop = !s->generated.empty() &&
+                        std::find(s->req.stop_token_ids.begin(), s->req.stop_token_ids.end(), s->generated.back()) !=
+                            s->req.stop_token_ids.end();
+      finish(std::move(s), stop ? "stop" : "length", Status::Ok());
+    }
+  }
+  // Drained or aborted: nothing may keep blocks.
+  std::lock_guard<std::mutex> lock(mu_);
+  YOCO_CHECK(running_.empty() || !drain_);
+}
+
+}  // namespace yoco

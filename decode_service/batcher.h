@@ -1,0 +1,113 @@
+// Continuous batching over the paged KV pool: the decode worker's engine loop, without RPC.
+// Between steps it admits waiting sequences (reserving pool blocks, prefilling locally when no
+// shipped state came with them), then runs one batched decode step over every running sequence
+// whatever its length, samples, and streams each token through the request's callback.
+// When the pool runs dry the newest sequence is preempted: its blocks are freed and it is
+// re-queued to be recomputed from prompt + generated tokens, continuing the same stream.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "model/kv_pool.h"
+#include "model/model.h"
+#include "model/sampler.h"
+
+namespace yoco {
+
+using Clock = std::chrono::steady_clock;
+
+struct FinishInfo {
+  std::string reason;  // "length", "stop", "cancelled", "deadline", "error"
+  Status status;       // OK unless reason is "error", "cancelled" or "deadline"
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  int preemptions = 0;
+};
+
+struct DecodeRequest {
+  std::vector<int32_t> prompt;
+  // A state prefilled elsewhere (its K/V rows already in this pool's blocks, `pages` set) —
+  // when absent the batcher prefills `prompt` itself.
+  std::optional<SequenceState> state;
+  SamplingParams sampling;
+  int max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;
+  Clock::time_point deadline = Clock::time_point::max();
+  std::function<void(int32_t token)> on_token;         // called from the batcher thread
+  std::function<void(const FinishInfo&)> on_finish;    // exactly once
+};
+
+// Small value type: how much the batcher takes on (STYLE item 8).
+struct BatcherLimits {
+  int max_running = 32;          // sequences per decode step
+  int max_waiting = 256;         // queued requests; beyond: RESOURCE_EXHAUSTED
+  int reserve_ahead_rows = 32;   // rows reserved past the current need, to grow less often
+  PrefillOptions prefill;
+};
+
+class ContinuousBatcher {
+ public:
+  ContinuousBatcher(const Model& model, KvPool& pool, BatcherLimits limits);
+  ~ContinuousBatcher();
+
+  // Queues a request; RESOURCE_EXHAUSTED when the queue is full, INVALID_ARGUMENT for bad
+  // fields (named). The request id is for cancel().
+  Result<uint64_t> submit(DecodeRequest req);
+  void cancel(uint64_t id);
+
+  void start();
+  // Stops admitting; with drain, finishes the running and waiting requests first; otherwise
+  // they finish with "cancelled". Frees every block either way.
+  void stop(bool drain);
+
+  int running() const;
+  int waiting() const;
+  int64_t preemptions() const;
+
+ private:
+  struct Seq {
+    uint64_t id;
+    DecodeRequest req;
+    std::unique_ptr<Sampler> sampler;
+    std::vector<int32_t> generated;
+    std::optional<SequenceState> state;  // set while admitted
+    int32_t next_input = -1;             // the sampled token the next step consumes
+    std::vector<float> logits;           // logits awaiting sampling (after prefill)
+    bool cancelled = false;
+    int preemptions = 0;
+  };
+  using SeqPtr = std::unique_ptr<Seq>;
+
+  void loop();
+  bool admit(Seq& s);                 // false: the pool is short (stays waiting)
+  void finish(SeqPtr s, std::string reason, Status status);
+  void preempt_newest();
+  bool sample_and_emit(Seq& s, const float* logits);  // true: the sequence is done
+
+  const Model& model_;
+  KvPool& pool_;
+  const BatcherLimits limits_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<SeqPtr> waiting_;
+  std::list<SeqPtr> running_;  // in admission order: preemption takes the back
+  std::vector<uint64_t> cancel_requests_;
+  uint64_t next_id_ = 1;
+  bool stopping_ = false, drain_ = false;
+  int64_t preemptions_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace yoco

@@ -1,0 +1,209 @@
+// Continuous batching: many concurrent requests give exactly the in-process generation,
+// preemption by recompute keeps streams identical, cancellation and deadlines free blocks at
+// once, queues are bounded, and bad requests are refused with the field named.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "decode_service/batcher.h"
+#include "model/generate.h"
+#include "model/random_model.h"
+#include "tests/unit/test_util.h"
+
+namespace yoco {
+namespace {
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  FinishInfo info;
+  bool done = false;
+};
+
+class Collector {
+ public:
+  DecodeRequest wire(DecodeRequest r, Outcome* o) {
+    r.on_token = [o](int32_t t) { o->tokens.push_back(t); };
+    r.on_finish = [this, o](const FinishInfo& f) {
+      std::lock_guard<std::mutex> lock(mu_);
+      o->info = f;
+      o->done = true;
+      cv_.notify_all();
+    };
+    return r;
+  }
+  bool wait_all(const std::vector<Outcome>& outs, std::chrono::seconds limit) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, limit, [&] {
+      for (const auto& o : outs)
+        if (!o.done) return false;
+      return true;
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+class BatcherTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    auto cfg = find_preset(GetParam());
+    ASSERT_TRUE(cfg.ok());
+    ASSERT_TRUE(write_random_model(dir_.path(), cfg.value(), 21, DType::kF32).ok());
+    auto m = Model::load(dir_.path());
+    ASSERT_TRUE(m.ok());
+    model_ = std::move(m).value();
+  }
+  DecodeRequest request(int i, int prompt_len, int max_tokens) const {
+    DecodeRequest r;
+    for (int t = 0; t < prompt_len; ++t) r.prompt.push_back((t * 29 + i * 11 + 3) % model_->config().vocab_size);
+    r.max_tokens = max_tokens;
+    if (i % 2) {  // half sampled with a seed, half greedy
+      r.sampling.temperature = 0.8f;
+      r.sampling.top_p = 0.9f;
+      r.sampling.seed = 100 + i;
+    } else {
+      r.sampling.temperature = 0;
+    }
+    return r;
+  }
+  std::vector<int32_t> reference(const DecodeRequest& r) const {
+    GenerateOptions opt;
+    opt.max_tokens = r.max_tokens;
+    opt.sampling = r.sampling;
+    opt.stop_token_ids = r.stop_token_ids;
+    auto res = generate(*model_, r.prompt, opt);
+    EXPECT_TRUE(res.ok());
+    return res->tokens;
+  }
+
+  test::TempDir dir_;
+  std::unique_ptr<Model> model_;
+};
+
+TEST_P(BatcherTest, ConcurrentRequestsMatchInProcessGeneration) {
+  auto pool = KvPool::create(512, 32, model_->config().kv_dim());
+  ASSERT_TRUE(pool.ok());
+  BatcherLimits lim;
+  lim.max_running = 16;
+  ContinuousBatcher b(*model_, **pool, lim);
+  b.start();
+  const int n = 64;
+  std::vector<Outcome> outs(n);
+  std::vector<DecodeRequest> reqs;
+  Collector c;
+  for (int i = 0; i < n; ++i) {
+    reqs.push_back(request(i, 1 + (i * 7) % 70, 4 + i % 13));
+    ASSERT_TRUE(b.submit(c.wire(reqs.back(), &outs[i])).ok());
+  }
+  ASSERT_TRUE(c.wait_all(outs, std::chrono::seconds(120)));
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(outs[i].info.reason, "length") << i;
+    EXPECT_EQ(outs[i].tokens, reference(reqs[i])) << "request " << i;
+  }
+  b.stop(true);
+  EXPECT_EQ((*pool)->free_blocks(), 512);
+}
+
+TEST_P(BatcherTest, PreemptionByRecomputeKeepsStreamsIdentical) {
+  // 10 blocks of 32 rows for 6 sequences that each grow past 64 rows: the pool runs dry.
+  auto pool = KvPool::create(10, 32, model_->config().kv_dim());
+  ASSERT_TRUE(pool.ok());
+  BatcherLimits lim;
+  lim.reserve_ahead_rows = 0;
+  ContinuousBatcher b(*model_, **pool, lim);
+  b.start();
+  std::vector<Outcome> outs(6);
+  std::vector<DecodeRequest> reqs;
+  Collector c;
+  for (int i = 0; i < 6; ++i) {
+    reqs.push_back(request(i, 30 + i, 45));
+    ASSERT_TRUE(b.submit(c.wire(reqs.back(), &outs[i])).ok());
+  }
+  ASSERT_TRUE(c.wait_all(outs, std::chrono::seconds(120)));
+  EXPECT_GT(b.preemptions(), 0);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(outs[i].tokens, reference(reqs[i])) << "request " << i;
+  b.stop(true);
+  EXPECT_EQ((*pool)->free_blocks(), 10);
+}
+
+TEST_P(BatcherTest, CancellationAndDeadlinesFreeBlocks) {
+  auto pool = KvPool::create(64, 32, model_->config().kv_dim());
+  ASSERT_TRUE(pool.ok());
+  ContinuousBatcher b(*model_, **pool, BatcherLimits{});
+  b.start();
+  std::vector<Outcome> outs(3);
+  Collector c;
+  DecodeRequest longer = request(0, 10, 100000 - 20);
+  longer.max_tokens = 5000;
+  auto id = b.submit(c.wire(longer, &outs[0]));
+  ASSERT_TRUE(id.ok());
+  DecodeRequest late = request(2, 10, 5000);
+  late.deadline = Clock::now() + std::chrono::milliseconds(200);
+  ASSERT_TRUE(b.submit(c.wire(late, &outs[1])).ok());
+  DecodeRequest past = request(4, 10, 5);
+  past.deadline = Clock::now() - std::chrono::seconds(1);
+  ASSERT_TRUE(b.submit(c.wire(past, &outs[2])).ok());
+  while (outs[0].tokens.size() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  b.cancel(id.value());
+  ASSERT_TRUE(c.wait_all(outs, std::chrono::seconds(30)));
+  EXPECT_EQ(outs[0].info.reason, "cancelled");
+  EXPECT_EQ(outs[0].info.status.code(), StatusCode::kCancelled);
+  EXPECT_EQ(outs[1].info.reason, "deadline");
+  EXPECT_EQ(outs[1].info.status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(outs[2].info.reason, "deadline");
+  EXPECT_TRUE(outs[2].tokens.empty());
+  EXPECT_EQ((*pool)->free_blocks(), 64);  // freed at once, before stop
+  b.stop(false);
+}
+
+TEST_P(BatcherTest, BoundedQueueAndBadRequests) {
+  auto pool = KvPool::create(4, 32, model_->config().kv_dim());
+  ASSERT_TRUE(pool.ok());
+  BatcherLimits lim;
+  lim.max_waiting = 2;
+  ContinuousBatcher b(*model_, **pool, lim);  // not started: requests stay queued
+  Outcome o[3];
+  Collector c;
+  ASSERT_TRUE(b.submit(c.wire(request(0, 5, 5), &o[0])).ok());
+  ASSERT_TRUE(b.submit(c.wire(request(1, 5, 5), &o[1])).ok());
+  EXPECT_EQ(b.submit(c.wire(request(2, 5, 5), &o[2])).status().code(), StatusCode::kResourceExhausted);
+  DecodeRequest bad = request(3, 5, 5);
+  bad.prompt[2] = model_->config().vocab_size;
+  auto r = b.submit(bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("prompt[2]"), std::string::npos);
+  bad = request(3, 5, 0);
+  EXPECT_NE(b.submit(bad).status().message().find("max_tokens"), std::string::npos);
+  bad = request(3, 5, 5);
+  bad.sampling.top_p = 0;
+  EXPECT_NE(b.submit(bad).status().message().find("top_p"), std::string::npos);
+  bad = request(3, 0, 5);
+  EXPECT_NE(b.submit(bad).status().message().find("prompt"), std::string::npos);
+  // A request the whole pool cannot hold fails instead of waiting forever.
+  b.start();
+  std::vector<Outcome*> first = {&o[0], &o[1]};
+  for (int i = 0; i < 600 && !(o[0].done && o[1].done); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(o[0].done && o[1].done);
+  std::vector<Outcome> big(1);
+  ASSERT_TRUE(b.submit(c.wire(request(5, 200, 5), &big[0])).ok());
+  ASSERT_TRUE(c.wait_all(big, std::chrono::seconds(30)));
+  EXPECT_EQ(big[0].info.status.code(), StatusCode::kResourceExhausted);
+  b.stop(true);
+  EXPECT_EQ((*pool)->free_blocks(), 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, BatcherTest, ::testing::Values("tiny-gret", "tiny-swa", "tiny-yocou"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n) ch = ch == '-' ? '_' : ch;
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace yoco
