@@ -204,7 +204,9 @@ Histogram& MetricsRegistry::histogram(const std::string& name, const std::string
 std::string MetricsRegistry::expose() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
-  for (const auto& [name, e] : entries_) {
+  for (const auto& entry : entries_) {
+    const std::string& name = entry.first;  // plain references: clang 14 cannot capture bindings
+    const Entry& e = entry.second;
     const char* type = e.type == MetricType::kCounter ? "counter" : e.type == MetricType::kGauge ? "gauge" : "histogram";
     out += "# HELP " + name + " " + escape_help(e.help) + "\n";
     out += "# TYPE " + name + " " + type + "\n";
