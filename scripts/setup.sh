@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev libomp-dev   # libFuzzer targets (clang + its OpenMP runtime)
   python3 python3-numpy       # the float64 reference (tests/reference/)
   libboost-dev prometheus     # /metrics endpoint (Beast); promtool and a real scrape in tests
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the services' APIs
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)
