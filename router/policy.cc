@@ -1,0 +1,64 @@
+#include "router/policy.h"
+
+#include <algorithm>
+
+namespace yoco {
+
+namespace {
+bool excluded(const std::vector<std::string>& exclude, const std::string& a) {
+  return std::find(exclude.begin(), exclude.end(), a) != exclude.end();
+}
+}  // namespace
+
+uint64_t PrefillPicker::next() {  // xorshift64*
+  state_ ^= state_ >> 12;
+  state_ ^= state_ << 25;
+  state_ ^= state_ >> 27;
+  return state_ * 0x2545F4914F6CDD1Dull;
+}
+
+std::optional<size_t> PrefillPicker::pick(const std::vector<WorkerSnapshot>& workers,
+                                          const std::vector<std::string>& exclude) {
+  std::vector<size_t> ok;
+  for (size_t i = 0; i < workers.size(); ++i)
+    if (workers[i].healthy && !excluded(exclude, workers[i].address)) ok.push_back(i);
+  if (ok.empty()) return std::nullopt;
+  if (ok.size() == 1) return ok[0];
+  const size_t a = ok[next() % ok.size()];
+  size_t b = ok[next() % (ok.size() - 1)];
+  if (b == a) b = ok.back();  // two distinct candidates
+  return workers[a].queued_tokens <= workers[b].queued_tokens ? a : b;
+}
+
+std::optional<size_t> pick_decode(const std::vector<WorkerSnapshot>& workers, int64_t rows_needed,
+                                  const std::vector<std::string>& exclude) {
+  std::optional<size_t> best;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const WorkerSnapshot& w = workers[i];
+    if (!w.healthy || excluded(exclude, w.address)) continue;
+    if (w.free_kv_blocks * w.kv_block_rows < rows_needed) continue;
+    if (!best || w.free_kv_blocks > workers[*best].free_kv_blocks ||
+        (w.free_kv_blocks == workers[*best].free_kv_blocks && w.running < workers[*best].running))
+      best = i;
+  }
+  return best;
+}
+
+Status Admission::try_admit(int64_t prompt_tokens) {
+  if (in_flight_ >= max_in_flight_)
+    return Status(StatusCode::kResourceExhausted, "admission: " + std::to_string(in_flight_) +
+                                                      " requests in flight (limit " + std::to_string(max_in_flight_) + ")");
+  if (queued_tokens_ + prompt_tokens > max_queued_tokens_)
+    return Status(StatusCode::kResourceExhausted, "admission: queued prompt tokens would exceed " +
+                                                      std::to_string(max_queued_tokens_));
+  ++in_flight_;
+  queued_tokens_ += prompt_tokens;
+  return Status::Ok();
+}
+
+void Admission::release(int64_t prompt_tokens) {
+  if (in_flight_ > 0) --in_flight_;
+  queued_tokens_ = std::max<int64_t>(0, queued_tokens_ - prompt_tokens);
+}
+
+}  // namespace yoco

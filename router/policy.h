@@ -1,0 +1,60 @@
+// Routing and admission policies of yoco-router: small value types, unit-tested alone
+// (STYLE item 8). They see worker snapshots, never RPC stubs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace yoco {
+
+struct WorkerSnapshot {
+  std::string address;       // host:port
+  bool healthy = false;
+  int64_t queued_tokens = 0;  // prefill: prompt tokens waiting or in flight
+  int64_t free_kv_blocks = 0; // decode: blocks free in its pool
+  int64_t kv_block_rows = 0;  // decode: rows per block
+  int running = 0;            // decode: sequences in the running batch
+};
+
+// Prefill choice: power of two choices on queued tokens — two random healthy workers, the
+// lighter one wins. Load spreads like least-loaded without every router herding onto the
+// same worker between load reports. Workers in `exclude` (already failed for this request)
+// are skipped.
+class PrefillPicker {
+ public:
+  explicit PrefillPicker(uint64_t seed) : state_(seed | 1) {}
+  std::optional<size_t> pick(const std::vector<WorkerSnapshot>& workers, const std::vector<std::string>& exclude = {});
+
+ private:
+  uint64_t next();
+  uint64_t state_;
+};
+
+// Decode choice: the healthy worker with the most free KV blocks that can hold the whole
+// sequence (prompt + max_tokens rows); ties go to the fewer running sequences.
+std::optional<size_t> pick_decode(const std::vector<WorkerSnapshot>& workers, int64_t rows_needed,
+                                  const std::vector<std::string>& exclude = {});
+
+// Admission: bounded in-flight requests and queued prompt tokens; beyond either limit a
+// request gets RESOURCE_EXHAUSTED at once instead of waiting without bound.
+class Admission {
+ public:
+  Admission(int max_in_flight, int64_t max_queued_tokens)
+      : max_in_flight_(max_in_flight), max_queued_tokens_(max_queued_tokens) {}
+  Status try_admit(int64_t prompt_tokens);
+  void release(int64_t prompt_tokens);
+  int in_flight() const { return in_flight_; }
+  int64_t queued_tokens() const { return queued_tokens_; }
+
+ private:
+  int max_in_flight_;
+  int64_t max_queued_tokens_;
+  int in_flight_ = 0;
+  int64_t queued_tokens_ = 0;
+};
+
+}  // namespace yoco
