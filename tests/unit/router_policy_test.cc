@@ -52,3 +52,44 @@ TEST(Admission, BoundsInFlightAndQueuedTokens) {
 
 }  // namespace
 }  // namespace yoco
+
+#include "router/discovery.h"
+
+namespace yoco {
+namespace {
+
+TEST(Discovery, ParsesTargetsAndNamesBadOnes) {
+  auto t = parse_targets("10.0.0.5:7001, dns:///prefill.svc:7002,[::1]:7003");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  ASSERT_EQ(t->size(), 3u);
+  EXPECT_FALSE((*t)[0].dns);
+  EXPECT_TRUE((*t)[1].dns);
+  EXPECT_EQ((*t)[1].host, "prefill.svc");
+  EXPECT_EQ((*t)[2].host, "::1");
+  for (const char* bad : {"nohost", "h:0", "h:70000", "h:x", "[::1", ""}) {
+    auto r = parse_targets(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+  }
+  EXPECT_NE(parse_targets("a:1,b:zz").status().message().find("\"b:zz\""), std::string::npos);
+}
+
+TEST(Discovery, ResolvesNamesAndKeepsTheLastGoodAnswer) {
+  // localhost resolves on every machine without network access.
+  Discovery d(parse_targets("dns:localhost:7001,127.0.0.2:7002").value());
+  ASSERT_TRUE(d.refresh().ok());
+  const auto a = d.addresses();
+  EXPECT_NE(std::find(a.begin(), a.end(), "127.0.0.1:7001"), a.end());
+  EXPECT_NE(std::find(a.begin(), a.end(), "127.0.0.2:7002"), a.end());
+  // A failing resolver (no real DNS query leaves the machine): the last good answer stays.
+  int calls = 0;
+  Discovery flaky(parse_targets("dns:prefill.svc:7001").value(), [&](const std::string&) -> Result<std::vector<std::string>> {
+    if (++calls == 1) return std::vector<std::string>{"10.1.0.7", "10.1.0.8"};
+    return Status(StatusCode::kUnavailable, "resolver down");
+  });
+  ASSERT_TRUE(flaky.refresh().ok());
+  EXPECT_EQ(flaky.refresh().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(flaky.addresses(), (std::vector<std::string>{"10.1.0.7:7001", "10.1.0.8:7001"}));
+}
+
+}  // namespace
+}  // namespace yoco
