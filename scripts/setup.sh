@@ -3,6 +3,8 @@
 # non-interactive: packages already present are not touched, apt runs only when one is missing.
 #   scripts/setup.sh            build + test dependencies
 #   scripts/setup.sh --bench    also what the benchmarks compare against (python3-torch)
+#   scripts/setup.sh --train    also what tools/train/ needs (python3-torch, bible-kjv; then
+#                               pip install tokenizers into a venv, see tools/train/README.md)
 set -euo pipefail
 
 packages=(
@@ -13,9 +15,14 @@ packages=(
   python3 python3-numpy       # the float64 reference (tests/reference/)
   libboost-dev prometheus     # /metrics endpoint (Beast); promtool and a real scrape in tests
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the services' APIs
+  libpcre2-dev                # the tokenizer's pre-tokenization regexes
+  python3-venv                # build/.venv: tokenizers + tiktoken for the tokenizer reference test
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)
+fi
+if [[ "${1:-}" == "--train" ]]; then
+  packages+=(python3-torch bible-kjv python3-venv)
 fi
 
 missing=()
@@ -24,16 +31,23 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-if ((${#missing[@]} == 0)); then
-  exit 0
+if ((${#missing[@]} > 0)); then
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "setup.sh: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    SUDO="sudo"
+  fi
+  echo "setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then
-  command -v sudo >/dev/null || { echo "setup.sh: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  SUDO="sudo"
+# The tokenizer test compares with the real `tokenizers` and `tiktoken` (PyPI): a virtualenv in
+# build/.venv (with --system-site-packages). Quick when it is already there.
+venv="$(cd "$(dirname "$0")/.." && pwd)/build/.venv"
+if ! "$venv/bin/python3" -c "import tokenizers, tiktoken" 2>/dev/null; then
+  echo "setup.sh: creating $venv with tokenizers and tiktoken"
+  python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check "tokenizers==0.23.3" "tiktoken==0.14.0"
 fi
-echo "setup.sh: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -12,11 +12,15 @@ FUZZ_SECONDS=${YOCO_FUZZ_SECONDS:-30}
 if command -v clang++ >/dev/null && [[ "$FUZZ_SECONDS" -gt 0 ]]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DYOCO_FUZZ=ON \
     -DYOCO_CUDA=OFF -DYOCO_BUILD_TESTS=OFF -DYOCO_BUILD_BENCH=OFF -DYOCO_CPU_BLAS=OFF -DYOCO_NATIVE=OFF >/dev/null
-  cmake --build build-fuzz -j "$(nproc)" --target safetensors_header_fuzz
-  corpus=$(mktemp -d)
-  trap 'rm -rf "$corpus"' EXIT
-  cp tests/fuzz/corpus/safetensors/* "$corpus"/
-  build-fuzz/tests/fuzz/safetensors_header_fuzz -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 \
-    -print_final_stats=1 "$corpus" 2>&1 | tail -n 12
-  echo "libFuzzer: safetensors header parser ran ${FUZZ_SECONDS}s with no crash"
+  cmake --build build-fuzz -j "$(nproc)" --target safetensors_header_fuzz tokenizer_fuzz
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  for target in safetensors_header tokenizer; do
+    seeds=tests/fuzz/corpus/${target%_header}
+    mkdir -p "$work/$target"
+    cp "$seeds"/* "$work/$target"/
+    build-fuzz/tests/fuzz/${target}_fuzz -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 \
+      -print_final_stats=1 "$work/$target" 2>&1 | tail -n 4
+    echo "libFuzzer: ${target}_fuzz ran ${FUZZ_SECONDS}s with no crash"
+  done
 fi

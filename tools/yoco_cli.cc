@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -12,6 +13,9 @@
 #include "model/generate.h"
 #include "model/model.h"
 #include "model/random_model.h"
+#if defined(YOCO_HAVE_TOKENIZER)
+#include "tokenizer/tokenizer.h"
+#endif
 
 namespace {
 
@@ -28,11 +32,14 @@ void usage() {
                "  make-random-model --preset NAME --out DIR [--seed S] [--dtype f32|bf16] [--tied]\n"
                "  presets                               list the model presets\n"
                "  info --model DIR [--json]             config, sizes and fingerprint\n"
-               "  score --model DIR --tokens 1,2,3 [--json] [--threads N]\n"
-               "  generate --model DIR --tokens 1,2,3 --max-tokens N [--temperature T] [--top-k K]\n"
-               "           [--top-p P] [--min-p P] [--repetition-penalty R] [--presence-penalty P]\n"
-               "           [--frequency-penalty F] [--seed S] [--stop-token-ids 1,2] [--json] [--threads N]\n"
-               "           [--chunk-tokens N]\n");
+               "  score --model DIR (--tokens 1,2,3 | --text TEXT) [--json] [--threads N]\n"
+               "  generate --model DIR (--tokens 1,2,3 | --prompt TEXT) --max-tokens N [--temperature T]\n"
+               "           [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--presence-penalty P]\n"
+               "           [--frequency-penalty F] [--seed S] [--stop-token-ids 1,2] [--ignore-eos] [--json]\n"
+               "           [--threads N] [--chunk-tokens N]\n"
+               "  tokenize --model DIR --text TEXT [--allow-special] [--json]\n"
+               "  detokenize --model DIR --tokens 1,2,3\n"
+               "Text needs the model directory's tokenizer (tokenizer.json or *.tiktoken).\n");
 }
 
 Result<std::vector<int32_t>> token_list(const Flags& f) {
@@ -46,6 +53,28 @@ Result<std::vector<int32_t>> token_list(const Flags& f) {
     out.push_back(static_cast<int32_t>(v));
   }
   return out;
+}
+
+#if defined(YOCO_HAVE_TOKENIZER)
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& dir) {
+  auto t = Tokenizer::load(dir);
+  if (!t.ok()) return Status(t.status().code(), "tokenizer: " + t.status().message());
+  return t;
+}
+#endif
+
+// The ids to run: --tokens, or the text flag encoded with the model's tokenizer.
+Result<std::vector<int32_t>> input_ids(const Flags& f, const char* text_flag, bool add_bos) {
+  if (f.has("tokens") && f.has(text_flag))
+    return invalid_argument(std::string("--tokens and --") + text_flag + " are alternatives; give one");
+  if (!f.has(text_flag)) return token_list(f);
+#if defined(YOCO_HAVE_TOKENIZER)
+  YOCO_ASSIGN_OR_RETURN(auto tok, load_tokenizer(f.get("model")));
+  const bool bos = add_bos && tok->add_bos_token();
+  return tok->encode(f.get(text_flag), /*allow_special=*/false, bos);
+#else
+  return Status(StatusCode::kUnimplemented, std::string("--") + text_flag + ": built without the tokenizer");
+#endif
 }
 
 Status set_threads(const Flags& f) {
@@ -100,11 +129,11 @@ int cmd_info(int argc, char** argv) {
 }
 
 int cmd_score(int argc, char** argv) {
-  auto f = Flags::parse(argc, argv, 2, {"model", "tokens", "json", "threads", "chunk-tokens"}, {"json"});
+  auto f = Flags::parse(argc, argv, 2, {"model", "tokens", "text", "json", "threads", "chunk-tokens"}, {"json"});
   if (!f.ok()) return fail(f.status());
   if (!f->has("model")) return fail(invalid_argument("--model: required"));
   if (Status st = set_threads(f.value()); !st.ok()) return fail(st);
-  auto toks = token_list(f.value());
+  auto toks = input_ids(f.value(), "text", /*add_bos=*/true);
   if (!toks.ok()) return fail(toks.status());
   auto m = Model::load(f->get("model"));
   if (!m.ok()) return fail(m.status());
@@ -122,6 +151,7 @@ int cmd_score(int argc, char** argv) {
     for (float x : lp.value()) arr.push_back(Json(static_cast<double>(x)));
     Json::Object o;
     o["token_logprobs"] = Json(std::move(arr));
+    o["tokens"] = Json(static_cast<int64_t>(toks->size()));
     o["sum_logprob"] = Json(sum);
     o["perplexity"] = Json(ppl);
     std::cout << Json(std::move(o)).dump() << "\n";
@@ -134,14 +164,14 @@ int cmd_score(int argc, char** argv) {
 
 int cmd_generate(int argc, char** argv) {
   auto f = Flags::parse(argc, argv, 2,
-                        {"model", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p", "repetition-penalty",
-                         "presence-penalty", "frequency-penalty", "seed", "stop-token-ids", "json", "threads",
-                         "chunk-tokens"},
-                        {"json"});
+                        {"model", "tokens", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p",
+                         "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "stop-token-ids", "json",
+                         "threads", "chunk-tokens", "ignore-eos"},
+                        {"json", "ignore-eos"});
   if (!f.ok()) return fail(f.status());
   if (!f->has("model")) return fail(invalid_argument("--model: required"));
   if (Status st = set_threads(f.value()); !st.ok()) return fail(st);
-  auto toks = token_list(f.value());
+  auto toks = input_ids(f.value(), "prompt", /*add_bos=*/true);
   if (!toks.ok()) return fail(toks.status());
   GenerateOptions opt;
   auto max_tokens = f->get_int("max-tokens", 16);
@@ -179,19 +209,51 @@ int cmd_generate(int argc, char** argv) {
   auto m = Model::load(f->get("model"));
   if (!m.ok()) return fail(m.status());
   const bool json = f->get_bool("json");
-  auto res = generate(**m, toks.value(), opt, [&](int32_t t) {
+  // With a text prompt the output is text, streamed as tokens arrive, and EOS ends it.
+  std::function<void(int32_t)> on_token = [&](int32_t t) {
     if (!json) {
       std::printf("%d ", t);
       std::fflush(stdout);
     }
-  });
+  };
+  std::string text;
+#if defined(YOCO_HAVE_TOKENIZER)
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<StreamDecoder> stream;
+  if (f->has("prompt")) {
+    auto t = load_tokenizer(f->get("model"));
+    if (!t.ok()) return fail(t.status());
+    tok = std::move(t).value();
+    stream = std::make_unique<StreamDecoder>(*tok, /*skip_special=*/true);
+    if (tok->eos_id() && !f->get_bool("ignore-eos")) opt.stop_token_ids.push_back(*tok->eos_id());
+    if (!json) std::printf("%s", f->get("prompt").c_str());
+    on_token = [&](int32_t t) {
+      const std::string piece = stream->push(t);
+      text += piece;
+      if (!json) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+    };
+  }
+#endif
+  auto res = generate(**m, toks.value(), opt, on_token);
   if (!res.ok()) return fail(res.status());
+#if defined(YOCO_HAVE_TOKENIZER)
+  if (stream) {
+    const std::string rest = stream->flush();
+    text += rest;
+    if (!json) std::fwrite(rest.data(), 1, rest.size(), stdout);
+  }
+#endif
   const double tps = res->decode_seconds > 0 ? (res->tokens.size() - 1) / res->decode_seconds : 0;
   if (json) {
     Json::Array arr;
     for (int32_t t : res->tokens) arr.push_back(Json(t));
     Json::Object o;
     o["tokens"] = Json(std::move(arr));
+    if (f->has("prompt")) o["text"] = Json(text);
+    o["prompt_tokens"] = Json(static_cast<int64_t>(toks->size()));
     o["finish_reason"] = Json(res->finish_reason);
     o["prefill_seconds"] = Json(res->prefill_seconds);
     o["decode_tokens_per_second"] = Json(tps);
@@ -201,6 +263,50 @@ int cmd_generate(int argc, char** argv) {
                 res->finish_reason.c_str(), res->prefill_seconds, tps);
   }
   return 0;
+}
+
+int cmd_tokenize(int argc, char** argv) {
+  auto f = Flags::parse(argc, argv, 2, {"model", "text", "allow-special", "json"}, {"allow-special", "json"});
+  if (!f.ok()) return fail(f.status());
+  if (!f->has("model")) return fail(invalid_argument("--model: required"));
+  if (!f->has("text")) return fail(invalid_argument("--text: required"));
+#if defined(YOCO_HAVE_TOKENIZER)
+  auto tok = load_tokenizer(f->get("model"));
+  if (!tok.ok()) return fail(tok.status());
+  const auto ids = (*tok)->encode(f->get("text"), f->get_bool("allow-special"));
+  if (f->get_bool("json")) {
+    Json::Array arr;
+    for (int32_t t : ids) arr.push_back(Json(t));
+    Json::Object o;
+    o["tokens"] = Json(std::move(arr));
+    std::cout << Json(std::move(o)).dump() << "\n";
+  } else {
+    for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%d", i ? "," : "", ids[i]);
+    std::printf("\n");
+  }
+  return 0;
+#else
+  return fail(Status(StatusCode::kUnimplemented, "built without the tokenizer"));
+#endif
+}
+
+int cmd_detokenize(int argc, char** argv) {
+  auto f = Flags::parse(argc, argv, 2, {"model", "tokens"});
+  if (!f.ok()) return fail(f.status());
+  if (!f->has("model")) return fail(invalid_argument("--model: required"));
+  auto ids = token_list(f.value());
+  if (!ids.ok()) return fail(ids.status());
+#if defined(YOCO_HAVE_TOKENIZER)
+  auto tok = load_tokenizer(f->get("model"));
+  if (!tok.ok()) return fail(tok.status());
+  auto text = (*tok)->decode_checked(ids.value());
+  if (!text.ok()) return fail(Status(text.status().code(), "--" + text.status().message()));
+  std::fwrite(text->data(), 1, text->size(), stdout);
+  std::printf("\n");
+  return 0;
+#else
+  return fail(Status(StatusCode::kUnimplemented, "built without the tokenizer"));
+#endif
 }
 
 }  // namespace
@@ -216,6 +322,8 @@ int main(int argc, char** argv) {
   if (cmd == "info") return cmd_info(argc, argv);
   if (cmd == "score") return cmd_score(argc, argv);
   if (cmd == "generate") return cmd_generate(argc, argv);
+  if (cmd == "tokenize") return cmd_tokenize(argc, argv);
+  if (cmd == "detokenize") return cmd_detokenize(argc, argv);
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     usage();
     return 0;
