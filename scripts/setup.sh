@@ -17,6 +17,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the services' APIs
   libpcre2-dev                # the tokenizer's pre-tokenization regexes
   python3-venv                # build/.venv: tokenizers + tiktoken for the tokenizer reference test
+  libucx-dev ucx-utils        # transfer/: the KV transfer engine over UCX; ucx_perftest for bench/
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)

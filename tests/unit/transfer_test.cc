@@ -1,0 +1,779 @@
+// The KV transfer engine: descriptor and message formats, the run planner, and the UCX engine
+// end to end — in one process (two UCX contexts) and across two processes over tcp and shared
+// memory, with a sender killed mid-transfer, every rejection reason, and leases that expire.
+// Servers listen on 127.0.0.1 on ports picked at run time; every wait has a deadline, and
+// alarm() ends a stuck test (its peer processes die with it: PR_SET_PDEATHSIG).
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <thread>
+#include <tuple>
+#include <thread>
+
+#include "model/kv_pool.h"
+#include "model/random_model.h"
+#include "tests/transfer/transfer_data.h"
+#include "transfer/messages.h"
+#include "transfer/transport.h"
+#include "transfer/ucx_transport.h"
+
+extern char** environ;
+
+namespace yoco {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Clock = TransferClock;
+
+constexpr uint64_t kFp = 0xfeedbeef12345678ull;
+
+Clock::time_point in(milliseconds d) { return Clock::now() + d; }
+
+// The transports of one engine: UCX_TLS for this engine only.
+const char* kTcp = "tcp";
+
+// How two processes talk. Shared memory: UCX 1.13 selects no shared-memory lane for endpoints
+// with peer error handling, so those run without it (a dead sender is still seen through the
+// connection manager, else by its lease), and the listener's connection manager needs tcp on
+// the loopback device.
+struct Transport {
+  const char* name;
+  const char* tls;
+  bool peer_errors;
+  UcxRowPath path;
+};
+const Transport kTcpPull{"tcp_pull", "tcp", true, UcxRowPath::kPull};
+const Transport kTcpPush{"tcp_push", "tcp", true, UcxRowPath::kPush};
+const Transport kShmPull{"shm_pull", "posix,sysv,cma,self,tcp", false, UcxRowPath::kPull};
+const Transport kShmPush{"shm_push", "posix,sysv,cma,self,tcp", false, UcxRowPath::kPush};
+
+ModelConfig preset(const std::string& name) {
+  auto c = find_preset(name);
+  YOCO_CHECK(c.ok());
+  return c.value();
+}
+
+ReservationDescriptor sample_descriptor() {
+  ReservationDescriptor d;
+  d.reservation_id = 77;
+  d.request_id = "req-77";
+  d.fingerprint = kFp;
+  d.kv_dim = 8;
+  d.block_size = 4;
+  d.pool_blocks = 16;
+  d.rows = 10;
+  d.blocks = {5, 6, 2};
+  d.address = "127.0.0.1:4242";
+  d.k_base = 0x10000;
+  d.v_base = 0x90000;
+  d.k_rkey = {1, 2, 3};
+  d.v_rkey = {4, 5};
+  d.lease_deadline_unix_ms = 1700000000000;
+  return d;
+}
+
+// ---- formats ----------------------------------------------------------------------------
+
+TEST(TransferDescriptor, RoundTripsAndRejectsEveryTamperedByte) {
+  const ReservationDescriptor d = sample_descriptor();
+  const auto bytes = d.serialize();
+  auto p = ReservationDescriptor::parse(bytes);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->serialize(), bytes);
+  EXPECT_EQ(p->blocks, d.blocks);
+  EXPECT_EQ(p->request_id, d.request_id);
+  EXPECT_EQ(p->k_rkey, d.k_rkey);
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    auto t = bytes;
+    t[i] ^= 0x10;
+    EXPECT_FALSE(ReservationDescriptor::parse(t).ok()) << "byte " << i;
+  }
+  for (size_t n = 0; n < bytes.size(); ++n)
+    EXPECT_FALSE(ReservationDescriptor::parse(std::span<const uint8_t>(bytes.data(), n)).ok()) << n;
+  auto longer = bytes;
+  longer.push_back(0);
+  EXPECT_FALSE(ReservationDescriptor::parse(longer).ok());
+}
+
+TEST(TransferDescriptor, ValidatesFieldsEvenWithAGoodChecksum) {
+  auto check = [](auto mutate, const std::string& field) {
+    ReservationDescriptor d = sample_descriptor();
+    mutate(d);
+    auto p = ReservationDescriptor::parse(d.serialize());
+    ASSERT_FALSE(p.ok()) << field;
+    EXPECT_NE(p.status().message().find(field), std::string::npos) << p.status().message();
+  };
+  check([](auto& d) { d.blocks = {5, 5, 2}; }, "duplicate block");
+  check([](auto& d) { d.blocks = {5, 16, 2}; }, "block id out of range");
+  check([](auto& d) { d.blocks = {5, 6}; }, "blocks");
+  check([](auto& d) { d.rows = 0; }, "rows");
+  check([](auto& d) { d.kv_dim = 0; }, "kv_dim");
+  check([](auto& d) { d.address = "nohost"; }, "address");
+  check([](auto& d) { d.address = "h:70000"; }, "address");
+  check([](auto& d) { d.k_rkey.clear(); }, "k_rkey");
+  check([](auto& d) { d.request_id.clear(); }, "request_id");
+  check([](auto& d) { d.k_base = ~0ull - 10; }, "base address");
+}
+
+TEST(TransferDescriptor, RunsAreWholeBlocksMergedAcrossAdjacentIds) {
+  ReservationDescriptor d = sample_descriptor();  // block_size 4, blocks {5, 6, 2}, rows 10
+  const uint64_t rb = d.row_bytes();
+  auto runs = d.contiguous_runs(0, 10);
+  ASSERT_EQ(runs.size(), 2u);  // blocks 5 and 6 are adjacent in the pool: one run
+  EXPECT_EQ(runs[0].row, 0);
+  EXPECT_EQ(runs[0].rows, 8);
+  EXPECT_EQ(runs[0].offset, 5 * 4 * rb);
+  EXPECT_EQ(runs[1].row, 8);
+  EXPECT_EQ(runs[1].rows, 2);
+  EXPECT_EQ(runs[1].offset, 2 * 4 * rb);
+  runs = d.contiguous_runs(3, 6);  // unaligned start, spans three blocks
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].row, 3);
+  EXPECT_EQ(runs[0].rows, 5);
+  EXPECT_EQ(runs[0].offset, (5 * 4 + 3) * rb);
+  EXPECT_EQ(runs[1].rows, 1);
+}
+
+TEST(TransferMessages, RoundTripAndChecksum) {
+  using namespace transfer_detail;
+  CommitMsg c{42, "req", kFp, 100, 999, 0xabcd, 0x1234};
+  auto b = encode(c);
+  auto back = decode_commit(b);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->rows_written, 100);
+  EXPECT_EQ(back->request_id, "req");
+  EXPECT_EQ(peek_reservation_id(b), 42u);
+  for (size_t i = 0; i < b.size(); ++i) {
+    auto t = b;
+    t[i] ^= 1;
+    auto r = decode_commit(t);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(transfer_error_of(r.status()), TransferError::kBadChecksum) << i;
+  }
+  EXPECT_FALSE(decode_ack(b).ok());  // another kind
+  auto a = decode_ack(encode(AckMsg{7, TransferError::kLeaseExpired, "[lease_expired] late"}));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->reason, TransferError::kLeaseExpired);
+}
+
+TEST(TransferErrors, TagsRoundTrip) {
+  Status st = transfer_error(TransferError::kRowCountMismatch, "3 != 4");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(transfer_error_of(st), TransferError::kRowCountMismatch);
+  EXPECT_EQ(transfer_error_of(Status::Ok()), TransferError::kNone);
+  EXPECT_EQ(transfer_error_of(invalid_argument("x")), TransferError::kInvalid);
+}
+
+// ---- engine fixtures --------------------------------------------------------------------
+
+// A decode-side pool + receiver and a prefill-side sender in this process.
+struct Engines {
+  ModelConfig cfg;
+  std::unique_ptr<KvPool> pool;
+  std::unique_ptr<KvReceiver> receiver;
+  std::unique_ptr<KvSender> sender;
+
+  Engines(const std::string& preset_name, const char* tls, UcxRowPath path = UcxRowPath::kPull, int blocks = 32,
+          uint64_t sender_fp = kFp)
+      : cfg(preset(preset_name)) {
+    pool = std::move(KvPool::create(blocks, 32, cfg.kv_dim()).value());
+    UcxReceiverOptions ro;
+    ro.listen_host = "127.0.0.1";
+    ro.transports = tls;
+    auto r = make_ucx_receiver(*pool, cfg, kFp, ro);
+    YOCO_CHECK(r.ok());
+    receiver = std::move(r.value());
+    sender = make_sender(sender_fp, tls, path);
+  }
+  static std::unique_ptr<KvSender> make_sender(uint64_t fp, const char* tls, UcxRowPath path = UcxRowPath::kPull) {
+    UcxSenderOptions so;
+    so.fingerprint = fp;
+    so.transports = tls;
+    so.row_path = path;
+    so.op_timeout = seconds(10);
+    auto s = make_ucx_sender(so);
+    YOCO_CHECK(s.ok());
+    return std::move(s.value());
+  }
+  int kv_dim() const { return cfg.kv_dim(); }
+};
+
+// Puts rows [begin, end) of the deterministic source with `seed`.
+Status put_range(KvSender& s, const ReservationDescriptor& d, uint64_t seed, int64_t begin, int64_t end) {
+  auto k = test::kv_rows(seed, 0, begin, end - begin, d.kv_dim);
+  auto v = test::kv_rows(seed, 1, begin, end - begin, d.kv_dim);
+  return s.put_rows(d, begin, static_cast<int>(end - begin), k.data(), v.data());
+}
+
+// The admitted sequence holds exactly the source rows and a state that restores.
+void expect_sequence(const CommittedSequence& c, const ModelConfig& cfg, uint64_t seed, int64_t rows) {
+  const int kv_dim = cfg.kv_dim();
+  ASSERT_TRUE(c.state.pages.has_value());
+  ASSERT_EQ(c.state.position, rows);
+  ASSERT_GE(c.state.pages->capacity(), rows);
+  auto k = test::kv_rows(seed, 0, 0, rows, kv_dim);
+  auto v = test::kv_rows(seed, 1, 0, rows, kv_dim);
+  for (int64_t r = 0; r < rows; ++r) {
+    ASSERT_EQ(0, std::memcmp(c.state.k_row(r, kv_dim), k.data() + r * kv_dim, kv_dim * 4)) << "K row " << r;
+    ASSERT_EQ(0, std::memcmp(c.state.v_row(r, kv_dim), v.data() + r * kv_dim, kv_dim * 4)) << "V row " << r;
+  }
+  StateBlobOptions opt;
+  opt.include_kv = false;
+  EXPECT_EQ(serialize_state(c.state, cfg, kFp, opt), test::test_state_blob(cfg, kFp, seed, rows));
+}
+
+class TransferTest : public ::testing::Test {
+ protected:
+  void SetUp() override { alarm(120); }
+  void TearDown() override { alarm(0); }
+};
+
+// ---- 1. one process, two UCX contexts, tcp ----------------------------------------------
+
+class TransferInProcess : public TransferTest, public ::testing::WithParamInterface<std::tuple<std::string, UcxRowPath>> {};
+
+TEST_P(TransferInProcess, PipelinedChunksLandInTheReservedBlocks) {
+  Engines e(std::get<0>(GetParam()), kTcp, std::get<1>(GetParam()));
+  // Fragment the pool so the block table is out of order and partly adjacent.
+  KvPages filler = e.pool->new_pages(), filler2 = e.pool->new_pages();
+  ASSERT_TRUE(e.pool->reserve(filler, 3 * 32).ok());
+  ASSERT_TRUE(e.pool->reserve(filler2, 32).ok());
+  e.pool->release(filler);
+  const int64_t rows = 203;  // 7 blocks of 32, the last one partial
+  auto desc = e.receiver->reserve("req-1", rows, in(seconds(30)));
+  ASSERT_TRUE(desc.ok()) << desc.status().to_string();
+  EXPECT_EQ(e.receiver->in_flight(), 1);
+  // The descriptor travels as bytes (later inside an RPC).
+  auto d = ReservationDescriptor::parse(desc->serialize());
+  ASSERT_TRUE(d.ok());
+
+  const uint64_t seed = 11;
+  for (auto [b, en] : {std::pair<int64_t, int64_t>{0, 70}, {70, 141}, {141, 203}}) {  // not block-aligned
+    Status st = put_range(*e.sender, *d, seed, b, en);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  }
+  auto blob = test::test_state_blob(e.cfg, kFp, seed, rows);
+  ASSERT_TRUE(e.sender->put_state(*d, blob).ok());
+  Status st = e.sender->commit(*d, rows, in(seconds(20)));
+  ASSERT_TRUE(st.ok()) << st.to_string();
+
+  auto c = e.receiver->wait_committed(d->reservation_id, in(seconds(10)));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->request_id, "req-1");
+  expect_sequence(*c, e.cfg, seed, rows);
+  EXPECT_EQ(e.receiver->in_flight(), 0);
+  EXPECT_EQ(e.sender->in_flight(), 0);
+  const auto rm = e.receiver->metrics().snapshot(), sm = e.sender->metrics().snapshot();
+  EXPECT_EQ(rm.transfers, 1);
+  EXPECT_EQ(sm.transfers, 1);
+  EXPECT_EQ(rm.failures, 0);
+  EXPECT_EQ(sm.bytes, rows * e.kv_dim() * 8 + static_cast<int64_t>(blob.size()));
+  EXPECT_EQ(rm.bytes, sm.bytes);
+  EXPECT_GT(sm.seconds, 0);
+  // Handed over once.
+  EXPECT_EQ(transfer_error_of(e.receiver->wait_committed(d->reservation_id, in(milliseconds(10))).status()),
+            TransferError::kUnknownReservation);
+
+  e.pool->release(*c->state.pages);
+  e.pool->release(filler2);
+  EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
+}
+
+// tiny-gret: a state blob small enough to go eagerly; small-swa: hundreds of KiB (rendezvous).
+INSTANTIATE_TEST_SUITE_P(Presets, TransferInProcess,
+                         ::testing::Combine(::testing::Values("tiny-gret", "small-swa"),
+                                            ::testing::Values(UcxRowPath::kPull, UcxRowPath::kPush)),
+                         [](const auto& info) {
+                           std::string n = std::get<0>(info.param) + (std::get<1>(info.param) == UcxRowPath::kPull ? "_pull" : "_push");
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+TEST_F(TransferTest, SenderReusesItsEndpointAndReconnectsAfterTheReceiverRestarts) {
+  ModelConfig cfg = preset("tiny-gret");
+  auto pool = std::move(KvPool::create(16, 32, cfg.kv_dim()).value());
+  auto sender = Engines::make_sender(kFp, kTcp);
+  for (int round = 0; round < 3; ++round) {  // a new receiver (new port, new rkeys) each round
+    UcxReceiverOptions ro;
+    ro.listen_host = "127.0.0.1";
+    ro.transports = kTcp;
+    auto receiver = std::move(make_ucx_receiver(*pool, cfg, kFp, ro).value());
+    for (int i = 0; i < 2; ++i) {
+      auto d = receiver->reserve("r", 40, in(seconds(20)));
+      ASSERT_TRUE(d.ok());
+      ASSERT_TRUE(put_range(*sender, *d, round * 10 + i, 0, 40).ok());
+      ASSERT_TRUE(sender->put_state(*d, test::test_state_blob(cfg, kFp, round * 10 + i, 40)).ok());
+      Status st = sender->commit(*d, 40, in(seconds(20)));
+      ASSERT_TRUE(st.ok()) << "round " << round << ": " << st.to_string();
+      auto c = receiver->wait_committed(d->reservation_id, in(seconds(10)));
+      ASSERT_TRUE(c.ok());
+      expect_sequence(*c, cfg, round * 10 + i, 40);
+      pool->release(*c->state.pages);
+    }
+  }
+  EXPECT_EQ(pool->free_blocks(), pool->total_blocks());
+}
+
+TEST_F(TransferTest, ConcurrentTransfersFromSeveralThreads) {
+  Engines e("tiny-gret", kTcp);
+  constexpr int kThreads = 4, kEach = 3;
+  std::vector<std::thread> threads;
+  std::vector<Status> results(kThreads * kEach);
+  std::vector<std::optional<CommittedSequence>> seqs(kThreads * kEach);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        const int slot = t * kEach + i;
+        const int64_t rows = 20 + 7 * slot;
+        auto d = e.receiver->reserve("c" + std::to_string(slot), rows, in(seconds(30)));
+        if (!d.ok()) {
+          results[slot] = d.status();
+          continue;
+        }
+        Status st = put_range(*e.sender, *d, slot, 0, rows / 2);
+        if (st.ok()) st = put_range(*e.sender, *d, slot, rows / 2, rows);
+        if (st.ok()) st = e.sender->put_state(*d, test::test_state_blob(e.cfg, kFp, slot, rows));
+        if (st.ok()) st = e.sender->commit(*d, rows, in(seconds(20)));
+        results[slot] = st;
+        if (!st.ok()) continue;
+        auto c = e.receiver->wait_committed(d->reservation_id, in(seconds(10)));
+        if (c.ok()) seqs[slot] = std::move(c.value());
+        else results[slot] = c.status();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int slot = 0; slot < kThreads * kEach; ++slot) {
+    ASSERT_TRUE(results[slot].ok()) << slot << ": " << results[slot].to_string();
+    ASSERT_TRUE(seqs[slot].has_value());
+    expect_sequence(*seqs[slot], e.cfg, slot, 20 + 7 * slot);
+    e.pool->release(*seqs[slot]->state.pages);
+  }
+  EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
+  EXPECT_EQ(e.receiver->metrics().snapshot().transfers, kThreads * kEach);
+}
+
+TEST_F(TransferTest, StagingBudgetHoldsPutRowsBack) {
+  ModelConfig cfg = preset("small-gret");  // kv_dim 128: 1 KiB of K+V per row
+  auto pool = std::move(KvPool::create(16, 32, cfg.kv_dim()).value());
+  UcxReceiverOptions ro;
+  ro.listen_host = "127.0.0.1";
+  ro.transports = kTcp;
+  auto receiver = std::move(make_ucx_receiver(*pool, cfg, kFp, ro).value());
+  UcxSenderOptions so;
+  so.fingerprint = kFp;
+  so.transports = kTcp;
+  so.max_staging_bytes = 16 * 1024;  // one 16-row chunk at a time
+  auto sender = std::move(make_ucx_sender(so).value());
+  const int64_t rows = 16 * 20;
+  auto d = receiver->reserve("budget", rows, in(seconds(30)));
+  ASSERT_TRUE(d.ok());
+  for (int64_t r = 0; r < rows; r += 16) ASSERT_TRUE(put_range(*sender, *d, 9, r, r + 16).ok());
+  ASSERT_TRUE(sender->put_state(*d, test::test_state_blob(cfg, kFp, 9, rows)).ok());
+  ASSERT_TRUE(sender->commit(*d, rows, in(seconds(20))).ok());
+  auto c = receiver->wait_committed(d->reservation_id, in(seconds(10)));
+  ASSERT_TRUE(c.ok());
+  expect_sequence(*c, cfg, 9, rows);
+  pool->release(*c->state.pages);
+}
+
+// ---- 3. validation: every rejection has its reason, nothing is admitted, no block leaks ----
+
+class TransferValidation : public TransferTest, public ::testing::WithParamInterface<UcxRowPath> {
+ protected:
+  Engines e{"tiny-gret", kTcp, GetParam()};
+  const int64_t rows = 50;
+
+  ReservationDescriptor reserve(milliseconds lease = seconds(30)) {
+    auto d = e.receiver->reserve("req-v", rows, in(lease));
+    YOCO_CHECK(d.ok());
+    return *d;
+  }
+  void put_all(KvSender& s, const ReservationDescriptor& d, uint64_t seed = 3) {
+    ASSERT_TRUE(put_range(s, d, seed, 0, 20).ok());
+    ASSERT_TRUE(put_range(s, d, seed, 20, rows).ok());
+  }
+  std::vector<uint8_t> blob(int64_t position = -1) { return test::test_state_blob(e.cfg, kFp, 3, position < 0 ? rows : position); }
+  // The reservation failed with `want` on the decode side and its blocks went back.
+  void expect_failed(const ReservationDescriptor& d, TransferError want) {
+    auto c = e.receiver->wait_committed(d.reservation_id, in(seconds(10)));
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(transfer_error_of(c.status()), want) << c.status().to_string();
+    EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
+    EXPECT_EQ(e.receiver->in_flight(), 0);
+    EXPECT_EQ(e.receiver->metrics().snapshot().transfers, 0);
+  }
+};
+
+TEST_P(TransferValidation, SenderRefusesAnotherModelsReservationAndTheReceiverFreesIt) {
+  auto other = Engines::make_sender(kFp + 1, kTcp, GetParam());
+  auto d = reserve();
+  auto k = test::kv_rows(1, 0, 0, rows, e.kv_dim());
+  Status st = other->put_rows(d, 0, rows, k.data(), k.data());
+  EXPECT_EQ(transfer_error_of(st), TransferError::kFingerprintMismatch) << st.to_string();
+  expect_failed(d, TransferError::kFingerprintMismatch);  // the sender's abort reached the receiver
+}
+
+TEST_P(TransferValidation, ReceiverRejectsAForgedFingerprint) {
+  auto other = Engines::make_sender(kFp + 1, kTcp, GetParam());
+  auto d = reserve();
+  ReservationDescriptor forged = d;
+  forged.fingerprint = kFp + 1;  // passes the sender's own check
+  put_all(*other, forged);
+  ASSERT_TRUE(other->put_state(forged, test::test_state_blob(e.cfg, kFp + 1, 3, rows)).ok());
+  Status st = other->commit(forged, rows, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kFingerprintMismatch) << st.to_string();
+  expect_failed(d, TransferError::kFingerprintMismatch);
+}
+
+TEST_P(TransferValidation, WrongRowCountIsRejected) {
+  auto d = reserve();
+  put_all(*e.sender, d);
+  ASSERT_TRUE(e.sender->put_state(d, blob(rows - 1)).ok());
+  Status st = e.sender->commit(d, rows - 1, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kRowCountMismatch) << st.to_string();
+  expect_failed(d, TransferError::kRowCountMismatch);
+}
+
+TEST_P(TransferValidation, UnwrittenRowsAreNeverCommitted) {
+  auto d = reserve();
+  ASSERT_TRUE(put_range(*e.sender, d, 3, 0, 20).ok());
+  ASSERT_TRUE(put_range(*e.sender, d, 3, 21, rows).ok());  // row 20 missing
+  ASSERT_TRUE(e.sender->put_state(d, blob()).ok());
+  Status st = e.sender->commit(d, rows, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kRowsIncomplete) << st.to_string();
+  e.sender->abort(d, "prefill gave up");
+  expect_failed(d, TransferError::kAborted);
+}
+
+TEST_P(TransferValidation, ExpiredLeaseIsRejected) {
+  auto d = reserve(milliseconds(400));
+  put_all(*e.sender, d);
+  ASSERT_TRUE(e.sender->put_state(d, blob()).ok());
+  std::this_thread::sleep_for(milliseconds(600));
+  Status st = e.sender->commit(d, rows, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kLeaseExpired) << st.to_string();
+  // Past the lease the sender refuses to write into blocks that may belong to someone else.
+  auto k = test::kv_rows(1, 0, 0, 1, e.kv_dim());
+  EXPECT_EQ(transfer_error_of(e.sender->put_rows(d, 0, 1, k.data(), k.data())), TransferError::kLeaseExpired);
+  expect_failed(d, TransferError::kLeaseExpired);
+}
+
+TEST_P(TransferValidation, CommitAfterAbortIsRejected) {
+  auto d = reserve();
+  put_all(*e.sender, d);
+  ASSERT_TRUE(e.sender->put_state(d, blob()).ok());
+  e.sender->abort(d, "client cancelled");
+  Status st = e.sender->commit(d, rows, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kAborted) << st.to_string();
+  // Another sender that still holds the descriptor gets the receiver's verdict.
+  auto late = Engines::make_sender(kFp, kTcp, GetParam());
+  // Wait for the abort to land, so the late commit cannot win the race.
+  for (auto t = in(seconds(5)); e.receiver->in_flight() != 0 && Clock::now() < t;) std::this_thread::sleep_for(milliseconds(5));
+  put_all(*late, d);
+  ASSERT_TRUE(late->put_state(d, blob()).ok());
+  st = late->commit(d, rows, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kAborted) << st.to_string();
+  expect_failed(d, TransferError::kAborted);
+}
+
+TEST_P(TransferValidation, StateThatDoesNotRestoreIsRejected) {
+  auto d = reserve();
+  put_all(*e.sender, d);
+  auto bad = blob();
+  bad[40] ^= 0xff;  // the blob's own checksum fails in deserialize_state
+  ASSERT_TRUE(e.sender->put_state(d, bad).ok());
+  Status st = e.sender->commit(d, rows, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kBadState) << st.to_string();
+  expect_failed(d, TransferError::kBadState);
+}
+
+TEST_P(TransferValidation, CommitWithoutStateIsRejected) {
+  auto d = reserve();
+  put_all(*e.sender, d);
+  Status st = e.sender->commit(d, rows, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kMissingState) << st.to_string();
+  expect_failed(d, TransferError::kMissingState);
+}
+
+TEST_P(TransferValidation, CorruptedRowsAreDetected) {
+  auto d = reserve();
+  put_all(*e.sender, d);
+  ASSERT_TRUE(e.sender->put_state(d, blob()).ok());
+  // Wait until the puts have surely landed (the commit below flushes them anyway), then corrupt
+  // one value in the decode worker's pool, as a broken link or a stray write would.
+  std::this_thread::sleep_for(milliseconds(100));
+  e.pool->k_data()[(static_cast<int64_t>(d.blocks[1]) * d.block_size + 5) * d.kv_dim + 3] += 1.0f;
+  Status st = e.sender->commit(d, rows, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kBadChecksum) << st.to_string();
+  expect_failed(d, TransferError::kBadChecksum);
+}
+
+TEST_P(TransferValidation, CancelledReservationRejectsItsCommit) {
+  auto d = reserve();
+  put_all(*e.sender, d);
+  ASSERT_TRUE(e.sender->put_state(d, blob()).ok());
+  e.receiver->cancel(d.reservation_id);
+  EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
+  Status st = e.sender->commit(d, rows, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kCancelled) << st.to_string();
+  expect_failed(d, TransferError::kCancelled);
+}
+
+TEST_P(TransferValidation, UnknownReservationIsRejected) {
+  auto d = reserve();
+  e.receiver->cancel(d.reservation_id);
+  auto c = e.receiver->wait_committed(d.reservation_id, in(seconds(1)));
+  ASSERT_FALSE(c.ok());  // consumed: the reservation is gone now
+  put_all(*e.sender, d);
+  ASSERT_TRUE(e.sender->put_state(d, blob()).ok());
+  Status st = e.sender->commit(d, rows, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kUnknownReservation) << st.to_string();
+  EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
+}
+
+TEST_P(TransferValidation, PulledRowsMustFitTheReceiversOwnBlockTable) {
+  if (GetParam() == UcxRowPath::kPush) GTEST_SKIP() << "pushed rows go where the descriptor says";
+  // Fragment the pool: the reservation gets blocks {a, c} with c != a + 1.
+  KvPages a = e.pool->new_pages(), b = e.pool->new_pages();
+  ASSERT_TRUE(e.pool->reserve(a, 32).ok());
+  ASSERT_TRUE(e.pool->reserve(b, 32).ok());
+  e.pool->release(a);
+  auto d = e.receiver->reserve("frag", 64, in(seconds(30)));
+  ASSERT_TRUE(d.ok());
+  ASSERT_NE(d->blocks[1], d->blocks[0] + 1);
+  // A descriptor that claims the blocks are adjacent (a bug or a forgery) would make a pushed
+  // run spill into block a + 1, which belongs to someone else; pulled rows are checked first.
+  ReservationDescriptor forged = *d;
+  forged.blocks[1] = forged.blocks[0] + 1;
+  auto k = test::kv_rows(1, 0, 0, 64, e.kv_dim());
+  const std::vector<float> other_before(e.pool->k_data() + static_cast<int64_t>(b.blocks[0]) * 32 * e.kv_dim(),
+                                        e.pool->k_data() + static_cast<int64_t>(b.blocks[0] + 1) * 32 * e.kv_dim());
+  ASSERT_TRUE(e.sender->put_rows(forged, 0, 64, k.data(), k.data()).ok());
+  Status st = e.sender->commit(forged, 64, in(seconds(10)));
+  EXPECT_FALSE(st.ok());
+  auto c = e.receiver->wait_committed(d->reservation_id, in(seconds(10)));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(transfer_error_of(c.status()), TransferError::kInvalid) << c.status().to_string();
+  EXPECT_EQ(0, std::memcmp(other_before.data(), e.pool->k_data() + static_cast<int64_t>(b.blocks[0]) * 32 * e.kv_dim(),
+                           other_before.size() * 4));
+  e.pool->release(b);
+  EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
+}
+
+TEST_P(TransferValidation, ReserveIsAllOrNothing) {
+  EXPECT_EQ(e.receiver->reserve("big", 33 * 32, in(seconds(5))).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
+  EXPECT_EQ(transfer_error_of(e.receiver->reserve("late", 10, Clock::now() - milliseconds(1)).status()), TransferError::kInvalid);
+  EXPECT_EQ(transfer_error_of(e.receiver->reserve("", 10, in(seconds(5))).status()), TransferError::kInvalid);
+  EXPECT_EQ(e.receiver->in_flight(), 0);
+}
+
+// ---- 4. deadlines -------------------------------------------------------------------------
+
+TEST_P(TransferValidation, ACommitThatNeverComesExpiresByItself) {
+  auto d = reserve(milliseconds(300));
+  ASSERT_TRUE(put_range(*e.sender, d, 3, 0, 20).ok());  // prefill starts, then goes silent
+  EXPECT_LT(e.pool->free_blocks(), e.pool->total_blocks());
+  // A waiter with a shorter deadline gets a timeout; the reservation stays under its lease.
+  auto early = e.receiver->wait_committed(d.reservation_id, in(milliseconds(50)));
+  EXPECT_EQ(transfer_error_of(early.status()), TransferError::kTimeout);
+  EXPECT_EQ(e.receiver->in_flight(), 1);
+  // Nobody calls anything: the blocks come back by themselves.
+  for (auto t = in(seconds(5)); e.pool->free_blocks() != e.pool->total_blocks() && Clock::now() < t;)
+    std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
+  expect_failed(d, TransferError::kLeaseExpired);
+  EXPECT_EQ(e.receiver->metrics().snapshot().failures, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(RowPaths, TransferValidation, ::testing::Values(UcxRowPath::kPull, UcxRowPath::kPush),
+                         [](const auto& info) { return std::string(info.param == UcxRowPath::kPull ? "pull" : "push"); });
+
+TEST_F(TransferTest, CommitToAPeerThatIsGoneFailsByItsDeadline) {
+  ModelConfig cfg = preset("tiny-gret");
+  auto pool = std::move(KvPool::create(8, 32, cfg.kv_dim()).value());
+  UcxReceiverOptions ro;
+  ro.listen_host = "127.0.0.1";
+  ro.transports = kTcp;
+  auto receiver = std::move(make_ucx_receiver(*pool, cfg, kFp, ro).value());
+  auto d = receiver->reserve("gone", 10, in(seconds(30)));
+  ASSERT_TRUE(d.ok());
+  receiver.reset();  // the decode worker goes away
+  auto sender = Engines::make_sender(kFp, kTcp);
+  const auto t0 = Clock::now();
+  Status st = put_range(*sender, *d, 1, 0, 10);
+  if (st.ok()) st = sender->put_state(*d, test::test_state_blob(cfg, kFp, 1, 10));
+  if (st.ok()) st = sender->commit(*d, 10, in(seconds(3)));
+  EXPECT_FALSE(st.ok());
+  const auto err = transfer_error_of(st);
+  EXPECT_TRUE(err == TransferError::kPeerFailed || err == TransferError::kTimeout) << st.to_string();
+  EXPECT_LT(Clock::now() - t0, seconds(5));
+  EXPECT_EQ(sender->in_flight(), 0);
+}
+
+// ---- 2. two processes ---------------------------------------------------------------------
+
+// A transfer_peer process with its stdout on a pipe; killed and reaped on destruction.
+class Peer {
+ public:
+  Peer(const ReservationDescriptor& d, const Transport& t, uint64_t seed, const std::string& mode, const std::string& preset_name) {
+    std::vector<std::string> args = {YOCO_TRANSFER_PEER, "--descriptor", test::to_hex(d.serialize()), "--preset", preset_name,
+                                     "--fingerprint", std::to_string(kFp), "--seed", std::to_string(seed),
+                                     "--transports", t.tls, "--peer-errors", t.peer_errors ? "1" : "0",
+                                     "--row-path", t.path == UcxRowPath::kPush ? "push" : "pull", "--mode", mode};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int fds[2];
+    YOCO_CHECK(pipe(fds) == 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    const int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    out_ = fds[0];
+    if (rc != 0) pid_ = -1;
+  }
+  ~Peer() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(out_);
+  }
+  bool started() const { return pid_ > 0; }
+  // Reads stdout until a line equal to `want` (true) or EOF / the deadline (false).
+  bool wait_line(const std::string& want, Clock::time_point deadline) {
+    while (Clock::now() < deadline) {
+      size_t nl;
+      while ((nl = buf_.find('\n')) != std::string::npos) {
+        const std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        log_ += line + "\n";
+        if (line == want) return true;
+      }
+      pollfd p{out_, POLLIN, 0};
+      const int ms = static_cast<int>(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
+      if (poll(&p, 1, std::max(ms, 1)) <= 0) continue;
+      char tmp[4096];
+      const ssize_t n = read(out_, tmp, sizeof(tmp));
+      if (n <= 0) return false;
+      buf_.append(tmp, n);
+    }
+    return false;
+  }
+  // Exit status, or −1 if it did not exit by the deadline.
+  int wait_exit(Clock::time_point deadline) {
+    while (Clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    return -1;
+  }
+  void sigkill() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  std::string output() {
+    wait_line("\x01", Clock::now());
+    return log_ + buf_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string buf_, log_;
+};
+
+class TransferTwoProcess : public TransferTest, public ::testing::WithParamInterface<Transport> {
+ protected:
+  ModelConfig cfg = preset("tiny-gret");
+  std::unique_ptr<KvPool> pool = std::move(KvPool::create(32, 32, cfg.kv_dim()).value());
+  std::unique_ptr<KvReceiver> receiver;
+
+  void SetUp() override {
+    TransferTest::SetUp();
+    UcxReceiverOptions ro;
+    ro.listen_host = "127.0.0.1";
+    ro.transports = GetParam().tls;
+    ro.peer_error_handling = GetParam().peer_errors;
+    auto r = make_ucx_receiver(*pool, cfg, kFp, ro);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    receiver = std::move(r.value());
+  }
+  void TearDown() override {
+    receiver.reset();
+    TransferTest::TearDown();
+  }
+
+  // A whole transfer from a peer process.
+  void transfer_from_peer(const std::string& request, int64_t rows, uint64_t seed) {
+    auto d = receiver->reserve(request, rows, in(seconds(30)));
+    ASSERT_TRUE(d.ok());
+    Peer peer(*d, GetParam(), seed, "full", "tiny-gret");
+    ASSERT_TRUE(peer.started());
+    const int rc = peer.wait_exit(in(seconds(40)));
+    ASSERT_EQ(rc, 0) << peer.output();
+    auto c = receiver->wait_committed(d->reservation_id, in(seconds(10)));
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    expect_sequence(*c, cfg, seed, rows);
+    pool->release(*c->state.pages);
+    EXPECT_EQ(pool->free_blocks(), pool->total_blocks());
+  }
+};
+
+TEST_P(TransferTwoProcess, PeerProcessPushesAWholeSequence) { transfer_from_peer("two-proc", 300, 21); }
+
+TEST_P(TransferTwoProcess, KilledSenderFreesTheBlocksAndTheReceiverKeepsServing) {
+  auto d = receiver->reserve("doomed", 300, in(seconds(8)));
+  ASSERT_TRUE(d.ok());
+  {
+    Peer peer(*d, GetParam(), 5, "stall", "tiny-gret");
+    ASSERT_TRUE(peer.started());
+    ASSERT_TRUE(peer.wait_line("STALLED", in(seconds(30)))) << peer.output();
+    // Kill it mid-transfer: once its first chunk (rows 0..99) is in our pool.
+    const int kv_dim = cfg.kv_dim();
+    const auto last = test::kv_rows(5, 1, 99, 1, kv_dim);
+    const float* landed = pool->v_data() + d->row_offset(99) / 4;
+    for (auto t = in(seconds(10)); std::memcmp(landed, last.data(), kv_dim * 4) != 0 && Clock::now() < t;)
+      std::this_thread::sleep_for(milliseconds(2));
+    ASSERT_EQ(0, std::memcmp(landed, last.data(), kv_dim * 4));
+    std::this_thread::sleep_for(milliseconds(50));  // and its kBegin has been handled
+    EXPECT_LT(pool->free_blocks(), pool->total_blocks());
+    peer.sigkill();
+  }
+  const auto t0 = Clock::now();
+  auto c = receiver->wait_committed(d->reservation_id, in(seconds(20)));
+  ASSERT_FALSE(c.ok());
+  const auto err = transfer_error_of(c.status());
+  EXPECT_TRUE(err == TransferError::kPeerFailed || err == TransferError::kLeaseExpired) << c.status().to_string();
+  std::printf("[ info     ] killed sender detected as %s after %.2f s\n", transfer_error_name(err),
+              std::chrono::duration<double>(Clock::now() - t0).count());
+  EXPECT_EQ(pool->free_blocks(), pool->total_blocks());
+  EXPECT_EQ(receiver->in_flight(), 0);
+  transfer_from_peer("after-kill", 100, 22);  // the same receiver serves the next sender
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, TransferTwoProcess, ::testing::Values(kTcpPull, kTcpPush, kShmPull, kShmPush),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace yoco

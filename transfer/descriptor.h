@@ -1,0 +1,59 @@
+// What a decode worker hands out when it reserves KV blocks for a sequence, and what a prefill
+// worker needs to push rows into them (SPEC 3.4 step 1). It travels inside RPCs, so it is a
+// value type with a versioned, checksummed byte form, and parsing trusts nothing.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace yoco {
+
+// Rows [row, row + rows) of a sequence that are contiguous in the pool arrays, at byte `offset`.
+struct RowRun {
+  int64_t row = 0;
+  int64_t rows = 0;
+  uint64_t offset = 0;
+};
+
+struct ReservationDescriptor {
+  uint64_t reservation_id = 0;
+  std::string request_id;
+  uint64_t fingerprint = 0;          // the decode worker's model fingerprint
+  int32_t kv_dim = 0;                // fp32 values per K (and per V) row
+  int32_t block_size = 0;            // rows per pool block
+  int32_t pool_blocks = 0;           // blocks in the remote pool: bounds every block id
+  int64_t rows = 0;                  // rows expected (the prompt length)
+  std::vector<int32_t> blocks;       // reserved blocks in row order: row r is in blocks[r / block_size]
+  std::string address;               // the decode worker's UCX listener, "host:port"
+  uint64_t k_base = 0, v_base = 0;   // remote addresses of the K and V pool arrays
+  std::vector<uint8_t> k_rkey, v_rkey;  // packed UCX remote keys for those arrays
+  int64_t lease_deadline_unix_ms = 0;   // wall clock: the reservation is gone after this
+
+  int64_t row_bytes() const { return static_cast<int64_t>(kv_dim) * 4; }
+  // Byte offset of row r from the start of a pool array.
+  uint64_t row_offset(int64_t r) const {
+    return (static_cast<uint64_t>(blocks[r / block_size]) * block_size + r % block_size) * row_bytes();
+  }
+
+  // Rows [row_begin, row_begin + n_rows) as the fewest contiguous runs: whole blocks, merged
+  // across blocks whose ids follow each other, so a transfer is a few large puts, never one per row.
+  std::vector<RowRun> contiguous_runs(int64_t row_begin, int64_t n_rows) const;
+
+  // Version 1, little-endian: magic "YOCORSV1", u32 version, u32 total bytes, the fields above,
+  // u32 CRC32C of everything before it.
+  std::vector<uint8_t> serialize() const;
+  // Checks sizes, counts, ranges, uniqueness of blocks and the checksum; the error names the field.
+  static Result<ReservationDescriptor> parse(std::span<const uint8_t> bytes);
+  // The field checks of parse, for descriptors built in memory.
+  Status validate() const;
+};
+
+// "host:port" or "[v6 host]:port" → (host, port); port in 1..65535.
+Result<std::pair<std::string, int>> split_host_port(const std::string& address);
+
+}  // namespace yoco

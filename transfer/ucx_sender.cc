@@ -1,0 +1,727 @@
+// Prefill side of the UCX transfer engine: cached endpoints per receiver address, staged
+// one-sided puts, the state active message, and commit (drain, flush, commit, wait for the ack).
+// Caller threads stage data and hand commands to the progress thread; UCX completions only
+// record what happened (defer), and the progress thread's tick acts on it.
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <unordered_map>
+
+#include "common/checksum.h"
+#include "common/log.h"
+#include "transfer/messages.h"
+#include "transfer/ucx_transport.h"
+#include "transfer/ucx_worker.h"
+
+namespace yoco {
+
+using namespace transfer_detail;
+
+namespace {
+
+using Clock = TransferClock;
+
+int64_t now_unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A result handed from the progress thread to a waiting caller.
+struct Waiter {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  Status st;
+  std::atomic<bool> abandoned{false};  // the caller stopped waiting
+
+  void set(Status s) {
+    std::lock_guard<std::mutex> lock(m);
+    if (done) return;
+    st = std::move(s);
+    done = true;
+    cv.notify_all();
+  }
+  // False when the deadline passed first.
+  bool wait(Clock::time_point deadline, Status& out) {
+    std::unique_lock<std::mutex> lock(m);
+    if (!cv.wait_until(lock, deadline, [&] { return done; })) return false;
+    out = st;
+    return true;
+  }
+};
+
+class UcxKvSender final : public KvSender {
+ public:
+  explicit UcxKvSender(const UcxSenderOptions& opt) : opt_(opt) {}
+  ~UcxKvSender() override;
+  Status init();
+
+  Status put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows, const float* v_rows) override;
+  Status put_state(const ReservationDescriptor& d, std::span<const uint8_t> state_blob) override;
+  Status commit(const ReservationDescriptor& d, int64_t rows_written, Clock::time_point deadline) override;
+  void abort(const ReservationDescriptor& d, const std::string& reason) override;
+  int64_t in_flight() const override { return metrics_.snapshot().in_flight; }
+  const TransferMetrics& metrics() const override { return metrics_; }
+
+ private:
+  struct Peer {
+    std::string address;
+    ucp_ep_h ep = nullptr;
+    bool ready = false;  // wired up: operations may be posted
+    bool failed = false;
+    std::unordered_map<std::string, ucp_rkey_h> rkeys;  // packed key bytes → unpacked on this ep
+    // Work that waits for the endpoint to be wired up: called with OK then, or with the failure.
+    std::vector<std::function<void(const Status&)>> parked;
+  };
+  // Staged rows: the caller's buffers are free once put_rows returns. Counted against
+  // max_staging_bytes until the last put reading it completes.
+  struct Staging {
+    Staging(UcxKvSender* o, int64_t b, std::unique_ptr<float[]> p) : owner(o), bytes(b), buf(std::move(p)) {}
+    Staging(const Staging&) = delete;
+    ~Staging() { owner->release_staging(bytes, std::move(buf)); }
+    UcxKvSender* owner;
+    int64_t bytes;
+    std::unique_ptr<float[]> buf;
+  };
+  enum class CommitPhase { kNone, kDraining, kFlushing, kAwaitAck };
+  struct Transfer {
+    uint64_t id = 0;
+    std::shared_ptr<Peer> peer;
+    int64_t rows = 0, lease_ms = 0;
+    std::vector<uint32_t> row_crc;
+    std::vector<uint8_t> written;
+    int outstanding = 0;
+    Status error;
+    bool has_state = false;
+    uint64_t state_bytes = 0;
+    uint32_t state_crc = 0;
+    CommitPhase phase = CommitPhase::kNone;
+    CommitMsg commit;
+    std::shared_ptr<Waiter> waiter;
+    Clock::time_point started;
+    int64_t bytes = 0;
+  };
+
+  static ucs_status_t on_ack(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                             const ucp_am_recv_param_t* param);
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  void release_staging(int64_t bytes, std::unique_ptr<float[]> buf);
+  // A staging buffer of exactly `bytes`, reused when one is cached (fresh pages cost a fault each).
+  std::unique_ptr<float[]> take_staging(int64_t bytes);
+  Status check_descriptor(const ReservationDescriptor& d) const;
+  // Progress thread: runs fn once the endpoint to `address` is wired up (OK), or with the reason
+  // it cannot be.
+  void with_peer(const std::string& address, std::function<void(const Status&)> fn);
+  // Progress thread: an asynchronous step of transfer `id` failed; commit reports it.
+  void fail_async(uint64_t id, const Status& st);
+  void submit(const std::string& address, uint64_t id, std::function<Status()> body);
+  Status ended_status(uint64_t id) const;
+  void defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
+
+  // Progress thread only.
+  bool tick();
+  Result<std::shared_ptr<Peer>> peer_for(const std::string& address);
+  Result<ucp_rkey_h> rkey_for(Peer& p, const std::vector<uint8_t>& packed);
+  Result<Transfer*> transfer_for(const ReservationDescriptor& d, bool create);
+  void send_am(Peer& p, unsigned id, std::vector<uint8_t> header, std::vector<uint8_t> data, std::function<void(ucs_status_t)> done);
+  void send_am(Peer& p, unsigned id, std::vector<uint8_t> header, const void* data, size_t len,
+               std::function<void(ucs_status_t)> done, UcxOp* op = nullptr);
+  void track(uint64_t id, ucs_status_t st);
+  void note_error(uint64_t id, ucs_status_t st);
+  void advance(Transfer& t);
+  void finish(uint64_t id, const Status& st);
+  void abort_remote(const std::string& address, uint64_t id, TransferError reason, const std::string& message);
+  void fail_peer(ucp_ep_h ep, ucs_status_t st);
+  void peer_ready(const std::shared_ptr<Peer>& p, ucs_status_t st);
+  void close_peer(Peer& p, bool force);
+  void remember_ended(uint64_t id, const Status& st);
+  void teardown();
+
+  const UcxSenderOptions opt_;
+  std::unique_ptr<UcxWorker> ucx_;
+  TransferMetrics metrics_;
+
+  std::mutex staging_mu_;
+  std::condition_variable staging_cv_;
+  int64_t staged_bytes_ = 0;
+  std::vector<std::pair<int64_t, std::unique_ptr<float[]>>> staging_cache_;  // (bytes, buffer)
+  int64_t cached_bytes_ = 0;
+
+  // Progress thread only.
+  std::unordered_map<std::string, std::shared_ptr<Peer>> peers_;
+  std::unordered_map<uint64_t, Transfer> transfers_;
+  mutable std::mutex ended_mu_;  // ended_ is read by callers too
+  std::unordered_map<uint64_t, Status> ended_;  // failed or aborted transfers, for late calls
+  std::deque<uint64_t> ended_order_;
+  std::vector<std::function<void()>> deferred_;
+  std::vector<std::vector<uint8_t>> acks_;
+  std::vector<std::pair<ucp_ep_h, ucs_status_t>> ep_errors_;
+  std::vector<void*> closing_;
+  Clock::time_point next_gc_ = Clock::now();
+};
+
+Status UcxKvSender::init() {
+  YOCO_ASSIGN_OR_RETURN(ucx_, UcxWorker::create(opt_.transports, "yoco-kv-sender"));
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                  UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  hp.id = kAmAck;
+  hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+  hp.cb = on_ack;
+  hp.arg = this;
+  const ucs_status_t st = ucp_worker_set_am_recv_handler(ucx_->worker(), &hp);
+  if (st != UCS_OK) return Status(StatusCode::kUnavailable, std::string("ucp_worker_set_am_recv_handler: ") + ucs_status_string(st));
+  ucx_->start([this] { return tick(); });
+  return Status::Ok();
+}
+
+UcxKvSender::~UcxKvSender() {
+  if (!ucx_) return;
+  auto w = std::make_shared<Waiter>();
+  ucx_->post([this, w] {
+    teardown();
+    w->set(Status::Ok());
+  });
+  Status ignored;
+  w->wait(Clock::now() + std::chrono::seconds(10), ignored);
+  ucx_->stop();
+  // Destroying the worker may complete what is still outstanding; its callbacks only queue work
+  // (into deferred_, alive until the end of this body), which is dropped, freeing the staging.
+  ucx_.reset();
+  deferred_.clear();
+}
+
+void UcxKvSender::teardown() {
+  for (auto& [id, t] : transfers_)
+    if (t.waiter) t.waiter->set(transfer_error(TransferError::kShutdown, "sender stopped"));
+  transfers_.clear();
+  const Status down = transfer_error(TransferError::kShutdown, "sender stopped");
+  for (auto& [addr, p] : peers_)
+    for (auto& fn : std::exchange(p->parked, {})) fn(down);
+  for (auto& [addr, p] : peers_) close_peer(*p, p->failed);
+  peers_.clear();
+  ucx_->progress_until(
+      [&] {
+        for (auto it = closing_.begin(); it != closing_.end();) {
+          if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
+            ucp_request_free(*it);
+            it = closing_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        return closing_.empty();
+      },
+      Clock::now() + std::chrono::seconds(2));
+}
+
+std::unique_ptr<float[]> UcxKvSender::take_staging(int64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(staging_mu_);
+    for (auto it = staging_cache_.begin(); it != staging_cache_.end(); ++it) {
+      if (it->first != bytes) continue;
+      auto buf = std::move(it->second);
+      cached_bytes_ -= bytes;
+      staging_cache_.erase(it);
+      return buf;
+    }
+  }
+  return std::unique_ptr<float[]>(new float[bytes / 4]);
+}
+
+void UcxKvSender::release_staging(int64_t bytes, std::unique_ptr<float[]> buf) {
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  staged_bytes_ -= bytes;
+  staging_cv_.notify_all();
+  // Prefill chunks come in a few sizes: keep the latest buffers for the next ones, oldest out.
+  const int64_t cap = opt_.max_staging_bytes / 2;
+  if (!buf || bytes > cap) return;
+  while (cached_bytes_ + bytes > cap) {
+    cached_bytes_ -= staging_cache_.front().first;
+    staging_cache_.erase(staging_cache_.begin());
+  }
+  cached_bytes_ += bytes;
+  staging_cache_.emplace_back(bytes, std::move(buf));
+}
+
+Status UcxKvSender::check_descriptor(const ReservationDescriptor& d) const {
+  if (Status st = d.validate(); !st.ok()) return transfer_error(TransferError::kInvalid, st.message());
+  if (d.fingerprint != opt_.fingerprint)
+    return transfer_error(TransferError::kFingerprintMismatch, "reservation " + std::to_string(d.reservation_id) + " is for model " +
+                                                                   std::to_string(d.fingerprint) + ", this worker runs " +
+                                                                   std::to_string(opt_.fingerprint));
+  if (now_unix_ms() >= d.lease_deadline_unix_ms)
+    return transfer_error(TransferError::kLeaseExpired, "reservation " + std::to_string(d.reservation_id) + ": lease is over");
+  return Status::Ok();
+}
+
+void UcxKvSender::with_peer(const std::string& address, std::function<void(const Status&)> fn) {
+  auto peer = peer_for(address);
+  if (!peer.ok()) return fn(peer.status());
+  if (!(*peer)->ready) return (*peer)->parked.push_back(std::move(fn));
+  fn(Status::Ok());
+}
+
+void UcxKvSender::fail_async(uint64_t id, const Status& st) {
+  if (transfers_.count(id)) return finish(id, st);
+  metrics_.count_failure();
+  remember_ended(id, st);
+}
+
+Status UcxKvSender::ended_status(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(ended_mu_);
+  auto it = ended_.find(id);
+  return it == ended_.end() ? Status::Ok() : it->second;
+}
+
+// ---- API ---------------------------------------------------------------------------------
+
+Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows, const float* v_rows) {
+  if (n_rows <= 0 || row_begin < 0 || row_begin + n_rows > d.rows || !k_rows || !v_rows)
+    return transfer_error(TransferError::kInvalid, "put_rows: rows [" + std::to_string(row_begin) + ", " +
+                                                       std::to_string(row_begin + n_rows) + ") outside the reservation's " +
+                                                       std::to_string(d.rows) + " rows");
+  YOCO_RETURN_IF_ERROR(ended_status(d.reservation_id));
+  if (Status st = check_descriptor(d); !st.ok()) {
+    if (transfer_error_of(st) == TransferError::kFingerprintMismatch)
+      ucx_->post([this, addr = d.address, id = d.reservation_id, msg = st.message()] {
+        abort_remote(addr, id, TransferError::kFingerprintMismatch, msg);
+      });
+    return st;
+  }
+  const int kv_dim = d.kv_dim;
+  const int64_t n = static_cast<int64_t>(n_rows) * kv_dim;
+  const int64_t bytes = 2 * n * 4;
+  {
+    std::unique_lock<std::mutex> lock(staging_mu_);
+    if (!staging_cv_.wait_until(lock, Clock::now() + opt_.op_timeout,
+                                [&] { return staged_bytes_ == 0 || staged_bytes_ + bytes <= opt_.max_staging_bytes; }))
+      return transfer_error(TransferError::kTimeout, "put_rows: staging buffers stayed full");
+    staged_bytes_ += bytes;
+  }
+  auto staging = std::make_shared<Staging>(this, bytes, take_staging(bytes));
+  std::memcpy(staging->buf.get(), k_rows, n * 4);
+  std::memcpy(staging->buf.get() + n, v_rows, n * 4);
+  std::vector<uint32_t> crcs(n_rows);
+  for (int i = 0; opt_.row_checksums && i < n_rows; ++i)
+    crcs[i] = row_crc(staging->buf.get() + static_cast<int64_t>(i) * kv_dim, staging->buf.get() + n + static_cast<int64_t>(i) * kv_dim, kv_dim);
+  auto runs = d.contiguous_runs(row_begin, n_rows);
+
+  // Handed to the progress thread without waiting (a thread hand-off per chunk would cost more
+  // than a small put); a failure is kept for the next call and for commit.
+  auto body = [this, d, row_begin, n_rows, n, bytes, staging, crcs = std::move(crcs), runs = std::move(runs)]() -> Status {
+    YOCO_ASSIGN_OR_RETURN(Transfer * t, transfer_for(d, true));
+    const bool push = opt_.row_path == UcxRowPath::kPush;
+    ucp_rkey_h rkeys[2] = {nullptr, nullptr};
+    if (push) {
+      YOCO_ASSIGN_OR_RETURN(rkeys[0], rkey_for(*t->peer, d.k_rkey));
+      YOCO_ASSIGN_OR_RETURN(rkeys[1], rkey_for(*t->peer, d.v_rkey));
+    }
+    const int64_t row_bytes = d.row_bytes();
+    const uint64_t id = t->id;
+    for (const RowRun& r : runs) {
+      for (int which = 0; which < 2; ++which) {
+        const float* src = staging->buf.get() + (which ? n : 0) + (r.row - row_begin) * d.kv_dim;
+        const size_t len = static_cast<size_t>(r.rows * row_bytes);
+        auto done = [this, id, staging](ucs_status_t st) { defer([this, id, st] { track(id, st); }); };
+        ++t->outstanding;
+        if (!push) {  // one message per contiguous run; the receiver fetches it into the blocks
+          send_am(*t->peer, kAmRows, encode(RowsMsg{id, static_cast<uint8_t>(which), r.row, r.rows}), src, len, std::move(done));
+          continue;
+        }
+        auto* op = new UcxOp;
+        op->on_done = std::move(done);
+        ucp_request_param_t p;
+        ucx_op_param(p, op);
+        const uint64_t remote = (which ? d.v_base : d.k_base) + r.offset;
+        ucx_op_posted(ucp_put_nbx(t->peer->ep, src, len, remote, rkeys[which], &p), op);
+      }
+    }
+    for (int i = 0; i < n_rows; ++i) {
+      t->row_crc[row_begin + i] = crcs[i];
+      t->written[row_begin + i] = 1;
+    }
+    t->bytes += bytes;
+    return Status::Ok();
+  };
+  submit(d.address, d.reservation_id, std::move(body));
+  return Status::Ok();
+}
+
+Status UcxKvSender::put_state(const ReservationDescriptor& d, std::span<const uint8_t> state_blob) {
+  if (state_blob.empty()) return transfer_error(TransferError::kInvalid, "put_state: empty state blob");
+  YOCO_RETURN_IF_ERROR(ended_status(d.reservation_id));
+  YOCO_RETURN_IF_ERROR(check_descriptor(d));
+  std::vector<uint8_t> blob(state_blob.begin(), state_blob.end());
+  const uint32_t crc = crc32c(blob.data(), blob.size());
+  auto body = [this, d, crc, blob = std::move(blob)]() mutable -> Status {
+    YOCO_ASSIGN_OR_RETURN(Transfer * t, transfer_for(d, true));
+    if (t->has_state) return transfer_error(TransferError::kInvalid, "put_state: state already sent");
+    t->has_state = true;
+    t->state_bytes = blob.size();
+    t->state_crc = crc;
+    t->bytes += static_cast<int64_t>(blob.size());
+    ++t->outstanding;
+    const uint64_t id = t->id;
+    auto header = encode(StateMsg{id, blob.size(), crc});  // before the blob moves
+    send_am(*t->peer, kAmState, std::move(header), std::move(blob),
+            [this, id](ucs_status_t st) { defer([this, id, st] { track(id, st); }); });
+    return Status::Ok();
+  };
+  submit(d.address, d.reservation_id, std::move(body));
+  return Status::Ok();
+}
+
+void UcxKvSender::submit(const std::string& address, uint64_t id, std::function<Status()> body) {
+  ucx_->post([this, address, id, body = std::move(body)]() mutable {
+    with_peer(address, [this, id, body = std::move(body)](const Status& peer) mutable {
+      const Status st = peer.ok() ? body() : peer;
+      if (!st.ok()) fail_async(id, st);
+    });
+  });
+}
+
+Status UcxKvSender::commit(const ReservationDescriptor& d, int64_t rows_written, Clock::time_point deadline) {
+  auto w = std::make_shared<Waiter>();
+  const uint64_t id = d.reservation_id;
+  ucx_->post([this, w, id, rows_written, request_id = d.request_id, address = d.address] {
+   // Behind any puts still waiting for the endpoint.
+   with_peer(address, [this, w, id, rows_written, request_id](const Status& peer) {
+    if (w->abandoned) return;  // timed out while waiting for the endpoint: never commit late
+    if (Status e = ended_status(id); !e.ok()) return w->set(e);
+    if (!peer.ok()) return w->set(peer);
+    auto it = transfers_.find(id);
+    if (it == transfers_.end())
+      return w->set(transfer_error(TransferError::kRowsIncomplete, "reservation " + std::to_string(id) + ": nothing was put"));
+    Transfer& t = it->second;
+    if (t.phase != CommitPhase::kNone) return w->set(transfer_error(TransferError::kInvalid, "commit already in progress"));
+    if (!t.error.ok()) {
+      t.waiter = w;
+      return finish(id, Status(t.error));
+    }
+    if (rows_written <= 0 || rows_written > t.rows)
+      return w->set(transfer_error(TransferError::kRowsIncomplete, std::to_string(rows_written) + " rows committed, " +
+                                                                       std::to_string(t.rows) + " reserved"));
+    for (int64_t r = 0; r < rows_written; ++r)
+      if (!t.written[r]) return w->set(transfer_error(TransferError::kRowsIncomplete, "row " + std::to_string(r) + " was never put"));
+    t.commit = CommitMsg{id, request_id, opt_.fingerprint, rows_written, t.state_bytes, t.state_crc,
+                         opt_.row_checksums ? combine_row_crcs(std::span<const uint32_t>(t.row_crc.data(), rows_written)) : 0,
+                         opt_.row_checksums};
+    t.phase = CommitPhase::kDraining;
+    t.waiter = w;
+    advance(t);
+   });
+  });
+  Status st;
+  if (w->wait(deadline, st)) return st;
+  w->abandoned = true;
+  // Nobody waits any more: drop the transfer and tell the receiver, so its blocks come back now.
+  ucx_->post([this, id, w] {
+    auto it = transfers_.find(id);
+    if (it == transfers_.end() || it->second.waiter != w) return;
+    const std::string address = it->second.peer->address;
+    finish(id, transfer_error(TransferError::kTimeout, "commit deadline passed"));
+    abort_remote(address, id, TransferError::kTimeout, "sender's commit deadline passed");
+  });
+  return transfer_error(TransferError::kTimeout, "reservation " + std::to_string(id) + ": no commit acknowledgement by the deadline");
+}
+
+void UcxKvSender::abort(const ReservationDescriptor& d, const std::string& reason) {
+  ucx_->post([this, address = d.address, id = d.reservation_id, reason] {
+    const Status st = transfer_error(TransferError::kAborted, "reservation " + std::to_string(id) + " was aborted: " + reason);
+    if (transfers_.count(id)) finish(id, st);
+    remember_ended(id, st);
+    abort_remote(address, id, TransferError::kAborted, reason);
+  });
+}
+
+// ---- progress thread -----------------------------------------------------------------------
+
+ucs_status_t UcxKvSender::on_ack(void* arg, const void* header, size_t header_length, void*, size_t, const ucp_am_recv_param_t*) {
+  const auto* h = static_cast<const uint8_t*>(header);
+  static_cast<UcxKvSender*>(arg)->acks_.emplace_back(h, h + header_length);
+  return UCS_OK;
+}
+
+void UcxKvSender::on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  static_cast<UcxKvSender*>(arg)->ep_errors_.emplace_back(ep, status);
+}
+
+bool UcxKvSender::tick() {
+  const bool work = !deferred_.empty() || !acks_.empty() || !ep_errors_.empty();
+  for (auto& fn : std::exchange(deferred_, {})) fn();
+  for (auto& a : std::exchange(acks_, {})) {
+    auto m = decode_ack(a);
+    if (!m.ok()) {
+      YOCO_LOG(LogLevel::kWarn, "kv sender: bad acknowledgement", LogFields().kv("error", m.status().message()));
+      continue;
+    }
+    auto it = transfers_.find(m->reservation_id);
+    if (it == transfers_.end() || it->second.phase != CommitPhase::kAwaitAck) continue;
+    if (m->reason == TransferError::kNone) {
+      finish(m->reservation_id, Status::Ok());
+    } else {
+      const Status tag = transfer_error(m->reason, "");
+      finish(m->reservation_id, Status(tag.code(), m->message.rfind('[', 0) == 0 ? m->message : tag.message() + m->message));
+    }
+  }
+  for (auto& [ep, st] : std::exchange(ep_errors_, {})) fail_peer(ep, st);
+  for (auto it = closing_.begin(); it != closing_.end();) {
+    if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
+      ucp_request_free(*it);
+      it = closing_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Transfers nobody committed or aborted are dropped some time after their lease.
+  if (Clock::now() >= next_gc_) {
+    next_gc_ = Clock::now() + std::chrono::seconds(1);
+    const int64_t now = now_unix_ms();
+    std::vector<uint64_t> stale;
+    for (auto& [id, t] : transfers_)
+      if (t.phase == CommitPhase::kNone && now > t.lease_ms + 10000) stale.push_back(id);
+    for (uint64_t id : stale) finish(id, transfer_error(TransferError::kLeaseExpired, "never committed"));
+  }
+  return work || !deferred_.empty();
+}
+
+Result<std::shared_ptr<UcxKvSender::Peer>> UcxKvSender::peer_for(const std::string& address) {
+  auto it = peers_.find(address);
+  if (it != peers_.end() && !it->second->failed) return it->second;
+  // A failed endpoint is replaced on the next use: one bad transfer never marks a peer dead for good.
+  YOCO_ASSIGN_OR_RETURN(auto hp, split_host_port(address));
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (Status st = resolve_sockaddr(hp.first, hp.second, ss, len); !st.ok()) return transfer_error(TransferError::kPeerFailed, st.message());
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&ss);
+  ep.sockaddr.addrlen = len;
+  ep.err_mode = opt_.peer_error_handling ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  ep.err_handler.cb = on_ep_error;
+  ep.err_handler.arg = this;
+  auto p = std::make_shared<Peer>();
+  p->address = address;
+  const ucs_status_t st = ucp_ep_create(ucx_->worker(), &ep, &p->ep);
+  if (st != UCS_OK) return transfer_error(TransferError::kPeerFailed, "connect to " + address + ": " + ucs_status_string(st));
+  peers_[address] = p;
+  // Nothing is posted before the wire-up completes: UCX 1.13 can abort when it replays an active
+  // message queued on the temporary wire-up lane onto a shared-memory lane ("max_iov > 1"). A
+  // flush completes only on the final lanes.
+  auto* op = new UcxOp;
+  op->on_done = [this, p](ucs_status_t st) { defer([this, p, st] { peer_ready(p, st); }); };
+  ucp_request_param_t param;
+  ucx_op_param(param, op);
+  ucx_op_posted(ucp_ep_flush_nbx(p->ep, &param), op);
+  return p;
+}
+
+Result<ucp_rkey_h> UcxKvSender::rkey_for(Peer& p, const std::vector<uint8_t>& packed) {
+  std::string key(packed.begin(), packed.end());
+  auto it = p.rkeys.find(key);
+  if (it != p.rkeys.end()) return it->second;
+  if (p.rkeys.size() >= 64) {  // a receiver restarted many times: start over
+    for (auto& [k, r] : p.rkeys) ucp_rkey_destroy(r);
+    p.rkeys.clear();
+  }
+  ucp_rkey_h rkey = nullptr;
+  const ucs_status_t st = ucp_ep_rkey_unpack(p.ep, packed.data(), &rkey);
+  if (st != UCS_OK) return transfer_error(TransferError::kInvalid, std::string("remote key does not unpack: ") + ucs_status_string(st));
+  p.rkeys.emplace(std::move(key), rkey);
+  return rkey;
+}
+
+Result<UcxKvSender::Transfer*> UcxKvSender::transfer_for(const ReservationDescriptor& d, bool create) {
+  const uint64_t id = d.reservation_id;
+  YOCO_RETURN_IF_ERROR(ended_status(id));
+  auto it = transfers_.find(id);
+  if (it != transfers_.end()) {
+    Transfer& t = it->second;
+    if (!t.error.ok()) return t.error;
+    if (t.phase != CommitPhase::kNone) return transfer_error(TransferError::kInvalid, "reservation " + std::to_string(id) + " is committing");
+    return &t;
+  }
+  if (!create) return transfer_error(TransferError::kUnknownReservation, "reservation " + std::to_string(id));
+  YOCO_ASSIGN_OR_RETURN(auto peer, peer_for(d.address));
+  Transfer& t = transfers_[id];
+  t.id = id;
+  t.peer = peer;
+  t.rows = d.rows;
+  t.lease_ms = d.lease_deadline_unix_ms;
+  t.row_crc.assign(d.rows, 0);
+  t.written.assign(d.rows, 0);
+  t.started = Clock::now();
+  metrics_.add_in_flight(1);
+  send_am(*peer, kAmBegin, encode(BeginMsg{id, opt_.fingerprint}), {}, [this, id](ucs_status_t st) {
+    if (st != UCS_OK) defer([this, id, st] { note_error(id, st); });
+  });
+  return &t;
+}
+
+void UcxKvSender::send_am(Peer& p, unsigned id, std::vector<uint8_t> header, std::vector<uint8_t> data,
+                          std::function<void(ucs_status_t)> done) {
+  auto* op = new UcxOp;
+  op->data = std::move(data);
+  send_am(p, id, std::move(header), op->data.empty() ? nullptr : op->data.data(), op->data.size(), std::move(done), op);
+}
+
+void UcxKvSender::send_am(Peer& p, unsigned id, std::vector<uint8_t> header, const void* data, size_t len,
+                          std::function<void(ucs_status_t)> done, UcxOp* op) {
+  if (op == nullptr) op = new UcxOp;
+  op->header = std::move(header);
+  op->on_done = std::move(done);  // holds whatever keeps `data` alive
+  ucp_request_param_t param;
+  ucx_op_param(param, op);
+  param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_REPLY;  // the receiver learns which endpoint writes the reservation
+  ucx_op_posted(ucp_am_send_nbx(p.ep, id, op->header.data(), op->header.size(), data, len, &param), op);
+}
+
+// A tracked operation (put, state) of transfer `id` completed.
+void UcxKvSender::track(uint64_t id, ucs_status_t st) {
+  auto it = transfers_.find(id);
+  if (it == transfers_.end()) return;
+  if (it->second.outstanding > 0) --it->second.outstanding;
+  note_error(id, st);
+}
+
+void UcxKvSender::note_error(uint64_t id, ucs_status_t st) {
+  auto it = transfers_.find(id);
+  if (it == transfers_.end()) return;
+  Transfer& t = it->second;
+  if (st != UCS_OK && t.error.ok())
+    t.error = transfer_error(TransferError::kPeerFailed, std::string("transfer to ") + t.peer->address + " failed: " + ucs_status_string(st));
+  advance(t);
+}
+
+void UcxKvSender::advance(Transfer& t) {
+  if (t.phase == CommitPhase::kNone) return;
+  if (!t.error.ok()) return finish(t.id, t.error);
+  if (t.phase != CommitPhase::kDraining || t.outstanding > 0) return;
+  // Every put and the state completed locally; the flush makes them complete at the target
+  // before the commit is sent.
+  t.phase = CommitPhase::kFlushing;
+  const uint64_t id = t.id;
+  auto* op = new UcxOp;
+  op->on_done = [this, id](ucs_status_t st) {
+    defer([this, id, st] {
+      auto it = transfers_.find(id);
+      if (it == transfers_.end() || it->second.phase != CommitPhase::kFlushing) return;
+      Transfer& t = it->second;
+      if (st != UCS_OK)
+        return finish(id, transfer_error(TransferError::kPeerFailed, std::string("flush failed: ") + ucs_status_string(st)));
+      t.phase = CommitPhase::kAwaitAck;
+      send_am(*t.peer, kAmCommit, encode(t.commit), {}, [this, id](ucs_status_t st) {
+        if (st != UCS_OK)
+          defer([this, id, st] { finish(id, transfer_error(TransferError::kPeerFailed, std::string("commit send failed: ") + ucs_status_string(st))); });
+      });
+    });
+  };
+  ucp_request_param_t p;
+  ucx_op_param(p, op);
+  ucx_op_posted(ucp_ep_flush_nbx(t.peer->ep, &p), op);
+}
+
+void UcxKvSender::finish(uint64_t id, const Status& st) {
+  auto it = transfers_.find(id);
+  if (it == transfers_.end()) return;
+  Transfer& t = it->second;
+  if (st.ok()) {
+    metrics_.observe_transfer(t.bytes, std::chrono::duration<double>(Clock::now() - t.started).count());
+  } else {
+    metrics_.count_failure();
+    remember_ended(id, st);
+    YOCO_LOG(LogLevel::kInfo, "kv transfer failed", LogFields().kv("reservation", id).kv("error", st.message()));
+  }
+  metrics_.add_in_flight(-1);  // before the waiter wakes: a caller sees the counters settled
+  if (t.waiter) t.waiter->set(st);
+  transfers_.erase(it);
+}
+
+void UcxKvSender::abort_remote(const std::string& address, uint64_t id, TransferError reason, const std::string& message) {
+  auto peer = peer_for(address);
+  if (!peer.ok()) return;  // unreachable: the receiver's lease or peer check frees the blocks
+  std::shared_ptr<Peer> p = *peer;
+  if (!p->ready) {
+    p->parked.push_back([=, this](const Status& st) {
+      if (st.ok()) abort_remote(address, id, reason, message);
+    });
+    return;
+  }
+  // Flush first so no put of this transfer lands after the receiver has freed the blocks.
+  auto* op = new UcxOp;
+  op->on_done = [this, p, id, reason, message](ucs_status_t st) {
+    if (st != UCS_OK) return;
+    defer([this, p, id, reason, message] {
+      if (!p->failed && p->ep) send_am(*p, kAmAbort, encode(AbortMsg{id, reason, message}), {}, [](ucs_status_t) {});
+    });
+  };
+  ucp_request_param_t param;
+  ucx_op_param(param, op);
+  ucx_op_posted(ucp_ep_flush_nbx(p->ep, &param), op);
+}
+
+void UcxKvSender::peer_ready(const std::shared_ptr<Peer>& p, ucs_status_t st) {
+  if (st == UCS_OK && !p->failed) {
+    p->ready = true;
+    for (auto& fn : std::exchange(p->parked, {})) fn(Status::Ok());
+    return;
+  }
+  if (!p->failed) fail_peer(p->ep, st);
+}
+
+void UcxKvSender::fail_peer(ucp_ep_h ep, ucs_status_t st) {
+  std::shared_ptr<Peer> p;
+  for (auto& [addr, peer] : peers_)
+    if (peer->ep == ep) p = peer;
+  if (!p || p->failed) return;
+  p->failed = true;
+  YOCO_LOG(LogLevel::kWarn, "kv sender: endpoint failed", LogFields().kv("peer", p->address).kv("status", ucs_status_string(st)));
+  const Status err = transfer_error(TransferError::kPeerFailed, p->address + ": " + ucs_status_string(st));
+  for (auto& fn : std::exchange(p->parked, {})) fn(err);
+  // Its transfers end now (their puts may be lost); later calls for them get this error, and
+  // the next transfer to the address connects afresh.
+  std::vector<uint64_t> ended;
+  for (auto& [id, t] : transfers_)
+    if (t.peer == p) ended.push_back(id);
+  for (uint64_t id : ended) finish(id, err);
+  close_peer(*p, true);
+  if (auto it = peers_.find(p->address); it != peers_.end() && it->second == p) peers_.erase(it);
+}
+
+void UcxKvSender::close_peer(Peer& p, bool force) {
+  for (auto& [k, r] : p.rkeys) ucp_rkey_destroy(r);
+  p.rkeys.clear();
+  if (!p.ep) return;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  void* req = ucp_ep_close_nbx(p.ep, &param);
+  if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
+  p.ep = nullptr;
+  p.failed = true;
+}
+
+void UcxKvSender::remember_ended(uint64_t id, const Status& st) {
+  std::lock_guard<std::mutex> lock(ended_mu_);
+  if (!ended_.emplace(id, st).second) return;
+  ended_order_.push_back(id);
+  while (ended_order_.size() > 4096) {
+    ended_.erase(ended_order_.front());
+    ended_order_.pop_front();
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<KvSender>> make_ucx_sender(const UcxSenderOptions& options) {
+  auto s = std::make_unique<UcxKvSender>(options);
+  YOCO_RETURN_IF_ERROR(s->init());
+  return std::unique_ptr<KvSender>(std::move(s));
+}
+
+}  // namespace yoco
