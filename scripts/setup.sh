@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev libomp-dev   # libFuzzer targets (clang + its OpenMP runtime)
   python3 python3-numpy       # the float64 reference (tests/reference/)
+  python3-torch               # tools/train: training model + checkpoint converter tests
   libboost-dev prometheus     # /metrics endpoint (Beast); promtool and a real scrape in tests
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the services' APIs
   libpcre2-dev                # the tokenizer's pre-tokenization regexes
