@@ -1,0 +1,374 @@
+// yoco-decode: a decode worker. Today it serves the public yoco.v1 API itself (local prefill
+// through the continuous batcher), gRPC health and reflection, /metrics, and drains on SIGTERM;
+// the prefill hand-off over UCX and the router come next (issue 4).
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "common/flags.h"
+#include "common/http_server.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "decode_service/batcher.h"
+#include "decode_service/grpc_status.h"
+#include "kernels/cpu/ops.h"
+#include "tokenizer/tokenizer.h"
+#include "yoco/v1/yoco.grpc.pb.h"
+
+namespace yoco {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+
+// Typed metrics of this worker (STYLE item 9).
+struct DecodeMetrics {
+  explicit DecodeMetrics(MetricsRegistry& r)
+      : ttft(r.histogram("yoco_time_to_first_token_seconds", "Time from request to first token.",
+                         Histogram::latency_buckets())),
+        itl(r.histogram("yoco_inter_token_latency_seconds", "Time between streamed tokens.",
+                        Histogram::latency_buckets())),
+        e2e(r.histogram("yoco_e2e_request_latency_seconds", "Request latency, first byte in to last out.",
+                        Histogram::latency_buckets())),
+        queue(r.histogram("yoco_request_queue_seconds", "Time a request waited before its first token.",
+                          Histogram::latency_buckets())),
+        prompt_tokens(r.counter("yoco_prompt_tokens_total", "Prompt tokens processed.")),
+        generation_tokens(r.counter("yoco_generation_tokens_total", "Tokens generated.")),
+        cached_tokens(r.counter("yoco_cached_prompt_tokens_total", "Prompt tokens served from the KV store.")),
+        requests(*r.counter_family("yoco_requests_total", "Finished requests by gRPC status.", {"status"}).value()),
+        running(r.gauge("yoco_requests_running", "Sequences in the running batch.")),
+        waiting(r.gauge("yoco_requests_waiting", "Requests waiting for admission.")),
+        kv_usage(r.gauge("yoco_kv_cache_usage_ratio", "Share of KV pool blocks in use.")),
+        kv_free(r.gauge("yoco_kv_cache_blocks_free", "Free KV pool blocks.")) {}
+  Histogram &ttft, &itl, &e2e, &queue;
+  Counter &prompt_tokens, &generation_tokens, &cached_tokens;
+  Family<Counter>& requests;
+  Gauge &running, &waiting, &kv_usage, &kv_free;
+};
+
+const char* grpc_code_name(grpc::StatusCode c) {
+  switch (c) {
+    case grpc::StatusCode::OK: return "ok";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "invalid_argument";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "resource_exhausted";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "deadline_exceeded";
+    case grpc::StatusCode::CANCELLED: return "cancelled";
+    case grpc::StatusCode::UNAVAILABLE: return "unavailable";
+    default: return "error";
+  }
+}
+
+class YocoService final : public v1::Yoco::Service {
+ public:
+  YocoService(const Model& model, const Tokenizer* tok, ContinuousBatcher& batcher, DecodeMetrics& m)
+      : model_(model), tok_(tok), batcher_(batcher), m_(m) {}
+
+  grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override {
+    const auto t0 = Clock::now();
+    grpc::Status st = generate(ctx, req, writer, t0);
+    m_.requests.with({grpc_code_name(st.error_code())}).inc();
+    m_.e2e.observe(std::chrono::duration<double>(Clock::now() - t0).count());
+    return st;
+  }
+
+  grpc::Status Score(grpc::ServerContext*, const v1::ScoreRequest* req, v1::ScoreResponse* resp) override {
+    auto ids = input_ids(req->input_case() == v1::ScoreRequest::kText, req->text(), req->tokens(), "input");
+    if (!ids.ok()) return to_grpc(ids.status());
+    auto lp = model_.score(ids.value());
+    if (!lp.ok()) return to_grpc(lp.status());
+    double sum = 0;
+    for (int32_t t : ids.value()) resp->add_token_ids(t);
+    for (float x : lp.value()) {
+      resp->add_token_logprobs(x);
+      sum += x;
+    }
+    resp->set_sum_logprob(sum);
+    resp->set_perplexity(std::exp(-sum / static_cast<double>(lp->size())));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req, v1::TokenizeResponse* resp) override {
+    if (!tok_) return {grpc::StatusCode::FAILED_PRECONDITION, "the model directory has no tokenizer"};
+    for (int32_t t : tok_->encode(req->text(), req->allow_special(), req->add_bos())) resp->add_ids(t);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Detokenize(grpc::ServerContext*, const v1::DetokenizeRequest* req, v1::DetokenizeResponse* resp) override {
+    if (!tok_) return {grpc::StatusCode::FAILED_PRECONDITION, "the model directory has no tokenizer"};
+    std::vector<int32_t> ids(req->ids().begin(), req->ids().end());
+    auto text = tok_->decode_checked(ids, req->skip_special());
+    if (!text.ok()) return to_grpc(text.status());
+    resp->set_text(text.value());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetModelInfo(grpc::ServerContext*, const v1::GetModelInfoRequest*, v1::ModelInfo* info) override {
+    const ModelConfig& c = model_.config();
+    char fp[32];
+    std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(model_.fingerprint()));
+    info->set_fingerprint(fp);
+    info->set_arch(c.arch == Arch::kYoco ? "yoco" : "transformer");
+    info->set_params_json(c.to_json().dump());
+    info->set_vocab_size(c.vocab_size);
+    info->set_max_seq_len(c.max_seq_len);
+    info->set_n_layers(c.n_layers);
+    info->set_n_self_layers(c.n_self_layers);
+    info->set_n_loops(c.n_loops);
+    info->set_sliding_window(c.sliding_window);
+    info->set_kv_bytes_per_token(static_cast<int64_t>(2) * c.kv_dim() * 4);
+    if (tok_ && tok_->bos_id()) info->set_bos_id(*tok_->bos_id());
+    if (tok_ && tok_->eos_id()) info->set_eos_id(*tok_->eos_id());
+    return grpc::Status::OK;
+  }
+
+ private:
+  Result<std::vector<int32_t>> input_ids(bool is_text, const std::string& text, const v1::TokenIds& tokens,
+                                         const char* field) const {
+    std::vector<int32_t> ids;
+    if (is_text) {
+      if (!tok_) return failed_precondition(std::string(field) + ".text: the model directory has no tokenizer");
+      ids = tok_->encode(text, false, tok_->add_bos_token());
+    } else {
+      ids.assign(tokens.ids().begin(), tokens.ids().end());
+    }
+    if (ids.empty()) return invalid_argument(std::string(field) + ": empty");
+    return ids;
+  }
+
+  grpc::Status generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer, Clock::time_point t0) {
+    if (req->document_ids_size() > 0)
+      return {grpc::StatusCode::UNIMPLEMENTED, "document_ids: the KV store is not available on this worker yet"};
+    if (req->stop_size() > 0) return {grpc::StatusCode::UNIMPLEMENTED, "stop: stop strings are not supported yet"};
+    if (req->logprobs() > 0) return {grpc::StatusCode::UNIMPLEMENTED, "logprobs: not supported yet"};
+    auto ids = input_ids(req->prompt_case() == v1::GenerateRequest::kText, req->text(), req->tokens(), "prompt");
+    if (!ids.ok()) return to_grpc(ids.status());
+
+    DecodeRequest dr;
+    dr.prompt = ids.value();
+    dr.max_tokens = req->max_tokens() == 0 ? 16 : static_cast<int>(req->max_tokens());
+    const auto& s = req->sampling();
+    dr.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
+    dr.sampling.top_k = s.has_top_k() ? s.top_k() : 0;
+    dr.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
+    dr.sampling.min_p = s.has_min_p() ? s.min_p() : 0.0f;
+    dr.sampling.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
+    dr.sampling.presence_penalty = s.has_presence_penalty() ? s.presence_penalty() : 0.0f;
+    dr.sampling.frequency_penalty = s.has_frequency_penalty() ? s.frequency_penalty() : 0.0f;
+    dr.sampling.seed = s.has_seed() ? s.seed() : std::random_device{}();
+    if (Status v = dr.sampling.validate(); !v.ok()) return to_grpc(invalid_argument("sampling." + v.message()));
+    dr.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
+    if (tok_ && tok_->eos_id() && !req->ignore_eos()) dr.stop_token_ids.push_back(*tok_->eos_id());
+    const auto deadline = ctx->deadline();
+    if (deadline != std::chrono::system_clock::time_point::max())
+      dr.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(deadline - std::chrono::system_clock::now());
+
+    // The batcher thread hands tokens over; this handler thread writes them to the stream.
+    struct Channel {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::deque<int32_t> tokens;
+      std::optional<FinishInfo> done;
+    };
+    auto ch = std::make_shared<Channel>();
+    dr.on_token = [ch](int32_t t) {
+      std::lock_guard<std::mutex> lock(ch->mu);
+      ch->tokens.push_back(t);
+      ch->cv.notify_all();
+    };
+    dr.on_finish = [ch](const FinishInfo& f) {
+      std::lock_guard<std::mutex> lock(ch->mu);
+      ch->done = f;
+      ch->cv.notify_all();
+    };
+    auto id = batcher_.submit(std::move(dr));
+    if (!id.ok()) return to_grpc(id.status());
+    m_.prompt_tokens.inc(static_cast<double>(ids->size()));
+
+    std::unique_ptr<StreamDecoder> text;
+    if (tok_) text = std::make_unique<StreamDecoder>(*tok_, /*skip_special=*/true);
+    int64_t n_out = 0;
+    std::optional<Clock::time_point> first, last;
+    bool cancelled_sent = false;
+    while (true) {
+      std::deque<int32_t> batch;
+      std::optional<FinishInfo> done;
+      {
+        std::unique_lock<std::mutex> lock(ch->mu);
+        ch->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return !ch->tokens.empty() || ch->done; });
+        batch.swap(ch->tokens);
+        done = ch->done;
+      }
+      if (ctx->IsCancelled() && !cancelled_sent) {  // client went away: free its blocks now
+        batcher_.cancel(id.value());
+        cancelled_sent = true;
+      }
+      if (!batch.empty()) {
+        const auto now = Clock::now();
+        if (!first) {
+          first = now;
+          m_.ttft.observe(std::chrono::duration<double>(now - t0).count());
+          m_.queue.observe(std::chrono::duration<double>(now - t0).count());
+        } else {
+          m_.itl.observe(std::chrono::duration<double>(now - *last).count() / static_cast<double>(batch.size()));
+        }
+        last = now;
+        v1::GenerateResponse resp;
+        auto* delta = resp.mutable_delta();
+        for (int32_t t : batch) {
+          delta->add_token_ids(t);
+          if (text) *delta->mutable_text() += text->push(t);
+        }
+        n_out += static_cast<int64_t>(batch.size());
+        m_.generation_tokens.inc(static_cast<double>(batch.size()));
+        if (!cancelled_sent && !writer->Write(resp)) {
+          batcher_.cancel(id.value());
+          cancelled_sent = true;
+        }
+      }
+      if (done && batch.empty()) {
+        if (!done->status.ok()) return to_grpc(done->status);
+        v1::GenerateResponse resp;
+        if (text) {
+          const std::string rest = text->flush();
+          if (!rest.empty()) {
+            resp.mutable_delta()->set_text(rest);
+            writer->Write(resp);
+            resp.Clear();
+          }
+        }
+        auto* fin = resp.mutable_final();
+        fin->set_request_id(req->request_id());
+        const bool eos = tok_ && tok_->eos_id() && done->reason == "stop" && n_out > 0;
+        fin->set_finish_reason(done->reason == "length" ? v1::FINISH_REASON_LENGTH
+                               : eos                    ? v1::FINISH_REASON_EOS
+                                                        : v1::FINISH_REASON_STOP);
+        fin->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(done->prompt_tokens));
+        fin->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(done->completion_tokens));
+        if (first) fin->mutable_timings()->set_first_token_seconds(std::chrono::duration<double>(*first - t0).count());
+        fin->mutable_timings()->set_total_seconds(std::chrono::duration<double>(Clock::now() - t0).count());
+        writer->Write(resp);
+        return grpc::Status::OK;
+      }
+    }
+  }
+
+  const Model& model_;
+  const Tokenizer* tok_;
+  ContinuousBatcher& batcher_;
+  DecodeMetrics& m_;
+};
+
+int run(int argc, char** argv) {
+  auto f = Flags::parse(argc, argv, 1,
+                        {"model", "listen", "metrics-listen", "kv-blocks", "block-size", "max-running", "max-waiting",
+                         "threads", "port-file", "drain-seconds"});
+  if (!f.ok()) {
+    std::fprintf(stderr, "yoco-decode: %s\n", f.status().message().c_str());
+    return 2;
+  }
+  auto num = [&](const char* name, int64_t def) -> int64_t {
+    auto v = f->get_int(name, def);
+    if (!v.ok()) {
+      std::fprintf(stderr, "yoco-decode: %s\n", v.status().message().c_str());
+      std::exit(2);
+    }
+    return v.value();
+  };
+  if (!f->has("model")) {
+    std::fprintf(stderr, "yoco-decode: --model: required\n");
+    return 2;
+  }
+  cpu::set_num_threads(static_cast<int>(num("threads", 0)));
+  auto model = Model::load(f->get("model"));
+  if (!model.ok()) {
+    std::fprintf(stderr, "yoco-decode: %s\n", model.status().message().c_str());
+    return 1;
+  }
+  std::unique_ptr<Tokenizer> tok;
+  if (auto t = Tokenizer::load(f->get("model")); t.ok()) tok = std::move(t).value();
+  auto pool = KvPool::create(static_cast<int>(num("kv-blocks", 4096)), static_cast<int>(num("block-size", 32)),
+                             (*model)->config().kv_dim());
+  if (!pool.ok()) {
+    std::fprintf(stderr, "yoco-decode: %s\n", pool.status().message().c_str());
+    return 2;
+  }
+  BatcherLimits lim;
+  lim.max_running = static_cast<int>(num("max-running", 32));
+  lim.max_waiting = static_cast<int>(num("max-waiting", 256));
+  ContinuousBatcher batcher(**model, **pool, lim);
+  batcher.start();
+
+  MetricsRegistry registry;
+  DecodeMetrics metrics(registry);
+  auto refresh_gauges = [&] {
+    metrics.running.set(batcher.running());
+    metrics.waiting.set(batcher.waiting());
+    const double free = (*pool)->free_blocks();
+    metrics.kv_free.set(free);
+    metrics.kv_usage.set(1.0 - free / (*pool)->total_blocks());
+  };
+  const std::string metrics_listen = f->get("metrics-listen", "127.0.0.1:0");
+  const auto mcolon = metrics_listen.rfind(':');
+  auto http = HttpServer::start(metrics_listen.substr(0, mcolon), static_cast<uint16_t>(std::stoi(metrics_listen.substr(mcolon + 1))),
+                                {{"/metrics", [&] {
+                                    refresh_gauges();
+                                    return HttpResponse{200, kPrometheusContentType, registry.expose()};
+                                  }}});
+  if (!http.ok()) {
+    std::fprintf(stderr, "yoco-decode: %s\n", http.status().message().c_str());
+    return 1;
+  }
+
+  YocoService service(**model, tok.get(), batcher, metrics);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(f->get("listen", "127.0.0.1:0"), grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    std::fprintf(stderr, "yoco-decode: cannot listen on %s\n", f->get("listen", "127.0.0.1:0").c_str());
+    return 1;
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  YOCO_LOG(LogLevel::kInfo, "yoco-decode serving",
+           LogFields().kv("grpc_port", port).kv("metrics_port", (*http)->port()).kv("model", f->get("model")));
+  if (f->has("port-file")) {
+    std::ofstream pf(f->get("port-file") + ".tmp");
+    pf << "{\"grpc_port\":" << port << ",\"metrics_port\":" << (*http)->port() << "}\n";
+    pf.close();
+    std::rename((f->get("port-file") + ".tmp").c_str(), f->get("port-file").c_str());
+  }
+
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Graceful: NOT_SERVING at once, finish in-flight work, then exit.
+  YOCO_LOG(LogLevel::kInfo, "draining", LogFields().kv("running", batcher.running()).kv("waiting", batcher.waiting()));
+  server->GetHealthCheckService()->SetServingStatus(false);
+  batcher.stop(/*drain=*/true);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(num("drain-seconds", 30)));
+  (*http)->stop();
+  YOCO_LOG(LogLevel::kInfo, "stopped", LogFields());
+  return 0;
+}
+
+}  // namespace
+}  // namespace yoco
+
+int main(int argc, char** argv) { return yoco::run(argc, argv); }
