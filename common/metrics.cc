@@ -146,26 +146,27 @@ Status MetricsRegistry::check_new(const std::string& name, const std::vector<std
   return Status::Ok();
 }
 
+template <class M>
+Result<Family<M>*> MetricsRegistry::add_family(const std::string& name, const std::string& help,
+                                               std::vector<std::string> label_names, MetricType type,
+                                               std::unique_ptr<Family<M>> Entry::*slot, std::vector<double> buckets) {
+  std::lock_guard<std::mutex> lock(mu_);
+  YOCO_RETURN_IF_ERROR(check_new(name, label_names, type));
+  Entry& e = entries_[name];
+  e.type = type;
+  e.help = help;
+  e.*slot = std::make_unique<Family<M>>(std::move(label_names), std::move(buckets));
+  return (e.*slot).get();
+}
+
 Result<Family<Counter>*> MetricsRegistry::counter_family(const std::string& name, const std::string& help,
                                                          std::vector<std::string> label_names) {
-  std::lock_guard<std::mutex> lock(mu_);
-  YOCO_RETURN_IF_ERROR(check_new(name, label_names, MetricType::kCounter));
-  Entry& e = entries_[name];
-  e.type = MetricType::kCounter;
-  e.help = help;
-  e.counters = std::make_unique<Family<Counter>>(std::move(label_names));
-  return e.counters.get();
+  return add_family(name, help, std::move(label_names), MetricType::kCounter, &Entry::counters);
 }
 
 Result<Family<Gauge>*> MetricsRegistry::gauge_family(const std::string& name, const std::string& help,
                                                      std::vector<std::string> label_names) {
-  std::lock_guard<std::mutex> lock(mu_);
-  YOCO_RETURN_IF_ERROR(check_new(name, label_names, MetricType::kGauge));
-  Entry& e = entries_[name];
-  e.type = MetricType::kGauge;
-  e.help = help;
-  e.gauges = std::make_unique<Family<Gauge>>(std::move(label_names));
-  return e.gauges.get();
+  return add_family(name, help, std::move(label_names), MetricType::kGauge, &Entry::gauges);
 }
 
 Result<Family<Histogram>*> MetricsRegistry::histogram_family(const std::string& name, const std::string& help,
@@ -174,13 +175,7 @@ Result<Family<Histogram>*> MetricsRegistry::histogram_family(const std::string& 
   for (size_t i = 0; i < buckets.size(); ++i)
     if (!std::isfinite(buckets[i]) || (i > 0 && buckets[i] <= buckets[i - 1]))
       return invalid_argument("histogram \"" + name + "\": buckets must be finite and increasing");
-  std::lock_guard<std::mutex> lock(mu_);
-  YOCO_RETURN_IF_ERROR(check_new(name, label_names, MetricType::kHistogram));
-  Entry& e = entries_[name];
-  e.type = MetricType::kHistogram;
-  e.help = help;
-  e.histograms = std::make_unique<Family<Histogram>>(std::move(label_names), std::move(buckets));
-  return e.histograms.get();
+  return add_family(name, help, std::move(label_names), MetricType::kHistogram, &Entry::histograms, std::move(buckets));
 }
 
 Counter& MetricsRegistry::counter(const std::string& name, const std::string& help) {

@@ -285,17 +285,7 @@ void UcxKvReceiver::teardown() {
   }
   conns_.clear();
   ucx_->progress_until(
-      [&] {
-        for (auto it = closing_.begin(); it != closing_.end();) {
-          if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
-            ucp_request_free(*it);
-            it = closing_.erase(it);
-          } else {
-            ++it;
-          }
-        }
-        return closing_.empty();
-      },
+      [&] { return reap_requests(closing_); },
       Clock::now() + std::chrono::seconds(2));
 }
 
@@ -380,14 +370,7 @@ bool UcxKvReceiver::tick() {
   flush_acks();
   // After the messages: an endpoint's last messages are handled before its failure.
   for (auto& [ep, st] : std::exchange(ep_errors_, {})) drop_connection(ep, st);
-  for (auto it = closing_.begin(); it != closing_.end();) {
-    if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
-      ucp_request_free(*it);
-      it = closing_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  reap_requests(closing_);
   return work;
 }
 

@@ -202,17 +202,7 @@ void UcxKvSender::teardown() {
   for (auto& [addr, p] : peers_) close_peer(*p, p->failed);
   peers_.clear();
   ucx_->progress_until(
-      [&] {
-        for (auto it = closing_.begin(); it != closing_.end();) {
-          if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
-            ucp_request_free(*it);
-            it = closing_.erase(it);
-          } else {
-            ++it;
-          }
-        }
-        return closing_.empty();
-      },
+      [&] { return reap_requests(closing_); },
       Clock::now() + std::chrono::seconds(2));
 }
 
@@ -467,14 +457,7 @@ bool UcxKvSender::tick() {
     }
   }
   for (auto& [ep, st] : std::exchange(ep_errors_, {})) fail_peer(ep, st);
-  for (auto it = closing_.begin(); it != closing_.end();) {
-    if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
-      ucp_request_free(*it);
-      it = closing_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  reap_requests(closing_);
   // Transfers nobody committed or aborted are dropped some time after their lease.
   if (Clock::now() >= next_gc_) {
     next_gc_ = Clock::now() + std::chrono::seconds(1);

@@ -167,4 +167,16 @@ void UcxWorker::stop() {
   thread_.join();
 }
 
+bool reap_requests(std::vector<void*>& reqs) {
+  for (auto it = reqs.begin(); it != reqs.end();) {
+    if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
+      ucp_request_free(*it);
+      it = reqs.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return reqs.empty();
+}
+
 }  // namespace yoco::transfer_detail

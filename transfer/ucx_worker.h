@@ -65,6 +65,8 @@ struct UcxOp {
 };
 // Fills `param` so a later completion calls op->on_done and frees the op and the request.
 void ucx_op_param(ucp_request_param_t& param, UcxOp* op);
+// Frees the requests that have completed and drops them from `reqs`; true when none is left.
+bool reap_requests(std::vector<void*>& reqs);
 // Handles the return of a *_nbx call made with ucx_op_param: completes the op now when the call
 // did not return a request.
 void ucx_op_posted(ucs_status_ptr_t ret, UcxOp* op);
