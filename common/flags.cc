@@ -3,6 +3,10 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "common/json.h"
 
 namespace yoco {
 
@@ -37,7 +41,39 @@ Result<Flags> Flags::parse(int argc, char** argv, int first, const std::set<std:
     }
     f.values_[name] = value;
   }
+  if (known.count("config") && f.has("config")) YOCO_RETURN_IF_ERROR(f.merge_config_file(f.get("config"), known, booleans));
   return f;
+}
+
+Status Flags::merge_config_file(const std::string& path, const std::set<std::string>& known,
+                                const std::set<std::string>& booleans) {
+  std::ifstream in(path);
+  if (!in) return invalid_argument("--config: cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = Json::parse(ss.str());
+  if (!j.ok()) return invalid_argument("--config " + path + ": " + j.status().message());
+  if (!j->is_object()) return invalid_argument("--config " + path + ": expected a JSON object of flag values");
+  for (const auto& [key, v] : j->as_object()) {
+    if (key == "config" || !known.count(key)) return invalid_argument("--config " + path + ": unknown key \"" + key + "\"");
+    if (values_.count(key)) continue;  // the command line wins
+    if (booleans.count(key)) {
+      if (!v.is_bool()) return invalid_argument("--config " + path + ": \"" + key + "\" must be true or false");
+      if (v.as_bool()) values_[key] = "true";
+    } else if (v.is_string()) {
+      values_[key] = v.as_string();
+    } else if (v.is_integer()) {
+      values_[key] = std::to_string(v.as_int());
+    } else if (v.is_number()) {
+      std::ostringstream os;
+      os.precision(17);
+      os << v.as_double();
+      values_[key] = os.str();
+    } else {
+      return invalid_argument("--config " + path + ": \"" + key + "\" must be a string or a number");
+    }
+  }
+  return Status::Ok();
 }
 
 std::string Flags::get(const std::string& name, const std::string& def) const {

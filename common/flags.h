@@ -15,6 +15,9 @@ namespace yoco {
 class Flags {
  public:
   // `known` lists the accepted flag names (without "--"); `booleans` those that take no value.
+  // When `known` has "config", `--config FILE` reads a JSON object of flag values ({"listen":
+  // "0.0.0.0:7000", "max-running": 64, "ucx-no-peer-error-handling": true}); flags given on the
+  // command line win, and unknown keys are errors naming the key.
   static Result<Flags> parse(int argc, char** argv, int first, const std::set<std::string>& known,
                              const std::set<std::string>& booleans = {});
 
@@ -28,6 +31,9 @@ class Flags {
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:
+  Status merge_config_file(const std::string& path, const std::set<std::string>& known,
+                           const std::set<std::string>& booleans);
+
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
 };

@@ -3,6 +3,7 @@
 #include "common/checksum.h"
 #include "common/flags.h"
 #include "common/json.h"
+#include "tests/unit/test_util.h"
 
 namespace yoco {
 namespace {
@@ -52,6 +53,29 @@ TEST(Flags, ParsesAndNamesErrors) {
   auto h = Flags::parse(4, const_cast<char**>(badint), 2, {"a"});
   ASSERT_TRUE(h.ok());
   EXPECT_NE(h->get_int("a", 0).status().message().find("--a"), std::string::npos);
+}
+
+TEST(Flags, ConfigFileFillsWhatTheCommandLineLeaves) {
+  test::TempDir dir;
+  const std::string cfg = dir.sub("c.json");
+  std::ofstream(cfg) << R"({"a": 7, "b": "from-file", "json": true, "d": 0.25})";
+  const std::string arg = "--config=" + cfg;
+  const char* argv[] = {"prog", "--b", "cli", arg.c_str()};
+  auto f = Flags::parse(4, const_cast<char**>(argv), 1, {"a", "b", "d", "json", "config"}, {"json"});
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->get_int("a", 0).value(), 7);
+  EXPECT_EQ(f->get("b"), "cli");  // the command line wins
+  EXPECT_TRUE(f->get_bool("json"));
+  EXPECT_DOUBLE_EQ(f->get_double("d", 0).value(), 0.25);
+
+  std::ofstream(cfg) << R"({"zzz": 1})";
+  auto g = Flags::parse(4, const_cast<char**>(argv), 1, {"a", "b", "d", "json", "config"}, {"json"});
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("zzz"), std::string::npos);
+  std::ofstream(cfg) << R"({"json": "yes"})";
+  auto h = Flags::parse(4, const_cast<char**>(argv), 1, {"a", "b", "d", "json", "config"}, {"json"});
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("json"), std::string::npos);
 }
 
 }  // namespace
