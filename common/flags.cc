@@ -10,6 +10,23 @@
 
 namespace yoco {
 
+Result<std::pair<std::string, int>> parse_listen_address(const std::string& value, const std::string& flag) {
+  const auto colon = value.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == value.size())
+    return invalid_argument("--" + flag + ": expected host:port, got \"" + value + "\"");
+  std::string host = value.substr(0, colon);
+  if (host.front() == '[') {
+    if (host.back() != ']') return invalid_argument("--" + flag + ": unbalanced [ in \"" + value + "\"");
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string port_s = value.substr(colon + 1);
+  int port = -1;
+  auto r = std::from_chars(port_s.data(), port_s.data() + port_s.size(), port);
+  if (r.ec != std::errc() || r.ptr != port_s.data() + port_s.size() || port < 0 || port > 65535)
+    return invalid_argument("--" + flag + ": bad port \"" + port_s + "\"");
+  return std::make_pair(host, port);
+}
+
 Result<Flags> Flags::parse(int argc, char** argv, int first, const std::set<std::string>& known,
                            const std::set<std::string>& booleans) {
   Flags f;

@@ -6,11 +6,16 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
 
 namespace yoco {
+
+// "host:port" or "[v6 addr]:port" with port 0..65535 (0: any free port) for a listening
+// socket; the error names `flag`.
+Result<std::pair<std::string, int>> parse_listen_address(const std::string& value, const std::string& flag);
 
 class Flags {
  public:

@@ -1,7 +1,11 @@
 #include "decode_service/batcher.h"
 
+#include "kernels/cpu/ops.h"
+
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numeric>
 
 namespace yoco {
 
@@ -10,24 +14,47 @@ ContinuousBatcher::ContinuousBatcher(const Model& model, KvPool& pool, BatcherLi
 
 ContinuousBatcher::~ContinuousBatcher() { stop(/*drain=*/false); }
 
-Result<uint64_t> ContinuousBatcher::submit(DecodeRequest req) {
+Status ContinuousBatcher::validate(const DecodeRequest& req) const {
   if (req.prompt.empty()) return invalid_argument("prompt: must contain at least one token");
   if (req.max_tokens < 1) return invalid_argument("max_tokens: must be >= 1");
   YOCO_RETURN_IF_ERROR(req.sampling.validate());
   YOCO_RETURN_IF_ERROR(model_.validate_tokens(req.prompt, 0, "prompt"));
+  YOCO_RETURN_IF_ERROR(model_.validate_tokens(req.generated_before, static_cast<int64_t>(req.prompt.size()), "generated"));
+  if (static_cast<int>(req.generated_before.size()) >= req.max_tokens)
+    return invalid_argument("generated: already max_tokens tokens");
+  if (req.logprobs < 0 || req.logprobs > 20) return invalid_argument("logprobs: must be in [0, 20]");
   if (static_cast<int64_t>(req.prompt.size()) + req.max_tokens > model_.config().max_seq_len)
     return invalid_argument("max_tokens: prompt + max_tokens exceeds max_seq_len " +
                             std::to_string(model_.config().max_seq_len));
   if (req.state && (!req.state->pages || req.state->pages->k_pool != pool_.k_data()))
     return invalid_argument("state: a shipped state must hold its K/V rows in this worker's pool");
+  if (req.state && req.state->position != static_cast<int64_t>(req.prompt.size() + req.generated_before.size()))
+    return invalid_argument("state: position " + std::to_string(req.state->position) + " != prompt + generated tokens");
+  return Status::Ok();
+}
+
+Result<uint64_t> ContinuousBatcher::submit(DecodeRequest req) {
+  if (Status v = validate(req); !v.ok()) {
+    if (req.state && req.state->pages && req.state->pages->k_pool == pool_.k_data()) pool_.release(*req.state->pages);
+    return v;
+  }
   auto s = std::make_unique<Seq>();
   s->sampler = std::make_unique<Sampler>(req.sampling, model_.config().vocab_size, req.prompt);
+  s->sampler->replay(req.generated_before);
+  s->submitted = Clock::now();
   s->req = std::move(req);
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return Status(StatusCode::kUnavailable, "decode worker is shutting down");
-  if (static_cast<int>(waiting_.size()) >= limits_.max_waiting)
-    return Status(StatusCode::kResourceExhausted,
-                  "decode queue full: " + std::to_string(waiting_.size()) + " requests waiting");
+  Status refused;
+  if (stopping_) {
+    refused = Status(StatusCode::kUnavailable, "decode worker is shutting down");
+  } else if (static_cast<int>(waiting_.size()) >= limits_.max_waiting) {
+    refused = Status(StatusCode::kResourceExhausted,
+                     "decode queue full: " + std::to_string(waiting_.size()) + " requests waiting");
+  }
+  if (!refused.ok()) {  // a shipped state's blocks go back at once
+    if (s->req.state && s->req.state->pages) pool_.release(*s->req.state->pages);
+    return refused;
+  }
   s->id = next_id_++;
   const uint64_t id = s->id;
   waiting_.push_back(std::move(s));
@@ -83,17 +110,43 @@ void ContinuousBatcher::finish(SeqPtr s, std::string reason, Status status) {
   info.prompt_tokens = static_cast<int64_t>(s->req.prompt.size());
   info.completion_tokens = static_cast<int64_t>(s->generated.size());
   info.preemptions = s->preemptions;
+  info.queue_seconds = s->queue_seconds.value_or(std::chrono::duration<double>(Clock::now() - s->submitted).count());
   if (s->req.on_finish) s->req.on_finish(info);
 }
 
+namespace {
+
+// log-softmax of the raw logits for the chosen token and the top n (ties: lower id first).
+TokenLogprobs token_logprobs(const float* logits, int vocab, int32_t token, int n) {
+  float mx = logits[0];
+  for (int i = 1; i < vocab; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = static_cast<float>(logits[token] - lse);
+  std::vector<int32_t> idx(vocab);
+  std::iota(idx.begin(), idx.end(), 0);
+  n = std::min(n, vocab);
+  std::partial_sort(idx.begin(), idx.begin() + n, idx.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (int i = 0; i < n; ++i) out.top.emplace_back(idx[i], static_cast<float>(logits[idx[i]] - lse));
+  return out;
+}
+
+}  // namespace
+
 bool ContinuousBatcher::sample_and_emit(Seq& s, const float* logits) {
-  std::vector<float> row(logits, logits + model_.config().vocab_size);
+  const int V = model_.config().vocab_size;
+  std::vector<float> row(logits, logits + V);
   const int32_t tok = s.sampler->sample(row.data());
   s.generated.push_back(tok);
+  if (s.req.logprobs > 0 && s.req.on_logprobs) s.req.on_logprobs(token_logprobs(logits, V, tok, s.req.logprobs));
   if (s.req.on_token) s.req.on_token(tok);
   const auto& stops = s.req.stop_token_ids;
   if (std::find(stops.begin(), stops.end(), tok) != stops.end()) return true;
-  if (static_cast<int>(s.generated.size()) >= s.req.max_tokens) return true;
+  if (static_cast<int>(s.req.generated_before.size() + s.generated.size()) >= s.req.max_tokens) return true;
   s.next_input = tok;
   return false;
 }
@@ -101,6 +154,7 @@ bool ContinuousBatcher::sample_and_emit(Seq& s, const float* logits) {
 bool ContinuousBatcher::admit(Seq& s) {
   const int V = model_.config().vocab_size;
   s.logits.assign(V, 0.0f);
+  if (!s.queue_seconds) s.queue_seconds = std::chrono::duration<double>(Clock::now() - s.submitted).count();
   if (s.req.state && s.generated.empty()) {
     // Shipped state: the prompt was prefilled elsewhere; its rows are already in our blocks.
     s.state = std::move(s.req.state);
@@ -110,6 +164,7 @@ bool ContinuousBatcher::admit(Seq& s) {
     // when this is a recompute after preemption (the sampler keeps its state, so the stream
     // continues exactly).
     std::vector<int32_t> consumed = s.req.prompt;
+    consumed.insert(consumed.end(), s.req.generated_before.begin(), s.req.generated_before.end());
     consumed.insert(consumed.end(), s.generated.begin(), s.generated.end());
     SequenceState st = model_.new_sequence();
     st.pages = pool_.new_pages();
@@ -141,6 +196,7 @@ void ContinuousBatcher::preempt_newest() {
 }
 
 void ContinuousBatcher::loop() {
+  if (limits_.threads > 0) cpu::set_num_threads(limits_.threads);
   std::vector<float> logits;
   while (true) {
     std::vector<SeqPtr> done_cancelled, done_deadline;
@@ -192,6 +248,12 @@ void ContinuousBatcher::loop() {
         s = std::move(waiting_.front());
         waiting_.pop_front();
       }
+      // Queued past its deadline (or cancelled) since the sweep above: never admitted.
+      if (s->cancelled || Clock::now() >= s->req.deadline) {
+        if (s->cancelled) finish(std::move(s), "cancelled", Status(StatusCode::kCancelled, "cancelled"));
+        else finish(std::move(s), "deadline", Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
+        continue;
+      }
       if (!admit(*s)) {
         std::lock_guard<std::mutex> lock(mu_);
         if (running_.empty()) {
@@ -207,7 +269,8 @@ void ContinuousBatcher::loop() {
         continue;
       }
       if (sample_and_emit(*s, s->logits.data())) {
-        finish(std::move(s), s->generated.size() >= static_cast<size_t>(s->req.max_tokens) ? "length" : "stop",
+        finish(std::move(s),
+               s->req.generated_before.size() + s->generated.size() >= static_cast<size_t>(s->req.max_tokens) ? "length" : "stop",
                Status::Ok());
         continue;
       }

@@ -33,10 +33,23 @@ struct FinishInfo {
   Status status;       // OK unless reason is "error", "cancelled" or "deadline"
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int preemptions = 0;
+  double queue_seconds = 0;  // submit to first admission
+};
+
+// Log-probabilities of one sampled token under the model's raw next-token distribution
+// (log-softmax of the logits, before penalties and temperature, as vLLM reports them).
+struct TokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // the `logprobs` most likely, best first
 };
 
 struct DecodeRequest {
   std::vector<int32_t> prompt;
+  // Tokens already streamed by another worker (migration): the sequence consumes prompt +
+  // generated_before before its first new token, the sampler replays them (penalties, seeded
+  // draws), and max_tokens counts them. Only new tokens reach on_token.
+  std::vector<int32_t> generated_before;
   // A state prefilled elsewhere (its K/V rows already in this pool's blocks, `pages` set) —
   // when absent the batcher prefills `prompt` itself.
   std::optional<SequenceState> state;
@@ -44,6 +57,8 @@ struct DecodeRequest {
   int max_tokens = 16;
   std::vector<int32_t> stop_token_ids;
   Clock::time_point deadline = Clock::time_point::max();
+  int logprobs = 0;  // > 0: on_logprobs gets each token's log-prob and the top-n, before on_token
+  std::function<void(const TokenLogprobs&)> on_logprobs;
   std::function<void(int32_t token)> on_token;         // called from the batcher thread
   std::function<void(const FinishInfo&)> on_finish;    // exactly once
 };
@@ -53,6 +68,7 @@ struct BatcherLimits {
   int max_running = 32;          // sequences per decode step
   int max_waiting = 256;         // queued requests; beyond: RESOURCE_EXHAUSTED
   int reserve_ahead_rows = 32;   // rows reserved past the current need, to grow less often
+  int threads = 0;               // OpenMP threads of the batcher thread (a per-thread setting); 0: default
   PrefillOptions prefill;
 };
 
@@ -63,7 +79,10 @@ class ContinuousBatcher {
 
   // Queues a request; RESOURCE_EXHAUSTED when the queue is full, INVALID_ARGUMENT for bad
   // fields (named). The request id is for cancel().
+  // A refused request's shipped state (if any) has its blocks returned to the pool.
   Result<uint64_t> submit(DecodeRequest req);
+  // The field checks of submit, for callers that must refuse before reserving anything.
+  Status validate(const DecodeRequest& req) const;
   void cancel(uint64_t id);
 
   void start();
@@ -86,6 +105,8 @@ class ContinuousBatcher {
     std::vector<float> logits;           // logits awaiting sampling (after prefill)
     bool cancelled = false;
     int preemptions = 0;
+    Clock::time_point submitted;
+    std::optional<double> queue_seconds;  // set at first admission
   };
   using SeqPtr = std::unique_ptr<Seq>;
 

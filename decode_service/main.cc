@@ -1,6 +1,7 @@
-// yoco-decode: a decode worker. Today it serves the public yoco.v1 API itself (local prefill
-// through the continuous batcher), gRPC health and reflection, /metrics, and drains on SIGTERM;
-// the prefill hand-off over UCX and the router come next (issue 4).
+// yoco-decode: a decode worker. Serves the internal DecodeWorker service (KV blocks reserved
+// for a prefill worker, filled over UCX, then continuous batching; proto/yoco/internal/v1) and,
+// for direct use without a router, the public yoco.v1 API with local prefill. gRPC health and
+// reflection, /metrics, graceful SIGTERM drain.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -23,6 +24,9 @@
 #include "common/metrics.h"
 #include "decode_service/batcher.h"
 #include "decode_service/grpc_status.h"
+#include "decode_service/metrics.h"
+#include "decode_service/worker_service.h"
+#include "transfer/ucx_transport.h"
 #include "kernels/cpu/ops.h"
 #include "tokenizer/tokenizer.h"
 #include "yoco/v1/yoco.grpc.pb.h"
@@ -32,43 +36,6 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
-
-// Typed metrics of this worker (STYLE item 9).
-struct DecodeMetrics {
-  explicit DecodeMetrics(MetricsRegistry& r)
-      : ttft(r.histogram("yoco_time_to_first_token_seconds", "Time from request to first token.",
-                         Histogram::latency_buckets())),
-        itl(r.histogram("yoco_inter_token_latency_seconds", "Time between streamed tokens.",
-                        Histogram::latency_buckets())),
-        e2e(r.histogram("yoco_e2e_request_latency_seconds", "Request latency, first byte in to last out.",
-                        Histogram::latency_buckets())),
-        queue(r.histogram("yoco_request_queue_seconds", "Time a request waited before its first token.",
-                          Histogram::latency_buckets())),
-        prompt_tokens(r.counter("yoco_prompt_tokens_total", "Prompt tokens processed.")),
-        generation_tokens(r.counter("yoco_generation_tokens_total", "Tokens generated.")),
-        cached_tokens(r.counter("yoco_cached_prompt_tokens_total", "Prompt tokens served from the KV store.")),
-        requests(*r.counter_family("yoco_requests_total", "Finished requests by gRPC status.", {"status"}).value()),
-        running(r.gauge("yoco_requests_running", "Sequences in the running batch.")),
-        waiting(r.gauge("yoco_requests_waiting", "Requests waiting for admission.")),
-        kv_usage(r.gauge("yoco_kv_cache_usage_ratio", "Share of KV pool blocks in use.")),
-        kv_free(r.gauge("yoco_kv_cache_blocks_free", "Free KV pool blocks.")) {}
-  Histogram &ttft, &itl, &e2e, &queue;
-  Counter &prompt_tokens, &generation_tokens, &cached_tokens;
-  Family<Counter>& requests;
-  Gauge &running, &waiting, &kv_usage, &kv_free;
-};
-
-const char* grpc_code_name(grpc::StatusCode c) {
-  switch (c) {
-    case grpc::StatusCode::OK: return "ok";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "invalid_argument";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "resource_exhausted";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "deadline_exceeded";
-    case grpc::StatusCode::CANCELLED: return "cancelled";
-    case grpc::StatusCode::UNAVAILABLE: return "unavailable";
-    default: return "error";
-  }
-}
 
 class YocoService final : public v1::Yoco::Service {
  public:
@@ -160,16 +127,9 @@ class YocoService final : public v1::Yoco::Service {
     DecodeRequest dr;
     dr.prompt = ids.value();
     dr.max_tokens = req->max_tokens() == 0 ? 16 : static_cast<int>(req->max_tokens());
-    const auto& s = req->sampling();
-    dr.sampling.temperature = s.has_temperature() ? s.temperature() : 1.0f;
-    dr.sampling.top_k = s.has_top_k() ? s.top_k() : 0;
-    dr.sampling.top_p = s.has_top_p() ? s.top_p() : 1.0f;
-    dr.sampling.min_p = s.has_min_p() ? s.min_p() : 0.0f;
-    dr.sampling.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty() : 1.0f;
-    dr.sampling.presence_penalty = s.has_presence_penalty() ? s.presence_penalty() : 0.0f;
-    dr.sampling.frequency_penalty = s.has_frequency_penalty() ? s.frequency_penalty() : 0.0f;
-    dr.sampling.seed = s.has_seed() ? s.seed() : std::random_device{}();
-    if (Status v = dr.sampling.validate(); !v.ok()) return to_grpc(invalid_argument("sampling." + v.message()));
+    auto sampling = sampling_from_proto(req->sampling());
+    if (!sampling.ok()) return to_grpc(sampling.status());
+    dr.sampling = sampling.value();
     dr.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
     if (tok_ && tok_->eos_id() && !req->ignore_eos()) dr.stop_token_ids.push_back(*tok_->eos_id());
     const auto deadline = ctx->deadline();
@@ -201,6 +161,7 @@ class YocoService final : public v1::Yoco::Service {
     std::unique_ptr<StreamDecoder> text;
     if (tok_) text = std::make_unique<StreamDecoder>(*tok_, /*skip_special=*/true);
     int64_t n_out = 0;
+    int32_t last_token = -1;
     std::optional<Clock::time_point> first, last;
     bool cancelled_sent = false;
     while (true) {
@@ -233,6 +194,7 @@ class YocoService final : public v1::Yoco::Service {
           if (text) *delta->mutable_text() += text->push(t);
         }
         n_out += static_cast<int64_t>(batch.size());
+        last_token = batch.back();
         m_.generation_tokens.inc(static_cast<double>(batch.size()));
         if (!cancelled_sent && !writer->Write(resp)) {
           batcher_.cancel(id.value());
@@ -252,7 +214,7 @@ class YocoService final : public v1::Yoco::Service {
         }
         auto* fin = resp.mutable_final();
         fin->set_request_id(req->request_id());
-        const bool eos = tok_ && tok_->eos_id() && done->reason == "stop" && n_out > 0;
+        const bool eos = tok_ && tok_->eos_id() && !req->ignore_eos() && done->reason == "stop" && last_token == *tok_->eos_id();
         fin->set_finish_reason(done->reason == "length" ? v1::FINISH_REASON_LENGTH
                                : eos                    ? v1::FINISH_REASON_EOS
                                                         : v1::FINISH_REASON_STOP);
@@ -275,7 +237,9 @@ class YocoService final : public v1::Yoco::Service {
 int run(int argc, char** argv) {
   auto f = Flags::parse(argc, argv, 1,
                         {"model", "listen", "metrics-listen", "kv-blocks", "block-size", "max-running", "max-waiting",
-                         "threads", "port-file", "drain-seconds"});
+                         "threads", "port-file", "drain-seconds", "config", "ucx-listen", "ucx-advertise", "ucx-transports",
+                         "ucx-no-peer-error-handling"},
+                        {"ucx-no-peer-error-handling"});
   if (!f.ok()) {
     std::fprintf(stderr, "yoco-decode: %s\n", f.status().message().c_str());
     return 2;
@@ -309,21 +273,47 @@ int run(int argc, char** argv) {
   BatcherLimits lim;
   lim.max_running = static_cast<int>(num("max-running", 32));
   lim.max_waiting = static_cast<int>(num("max-waiting", 256));
+  lim.threads = cpu::num_threads();  // the batcher thread sets the same count for itself
   ContinuousBatcher batcher(**model, **pool, lim);
+
+  // The UCX receiver: the pool is registered once; prefill workers write into reserved blocks.
+  UcxReceiverOptions ro;
+  auto ucx_hp = parse_listen_address(f->get("ucx-listen", "127.0.0.1:0"), "ucx-listen");
+  if (!ucx_hp.ok()) {
+    std::fprintf(stderr, "yoco-decode: %s\n", ucx_hp.status().message().c_str());
+    return 2;
+  }
+  ro.listen_host = ucx_hp->first;
+  ro.listen_port = ucx_hp->second;
+  ro.advertise_host = f->get("ucx-advertise");
+  ro.transports = f->get("ucx-transports");
+  ro.peer_error_handling = !f->get_bool("ucx-no-peer-error-handling");
+  auto receiver = make_ucx_receiver(**pool, (*model)->config(), (*model)->fingerprint(), ro);
+  if (!receiver.ok()) {
+    std::fprintf(stderr, "yoco-decode: UCX receiver: %s\n", receiver.status().message().c_str());
+    return 1;
+  }
   batcher.start();
 
   MetricsRegistry registry;
   DecodeMetrics metrics(registry);
   auto refresh_gauges = [&] {
+    const TransferMetricsSnapshot t = (*receiver)->metrics().snapshot();
+    metrics.transfer_bytes.inc(std::max(0.0, static_cast<double>(t.bytes) - metrics.transfer_bytes.value()));
+    metrics.transfer_failures.inc(std::max(0.0, static_cast<double>(t.failures) - metrics.transfer_failures.value()));
+    metrics.transfer_in_flight.set(static_cast<double>((*receiver)->in_flight()));
     metrics.running.set(batcher.running());
     metrics.waiting.set(batcher.waiting());
     const double free = (*pool)->free_blocks();
     metrics.kv_free.set(free);
     metrics.kv_usage.set(1.0 - free / (*pool)->total_blocks());
   };
-  const std::string metrics_listen = f->get("metrics-listen", "127.0.0.1:0");
-  const auto mcolon = metrics_listen.rfind(':');
-  auto http = HttpServer::start(metrics_listen.substr(0, mcolon), static_cast<uint16_t>(std::stoi(metrics_listen.substr(mcolon + 1))),
+  auto metrics_hp = parse_listen_address(f->get("metrics-listen", "127.0.0.1:0"), "metrics-listen");
+  if (!metrics_hp.ok()) {
+    std::fprintf(stderr, "yoco-decode: %s\n", metrics_hp.status().message().c_str());
+    return 2;
+  }
+  auto http = HttpServer::start(metrics_hp->first, static_cast<uint16_t>(metrics_hp->second),
                                 {{"/metrics", [&] {
                                     refresh_gauges();
                                     return HttpResponse{200, kPrometheusContentType, registry.expose()};
@@ -334,12 +324,14 @@ int run(int argc, char** argv) {
   }
 
   YocoService service(**model, tok.get(), batcher, metrics);
+  DecodeWorkerService worker(**model, **pool, **receiver, batcher, metrics);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(f->get("listen", "127.0.0.1:0"), grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  builder.RegisterService(&worker);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     std::fprintf(stderr, "yoco-decode: cannot listen on %s\n", f->get("listen", "127.0.0.1:0").c_str());
@@ -347,10 +339,12 @@ int run(int argc, char** argv) {
   }
   server->GetHealthCheckService()->SetServingStatus(true);
   YOCO_LOG(LogLevel::kInfo, "yoco-decode serving",
-           LogFields().kv("grpc_port", port).kv("metrics_port", (*http)->port()).kv("model", f->get("model")));
+           LogFields().kv("grpc_port", port).kv("metrics_port", (*http)->port()).kv("ucx", (*receiver)->address())
+               .kv("model", f->get("model")));
   if (f->has("port-file")) {
     std::ofstream pf(f->get("port-file") + ".tmp");
-    pf << "{\"grpc_port\":" << port << ",\"metrics_port\":" << (*http)->port() << "}\n";
+    pf << "{\"grpc_port\":" << port << ",\"metrics_port\":" << (*http)->port() << ",\"ucx_address\":\""
+       << (*receiver)->address() << "\"}\n";
     pf.close();
     std::rename((f->get("port-file") + ".tmp").c_str(), f->get("port-file").c_str());
   }
@@ -361,6 +355,7 @@ int run(int argc, char** argv) {
   // Graceful: NOT_SERVING at once, finish in-flight work, then exit.
   YOCO_LOG(LogLevel::kInfo, "draining", LogFields().kv("running", batcher.running()).kv("waiting", batcher.waiting()));
   server->GetHealthCheckService()->SetServingStatus(false);
+  worker.set_serving(false);
   batcher.stop(/*drain=*/true);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(num("drain-seconds", 30)));
   (*http)->stop();

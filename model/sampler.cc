@@ -58,6 +58,13 @@ void Sampler::accept(int32_t token) {
   ++generated_[token];
 }
 
+void Sampler::replay(std::span<const int32_t> tokens) {
+  for (int32_t t : tokens) {
+    accept(t);
+    if (p_.temperature != 0.0f) rng_.next();
+  }
+}
+
 void Sampler::apply_penalties(float* logits) const {
   if (p_.repetition_penalty != 1.0f) {
     for (int i = 0; i < vocab_; ++i)

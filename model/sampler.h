@@ -41,6 +41,10 @@ class Sampler {
   // Picks the next token from logits (modified in place) and records it.
   int32_t sample(float* logits);
   void accept(int32_t token);
+  // Brings a fresh sampler to where one that produced `tokens` would be: records them and
+  // advances the generator by the one draw per token a non-greedy sample() makes. A stream
+  // moved to another worker (migration) or recomputed continues exactly.
+  void replay(std::span<const int32_t> tokens);
 
  private:
   void apply_penalties(float* logits) const;

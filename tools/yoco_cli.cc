@@ -1,4 +1,5 @@
-// yoco-cli: model tools and in-process generation/scoring (the cluster client comes later).
+// yoco-cli: model tools and in-process generation/scoring; with --router the same commands
+// (and bench) talk to a running cluster instead (tools/cluster_client.h).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,9 @@
 #include "model/random_model.h"
 #if defined(YOCO_HAVE_TOKENIZER)
 #include "tokenizer/tokenizer.h"
+#endif
+#if defined(YOCO_HAVE_GRPC)
+#include "tools/cluster_client.h"
 #endif
 
 namespace {
@@ -40,6 +44,11 @@ void usage() {
                "  tokenize --model DIR --text TEXT [--allow-special] [--json]\n"
                "  detokenize --model DIR --tokens 1,2,3\n"
                "Text needs the model directory's tokenizer (tokenizer.json or *.tiktoken).\n");
+#if defined(YOCO_HAVE_GRPC)
+  cli::cluster_usage();
+#else
+  std::fprintf(stderr, "(built without gRPC: no --router cluster mode)\n");
+#endif
 }
 
 Result<std::vector<int32_t>> token_list(const Flags& f) {
@@ -309,6 +318,15 @@ int cmd_detokenize(int argc, char** argv) {
 #endif
 }
 
+// `--router HOST:PORT` (or `--router=...`) sends the command to a cluster.
+bool has_router_flag(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--router" || a.rfind("--router=", 0) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -317,6 +335,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string cmd = argv[1];
+  if (cmd == "bench" || ((cmd == "generate" || cmd == "score" || cmd == "tokenize" || cmd == "detokenize" ||
+                          cmd == "info") && has_router_flag(argc, argv))) {
+#if defined(YOCO_HAVE_GRPC)
+    return yoco::cli::run_cluster_command(cmd, argc, argv);
+#else
+    std::fprintf(stderr, "yoco-cli: %s --router: built without gRPC\n", cmd.c_str());
+    return 2;
+#endif
+  }
   if (cmd == "make-random-model") return cmd_make_random_model(argc, argv);
   if (cmd == "presets") return cmd_presets();
   if (cmd == "info") return cmd_info(argc, argv);

@@ -3,7 +3,9 @@
 // once, queues are bounded, and bad requests are refused with the field named.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -130,6 +132,73 @@ TEST_P(BatcherTest, PreemptionByRecomputeKeepsStreamsIdentical) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(outs[i].tokens, reference(reqs[i])) << "request " << i;
   b.stop(true);
   EXPECT_EQ((*pool)->free_blocks(), 10);
+}
+
+TEST_P(BatcherTest, ContinuationFromGeneratedTokensMatchesUninterruptedRun) {
+  // Migration: a request resumed elsewhere with the tokens already streamed continues the
+  // same stream, for greedy and for seeded sampling (the sampler replays its draws).
+  auto pool = KvPool::create(128, 32, model_->config().kv_dim());
+  ASSERT_TRUE(pool.ok());
+  ContinuousBatcher b(*model_, **pool, BatcherLimits{});
+  b.start();
+  Collector c;
+  for (int i = 0; i < 4; ++i) {
+    DecodeRequest r = request(i, 9 + i, 20);
+    r.sampling.repetition_penalty = 1.2f;
+    r.sampling.frequency_penalty = 0.3f;
+    const std::vector<int32_t> full = reference(r);
+    ASSERT_EQ(full.size(), 20u);
+    for (int cut : {1, 7, 19}) {
+      DecodeRequest resumed = r;
+      resumed.generated_before.assign(full.begin(), full.begin() + cut);
+      std::vector<Outcome> o(1);
+      ASSERT_TRUE(b.submit(c.wire(resumed, &o[0])).ok());
+      ASSERT_TRUE(c.wait_all(o, std::chrono::seconds(60)));
+      EXPECT_EQ(o[0].info.reason, "length");
+      EXPECT_EQ(o[0].tokens, std::vector<int32_t>(full.begin() + cut, full.end())) << "request " << i << " cut " << cut;
+    }
+  }
+  DecodeRequest over = request(0, 5, 3);
+  over.generated_before = {1, 2, 3};
+  EXPECT_NE(b.submit(over).status().message().find("generated"), std::string::npos);
+  b.stop(true);
+  EXPECT_EQ((*pool)->free_blocks(), 128);
+}
+
+TEST_P(BatcherTest, LogprobsAreTheRawModelDistribution) {
+  auto pool = KvPool::create(64, 32, model_->config().kv_dim());
+  ASSERT_TRUE(pool.ok());
+  ContinuousBatcher b(*model_, **pool, BatcherLimits{});
+  b.start();
+  Collector c;
+  DecodeRequest r = request(0, 12, 3);  // greedy
+  r.logprobs = 4;
+  std::vector<TokenLogprobs> lps;
+  std::vector<Outcome> o(1);
+  DecodeRequest wired = c.wire(r, &o[0]);
+  wired.on_logprobs = [&](const TokenLogprobs& t) { lps.push_back(t); };
+  ASSERT_TRUE(b.submit(std::move(wired)).ok());
+  ASSERT_TRUE(c.wait_all(o, std::chrono::seconds(60)));
+  ASSERT_EQ(lps.size(), 3u);
+  // The first token's distribution, from the full forward over the prompt.
+  const int V = model_->config().vocab_size;
+  std::vector<float> last(V);
+  ASSERT_TRUE(model_->forward(r.prompt, [&](int64_t pos0, int rows, const float* lg) {
+                      if (pos0 + rows == static_cast<int64_t>(r.prompt.size()))
+                        std::copy(lg + static_cast<size_t>(rows - 1) * V, lg + static_cast<size_t>(rows) * V, last.begin());
+                    }).ok());
+  double mx = *std::max_element(last.begin(), last.end()), sum = 0;
+  for (float x : last) sum += std::exp(x - mx);
+  const double lse = mx + std::log(sum);
+  EXPECT_EQ(lps[0].token, o[0].tokens[0]);
+  EXPECT_NEAR(lps[0].logprob, last[lps[0].token] - lse, 1e-4);
+  ASSERT_EQ(lps[0].top.size(), 4u);
+  EXPECT_EQ(lps[0].top[0].first, o[0].tokens[0]);  // greedy picks the top one
+  for (size_t k = 1; k < 4; ++k) EXPECT_LE(lps[0].top[k].second, lps[0].top[k - 1].second);
+  double total = 0;
+  for (int v = 0; v < V; ++v) total += std::exp(last[v] - lse);
+  EXPECT_NEAR(total, 1.0, 1e-6);
+  b.stop(true);
 }
 
 TEST_P(BatcherTest, CancellationAndDeadlinesFreeBlocks) {

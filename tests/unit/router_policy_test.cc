@@ -3,6 +3,7 @@
 #include <map>
 
 #include "router/policy.h"
+#include "router/stop_strings.h"
 
 namespace yoco {
 namespace {
@@ -89,6 +90,34 @@ TEST(Discovery, ResolvesNamesAndKeepsTheLastGoodAnswer) {
   ASSERT_TRUE(flaky.refresh().ok());
   EXPECT_EQ(flaky.refresh().code(), StatusCode::kUnavailable);
   EXPECT_EQ(flaky.addresses(), (std::vector<std::string>{"10.1.0.7:7001", "10.1.0.8:7001"}));
+}
+
+TEST(StopStrings, StopsAtTheFirstMatchAcrossDeltasAndHoldsBackPrefixes) {
+  // Every way of cutting the text into deltas gives the same output.
+  const std::string text = "In the beginning God created the heaven";
+  for (size_t cut1 = 0; cut1 <= text.size(); cut1 += 3)
+    for (size_t cut2 = cut1; cut2 <= text.size(); cut2 += 5) {
+      StopStringMatcher m({"God cr", "heaven", ""});
+      std::string out = m.push(text.substr(0, cut1));
+      out += m.push(text.substr(cut1, cut2 - cut1));
+      out += m.push(text.substr(cut2));
+      out += m.flush();
+      EXPECT_EQ(out, "In the beginning ") << cut1 << " " << cut2;
+      EXPECT_TRUE(m.stopped());
+    }
+  StopStringMatcher held({"abc"});
+  EXPECT_EQ(held.push("xxab"), "xx");  // "ab" may start "abc"
+  EXPECT_EQ(held.push("d"), "abd");
+  EXPECT_EQ(held.push("a"), "");
+  EXPECT_EQ(held.flush(), "a");  // the end: nothing more can come
+  EXPECT_FALSE(held.stopped());
+  StopStringMatcher none({});
+  EXPECT_EQ(none.push("abc"), "abc");
+  StopStringMatcher whole({"\n\n"});
+  EXPECT_EQ(whole.push("a\n"), "a");
+  EXPECT_EQ(whole.push("\nb"), "");
+  EXPECT_TRUE(whole.stopped());
+  EXPECT_EQ(whole.push("more"), "");
 }
 
 }  // namespace

@@ -1,0 +1,161 @@
+#include "decode_service/worker_service.h"
+
+#include <cstdio>
+#include <random>
+
+#include "common/log.h"
+#include "decode_service/grpc_status.h"
+#include "decode_service/stream_pump.h"
+
+namespace yoco {
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void fill_logprobs(const TokenLogprobs& t, v1::LogprobEntry* e) {
+  e->mutable_chosen()->set_id(t.token);
+  e->mutable_chosen()->set_logprob(t.logprob);
+  for (const auto& [id, lp] : t.top) {
+    auto* x = e->add_top();
+    x->set_id(id);
+    x->set_logprob(lp);
+  }
+}
+
+}  // namespace
+
+grpc::Status DecodeWorkerService::Decode(grpc::ServerContext* ctx, const internal::v1::DecodeRequest* req,
+                                         grpc::ServerWriter<internal::v1::DecodeEvent>* writer) {
+  const auto t0 = Clock::now();
+  grpc::Status st = decode(ctx, req, writer);
+  m_.requests.with({grpc_code_name(st.error_code())}).inc();
+  m_.e2e.observe(seconds_since(t0));
+  if (!st.ok())
+    YOCO_LOG(LogLevel::kInfo, "decode request ended",
+             LogFields().kv("request_id", req->request_id()).kv("code", grpc_code_name(st.error_code())).kv("message", st.error_message()));
+  return st;
+}
+
+grpc::Status DecodeWorkerService::decode(grpc::ServerContext* ctx, const internal::v1::DecodeRequest* req,
+                                         grpc::ServerWriter<internal::v1::DecodeEvent>* writer) {
+  const auto t0 = Clock::now();
+  if (!serving_) return {grpc::StatusCode::UNAVAILABLE, "decode worker is draining"};
+  DecodeRequest dr;
+  dr.prompt.assign(req->prompt().begin(), req->prompt().end());
+  dr.generated_before.assign(req->generated().begin(), req->generated().end());
+  auto sampling = sampling_from_proto(req->sampling());
+  if (!sampling.ok()) return to_grpc(sampling.status());
+  dr.sampling = sampling.value();
+  dr.max_tokens = req->max_tokens() == 0 ? 16 : static_cast<int>(std::min<uint32_t>(req->max_tokens(), 1u << 30));
+  dr.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
+  dr.logprobs = static_cast<int>(std::min<uint32_t>(req->logprobs(), 1000));
+  if (ctx->deadline() != std::chrono::system_clock::time_point::max())
+    dr.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(ctx->deadline() - std::chrono::system_clock::now());
+  if (Status v = batcher_.validate(dr); !v.ok()) return to_grpc(v);
+  const int64_t rows = static_cast<int64_t>(dr.prompt.size() + dr.generated_before.size());
+  if (!dr.generated_before.empty()) m_.migrated_in.inc();
+
+  double transfer_wait = 0;
+  if (!req->local_prefill()) {
+    // 1. Reserve: the lease bounds how long the blocks wait for a commit, and never outlives
+    //    the request's own deadline.
+    const auto lease_ms = std::chrono::milliseconds(req->lease_ms() == 0 ? 30000 : req->lease_ms());
+    const auto lease = std::min(Clock::now() + lease_ms, dr.deadline);
+    auto desc = receiver_.reserve(req->request_id(), rows, lease);
+    if (!desc.ok()) return to_grpc(desc.status());
+    const uint64_t rid = desc->reservation_id;
+    internal::v1::DecodeEvent ev;
+    auto* r = ev.mutable_reservation();
+    r->set_reservation_id(rid);
+    const auto bytes = desc->serialize();
+    r->set_transfer_descriptor(bytes.data(), bytes.size());
+    r->set_rows(rows);
+    if (!writer->Write(ev)) {
+      receiver_.cancel(rid);
+      return {grpc::StatusCode::CANCELLED, "the router went away before the transfer"};
+    }
+    // 2. Wait for the validated commit; a cancelled call or a passed deadline drops the
+    //    reservation (its blocks go back at once).
+    Result<CommittedSequence> committed = Status(StatusCode::kInternal, "not waited");
+    while (true) {
+      committed = receiver_.wait_committed(rid, std::min(Clock::now() + std::chrono::milliseconds(20), lease));
+      if (committed.ok() || transfer_error_of(committed.status()) != TransferError::kTimeout) break;
+      if (ctx->IsCancelled()) {
+        receiver_.cancel(rid);
+        return {grpc::StatusCode::CANCELLED, "cancelled while waiting for the KV transfer"};
+      }
+      if (Clock::now() >= lease) {
+        receiver_.cancel(rid);
+        if (Clock::now() >= dr.deadline)
+          return {grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded while waiting for the KV transfer"};
+        return {grpc::StatusCode::UNAVAILABLE, "[lease_expired] no commit within the lease"};
+      }
+    }
+    if (!committed.ok()) {
+      // The prefill side failed, aborted, or sent something invalid: retriable elsewhere.
+      if (Clock::now() >= dr.deadline)
+        return {grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded during the KV transfer"};
+      if (ctx->IsCancelled()) return {grpc::StatusCode::CANCELLED, "cancelled during the KV transfer"};
+      return {grpc::StatusCode::UNAVAILABLE, "KV transfer failed: " + committed.status().message()};
+    }
+    transfer_wait = seconds_since(t0);
+    m_.transfer.observe(transfer_wait);
+    dr.state = std::move(committed->state);
+    ev.Clear();
+    ev.mutable_committed()->set_transfer_wait_seconds(transfer_wait);
+    if (!writer->Write(ev)) {
+      if (dr.state->pages) pool_.release(*dr.state->pages);
+      return {grpc::StatusCode::CANCELLED, "the router went away after the transfer"};
+    }
+  }
+  m_.prompt_tokens.inc(static_cast<double>(dr.prompt.size()));
+
+  // 3. Decode in the continuous batcher; stream tokens as they are sampled.
+  const auto submitted = Clock::now();
+  std::optional<Clock::time_point> last;
+  auto pumped = pump_tokens(ctx, batcher_, std::move(dr),
+                            [&](const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps) {
+                              const auto now = Clock::now();
+                              if (!last) m_.ttft.observe(std::chrono::duration<double>(now - t0).count());
+                              else m_.itl.observe(std::chrono::duration<double>(now - *last).count() / ids.size());
+                              last = now;
+                              m_.generation_tokens.inc(static_cast<double>(ids.size()));
+                              internal::v1::DecodeEvent ev;
+                              auto* t = ev.mutable_tokens();
+                              for (int32_t id : ids) t->add_ids(id);
+                              for (const auto& lp : lps) fill_logprobs(lp, t->add_logprobs());
+                              return writer->Write(ev);
+                            });
+  if (!pumped.ok()) return to_grpc(pumped.status());
+  const FinishInfo& f = pumped->info;
+  m_.queue.observe(f.queue_seconds);
+  (void)submitted;
+  if (!f.status.ok()) return to_grpc(f.status);
+  if (pumped->client_gone) return {grpc::StatusCode::CANCELLED, "the router went away"};
+  internal::v1::DecodeEvent ev;
+  auto* fin = ev.mutable_finished();
+  fin->set_reason(f.reason);
+  fin->set_completion_tokens(static_cast<uint32_t>(f.completion_tokens));
+  fin->set_preemptions(f.preemptions);
+  fin->set_queue_seconds(f.queue_seconds);
+  writer->Write(ev);
+  return grpc::Status::OK;
+}
+
+grpc::Status DecodeWorkerService::GetLoad(grpc::ServerContext*, const internal::v1::LoadRequest*,
+                                          internal::v1::DecodeLoad* load) {
+  load->set_free_kv_blocks(pool_.free_blocks());
+  load->set_total_kv_blocks(pool_.total_blocks());
+  load->set_block_size(pool_.block_size());
+  load->set_running(batcher_.running());
+  load->set_waiting(batcher_.waiting());
+  load->set_reservations(receiver_.in_flight());
+  char fp[32];
+  std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(model_.fingerprint()));
+  load->set_fingerprint(fp);
+  load->set_serving(serving_);
+  return grpc::Status::OK;
+}
+
+}  // namespace yoco

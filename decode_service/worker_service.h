@@ -1,0 +1,43 @@
+// The decode worker's internal service (proto/yoco/internal/v1/worker.proto): Decode reserves
+// KV blocks, hands the router the transfer descriptor, waits for the prefill worker's
+// validated commit, then runs the sequence in the continuous batcher and streams its tokens.
+#pragma once
+
+#include <atomic>
+
+#include "decode_service/batcher.h"
+#include "decode_service/metrics.h"
+#include "model/kv_pool.h"
+#include "proto/sampling_convert.h"
+#include "transfer/transport.h"
+#include "yoco/internal/v1/worker.grpc.pb.h"
+
+namespace yoco {
+
+class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
+ public:
+  DecodeWorkerService(const Model& model, KvPool& pool, KvReceiver& receiver, ContinuousBatcher& batcher,
+                      DecodeMetrics& metrics)
+      : model_(model), pool_(pool), receiver_(receiver), batcher_(batcher), m_(metrics) {}
+
+  grpc::Status Decode(grpc::ServerContext* ctx, const internal::v1::DecodeRequest* req,
+                      grpc::ServerWriter<internal::v1::DecodeEvent>* writer) override;
+  grpc::Status GetLoad(grpc::ServerContext* ctx, const internal::v1::LoadRequest* req,
+                       internal::v1::DecodeLoad* load) override;
+
+  // Draining: new Decode calls get UNAVAILABLE; running ones finish.
+  void set_serving(bool serving) { serving_ = serving; }
+
+ private:
+  grpc::Status decode(grpc::ServerContext* ctx, const internal::v1::DecodeRequest* req,
+                      grpc::ServerWriter<internal::v1::DecodeEvent>* writer);
+
+  const Model& model_;
+  KvPool& pool_;
+  KvReceiver& receiver_;
+  ContinuousBatcher& batcher_;
+  DecodeMetrics& m_;
+  std::atomic<bool> serving_{true};
+};
+
+}  // namespace yoco

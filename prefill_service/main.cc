@@ -1,0 +1,316 @@
+// yoco-prefill: a prefill worker (SPEC 3.1). Holds the embedding, self-decoder and K/V
+// projection weights only, prefills prompts chunk by chunk (PrefillScheduler), ships K/V rows
+// and the state into a decode worker's reserved blocks over UCX, and answers Prefill once the
+// decode worker has acknowledged the commit. Serves yoco.internal.v1.PrefillWorker, gRPC health
+// and reflection, /metrics, and drains on SIGTERM.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "common/flags.h"
+#include "common/http_server.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "decode_service/grpc_status.h"
+#include "kernels/cpu/ops.h"
+#include "prefill_service/scheduler.h"
+#include "transfer/ucx_transport.h"
+#include "yoco/internal/v1/worker.grpc.pb.h"
+
+namespace yoco {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+
+// Typed metrics of this worker (STYLE item 9).
+class PrefillMetrics {
+ public:
+  explicit PrefillMetrics(MetricsRegistry& r)
+      : prompt_tokens_(r.counter("yoco_prompt_tokens_total", "Prompt tokens accepted for prefill.")),
+        requests_(*r.counter_family("yoco_requests_total", "Finished Prefill calls by gRPC status.", {"status"}).value()),
+        waiting_(r.gauge("yoco_requests_waiting", "Prefill jobs queued, not yet computing.")),
+        running_(r.gauge("yoco_requests_running",
+                         "Prefill jobs computing or waiting for the decode worker's commit acknowledgement.")),
+        queue_(r.histogram("yoco_request_queue_seconds", "Time from a Prefill call to its first computed chunk.",
+                           Histogram::latency_buckets())),
+        tokens_per_second_(r.gauge("yoco_prefill_tokens_per_second",
+                                   "Prompt tokens computed per second of compute over the last few seconds of work.")),
+        queued_tokens_(r.gauge("yoco_prefill_queued_tokens", "Prompt tokens queued or computing, not yet computed.")),
+        transfer_bytes_(r.counter("yoco_kv_transfer_bytes_total", "K/V row and state bytes of acknowledged transfers.")),
+        transfer_seconds_(r.histogram("yoco_kv_transfer_seconds",
+                                      "Time from a prompt's last computed chunk to the decode worker's acknowledgement "
+                                      "(the part of the transfer not hidden behind compute).",
+                                      Histogram::latency_buckets())),
+        transfer_failures_(r.counter("yoco_kv_transfer_failures_total",
+                                     "Prefill jobs whose KV transfer failed (peer lost, rejected, lease expired, timeout).")),
+        transfer_in_flight_(r.gauge("yoco_kv_transfer_in_flight", "Transfers open in this worker's KV sender.")) {}
+
+  void observe_accepted(int64_t tokens) { prompt_tokens_.inc(static_cast<double>(tokens)); }
+  void observe_finished(grpc::StatusCode code) { requests_.with({code_name(code)}).inc(); }
+  void observe_outcome(const PrefillOutcome& o) {
+    if (o.stats.started) queue_.observe(o.stats.queue_seconds);
+    if (o.status.ok()) {
+      transfer_bytes_.inc(static_cast<double>(o.stats.bytes));
+      transfer_seconds_.observe(o.stats.transfer_seconds);
+    }
+    if (o.stats.transfer_failed) transfer_failures_.inc();
+  }
+  void refresh(const PrefillSchedulerLoad& load, double tokens_per_second, int64_t in_flight) {
+    waiting_.set(load.waiting);
+    running_.set(load.active + load.committing);
+    queued_tokens_.set(static_cast<double>(load.queued_tokens));
+    tokens_per_second_.set(tokens_per_second);
+    transfer_in_flight_.set(static_cast<double>(in_flight));
+  }
+
+ private:
+  static const char* code_name(grpc::StatusCode c) {
+    switch (c) {
+      case grpc::StatusCode::OK: return "ok";
+      case grpc::StatusCode::INVALID_ARGUMENT: return "invalid_argument";
+      case grpc::StatusCode::FAILED_PRECONDITION: return "failed_precondition";
+      case grpc::StatusCode::RESOURCE_EXHAUSTED: return "resource_exhausted";
+      case grpc::StatusCode::DEADLINE_EXCEEDED: return "deadline_exceeded";
+      case grpc::StatusCode::CANCELLED: return "cancelled";
+      case grpc::StatusCode::UNAVAILABLE: return "unavailable";
+      default: return "error";
+    }
+  }
+
+  Counter& prompt_tokens_;
+  Family<Counter>& requests_;
+  Gauge &waiting_, &running_;
+  Histogram& queue_;
+  Gauge &tokens_per_second_, &queued_tokens_;
+  Counter& transfer_bytes_;
+  Histogram& transfer_seconds_;
+  Counter& transfer_failures_;
+  Gauge& transfer_in_flight_;
+};
+
+std::string hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+class PrefillService final : public internal::v1::PrefillWorker::Service {
+ public:
+  PrefillService(const Model& model, PrefillScheduler& scheduler, PrefillMetrics& m)
+      : model_(model), scheduler_(scheduler), m_(m) {}
+
+  // New calls get UNAVAILABLE from here on (the router retries elsewhere).
+  void drain() { draining_ = true; }
+
+  grpc::Status Prefill(grpc::ServerContext* ctx, const internal::v1::PrefillRequest* req,
+                       internal::v1::PrefillResponse* resp) override {
+    grpc::Status st = prefill(ctx, req, resp);
+    m_.observe_finished(st.error_code());
+    if (!st.ok())
+      YOCO_LOG(LogLevel::kInfo, "prefill failed",
+               LogFields().kv("request", req->request_id()).kv("code", static_cast<int>(st.error_code())).kv("error", st.error_message()));
+    return st;
+  }
+
+  grpc::Status GetLoad(grpc::ServerContext*, const internal::v1::LoadRequest*, internal::v1::PrefillLoad* load) override {
+    const PrefillSchedulerLoad l = scheduler_.load();
+    load->set_queued_tokens(l.queued_tokens);
+    load->set_queued_requests(l.waiting + l.active + l.committing);
+    load->set_fingerprint(hex64(model_.fingerprint()));
+    load->set_serving(!draining_);
+    return grpc::Status::OK;
+  }
+
+ private:
+  grpc::Status prefill(grpc::ServerContext* ctx, const internal::v1::PrefillRequest* req,
+                       internal::v1::PrefillResponse* resp) {
+    if (draining_) return {grpc::StatusCode::UNAVAILABLE, "this prefill worker is draining"};
+    const std::string& bytes = req->reservation();
+    auto d = ReservationDescriptor::parse(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+    if (!d.ok()) return {grpc::StatusCode::INVALID_ARGUMENT, "reservation: " + d.status().message()};
+    PrefillJob job;
+    job.request_id = req->request_id();
+    job.tokens.assign(req->tokens().begin(), req->tokens().end());
+    job.reservation = std::move(d).value();
+    const auto deadline = ctx->deadline();
+    if (deadline != std::chrono::system_clock::time_point::max())
+      job.deadline = TransferClock::now() +
+                     std::chrono::duration_cast<TransferClock::duration>(deadline - std::chrono::system_clock::now());
+    const int64_t n_tokens = static_cast<int64_t>(job.tokens.size());
+
+    // The scheduler completes the job on its threads; this handler thread waits for it.
+    struct Channel {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::optional<PrefillOutcome> done;
+    };
+    auto ch = std::make_shared<Channel>();
+    auto id = scheduler_.submit(std::move(job), [ch](const PrefillOutcome& o) {
+      std::lock_guard<std::mutex> lock(ch->mu);
+      ch->done = o;
+      ch->cv.notify_all();
+    });
+    if (!id.ok()) return to_grpc(id.status());
+    m_.observe_accepted(n_tokens);
+
+    bool cancel_sent = false;
+    PrefillOutcome out;
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(ch->mu);
+        if (ch->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return ch->done.has_value(); })) {
+          out = std::move(*ch->done);
+          break;
+        }
+      }
+      if (!cancel_sent && ctx->IsCancelled()) {  // the router gave up: free the decode worker's blocks now
+        scheduler_.cancel(id.value());
+        cancel_sent = true;
+      }
+    }
+    m_.observe_outcome(out);
+    if (!out.status.ok()) return to_grpc(out.status);
+    resp->set_rows(out.stats.rows);
+    resp->set_bytes(out.stats.bytes);
+    resp->set_queue_seconds(out.stats.queue_seconds);
+    resp->set_prefill_seconds(out.stats.prefill_seconds);
+    resp->set_transfer_seconds(out.stats.transfer_seconds);
+    YOCO_LOG(LogLevel::kDebug, "prefill done",
+             LogFields().kv("request", req->request_id()).kv("rows", out.stats.rows).kv("queue_s", out.stats.queue_seconds)
+                 .kv("prefill_s", out.stats.prefill_seconds).kv("transfer_s", out.stats.transfer_seconds));
+    return grpc::Status::OK;
+  }
+
+  const Model& model_;
+  PrefillScheduler& scheduler_;
+  PrefillMetrics& m_;
+  std::atomic<bool> draining_{false};
+};
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "yoco-prefill: %s\n", message.c_str());
+  std::exit(2);
+}
+
+int run(int argc, char** argv) {
+  auto f = Flags::parse(argc, argv, 1,
+                        {"config", "model", "listen", "metrics-listen", "port-file", "threads", "chunk-tokens", "max-active",
+                         "max-queued-tokens", "ucx-transports", "ucx-no-peer-error-handling", "drain-seconds",
+                         "inject-chunk-delay-ms", "inject-commit-delay-ms"},
+                        {"ucx-no-peer-error-handling"});
+  if (!f.ok()) usage_error(f.status().message());
+  auto int_flag = [&](const char* name, int64_t def, int64_t lo, int64_t hi) -> int64_t {
+    auto v = f->get_int(name, def);
+    if (!v.ok()) usage_error(v.status().message());
+    if (v.value() < lo || v.value() > hi)
+      usage_error(std::string("--") + name + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                  std::to_string(v.value()));
+    return v.value();
+  };
+  if (!f->has("model")) usage_error("--model: required");
+  const std::string listen = f->get("listen", "127.0.0.1:0");
+  if (auto hp = parse_listen_address(listen, "listen"); !hp.ok()) usage_error(hp.status().message());
+  auto metrics_hp = parse_listen_address(f->get("metrics-listen", "127.0.0.1:0"), "metrics-listen");
+  if (!metrics_hp.ok()) usage_error(metrics_hp.status().message());
+  PrefillLimits lim;
+  lim.threads = static_cast<int>(int_flag("threads", 0, 0, 1024));
+  lim.chunk_tokens = static_cast<int>(int_flag("chunk-tokens", 512, 1, 1 << 20));
+  lim.max_active = static_cast<int>(int_flag("max-active", 4, 1, 4096));
+  lim.max_queued_tokens = int_flag("max-queued-tokens", int64_t{1} << 20, 1, int64_t{1} << 40);
+  // Fault injection (tests, drills): slow every prefill chunk / hold every commit back.
+  lim.inject_slice_delay = std::chrono::milliseconds(int_flag("inject-chunk-delay-ms", 0, 0, 600000));
+  lim.inject_commit_delay = std::chrono::milliseconds(int_flag("inject-commit-delay-ms", 0, 0, 600000));
+  const int64_t drain_seconds = int_flag("drain-seconds", 30, 0, 24 * 3600);
+  if (f->has("port-file") && f->get("port-file").empty()) usage_error("--port-file: empty path");
+
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  cpu::set_num_threads(lim.threads);
+  lim.threads = cpu::num_threads();  // the compute thread sets the same count for itself
+
+  auto model = Model::load(f->get("model"), WeightSet::kPrefill);
+  if (!model.ok()) {
+    std::fprintf(stderr, "yoco-prefill: --model: %s\n", model.status().message().c_str());
+    return 1;
+  }
+  UcxSenderOptions so;
+  so.fingerprint = (*model)->fingerprint();
+  so.transports = f->get("ucx-transports");
+  so.peer_error_handling = !f->get_bool("ucx-no-peer-error-handling");
+  auto sender = make_ucx_sender(so);
+  if (!sender.ok()) {
+    std::fprintf(stderr, "yoco-prefill: UCX: %s\n", sender.status().message().c_str());
+    return 1;
+  }
+  auto scheduler = PrefillScheduler::create(**model, **sender, lim);
+  if (!scheduler.ok()) usage_error(scheduler.status().message());
+  (*scheduler)->start();
+
+  MetricsRegistry registry;
+  PrefillMetrics metrics(registry);
+  auto http = HttpServer::start(metrics_hp->first, static_cast<uint16_t>(metrics_hp->second),
+                                {{"/metrics", [&] {
+                                    metrics.refresh((*scheduler)->load(), (*scheduler)->tokens_per_second(),
+                                                    (*sender)->in_flight());
+                                    return HttpResponse{200, kPrometheusContentType, registry.expose()};
+                                  }}});
+  if (!http.ok()) {
+    std::fprintf(stderr, "yoco-prefill: --metrics-listen: %s\n", http.status().message().c_str());
+    return 1;
+  }
+
+  PrefillService service(**model, **scheduler, metrics);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    std::fprintf(stderr, "yoco-prefill: --listen: cannot listen on %s\n", listen.c_str());
+    return 1;
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  YOCO_LOG(LogLevel::kInfo, "yoco-prefill serving",
+           LogFields().kv("grpc_port", port).kv("metrics_port", (*http)->port()).kv("model", f->get("model"))
+               .kv("fingerprint", hex64((*model)->fingerprint())).kv("chunk_tokens", lim.chunk_tokens)
+               .kv("max_active", lim.max_active));
+  if (f->has("port-file")) {  // written whole, then renamed: a reader never sees half a file
+    const std::string pf_path = f->get("port-file");
+    std::ofstream pf(pf_path + ".tmp");
+    pf << "{\"grpc_port\":" << port << ",\"metrics_port\":" << (*http)->port() << "}\n";
+    pf.close();
+    std::rename((pf_path + ".tmp").c_str(), pf_path.c_str());
+  }
+
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Graceful: NOT_SERVING at once, refuse new work, finish in-flight jobs, then exit.
+  const PrefillSchedulerLoad l = (*scheduler)->load();
+  YOCO_LOG(LogLevel::kInfo, "draining",
+           LogFields().kv("waiting", l.waiting).kv("active", l.active).kv("committing", l.committing));
+  server->GetHealthCheckService()->SetServingStatus(false);
+  service.drain();
+  (*scheduler)->stop(std::chrono::seconds(drain_seconds));
+  // Every job has completed, so the handlers return at once.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  (*http)->stop();
+  YOCO_LOG(LogLevel::kInfo, "stopped", LogFields());
+  return 0;
+}
+
+}  // namespace
+}  // namespace yoco
+
+int main(int argc, char** argv) { return yoco::run(argc, argv); }

@@ -1,0 +1,428 @@
+#include "prefill_service/scheduler.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "kernels/cpu/ops.h"
+
+namespace yoco {
+
+namespace {
+
+using Clock = TransferClock;
+
+// The throughput gauge looks this far back: long enough to span a few steps, short enough to
+// follow a change of load.
+constexpr std::chrono::seconds kThroughputWindow{10};
+
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+std::string hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// The lease is wall clock (it crosses machines); waits here are on the steady clock.
+Clock::time_point lease_on_steady_clock(const ReservationDescriptor& d) {
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  return Clock::now() + std::chrono::milliseconds(d.lease_deadline_unix_ms - now_ms);
+}
+
+bool lease_over(const ReservationDescriptor& d) {
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  return now_ms >= d.lease_deadline_unix_ms;
+}
+
+}  // namespace
+
+Status PrefillLimits::validate() const {
+  if (chunk_tokens <= 0) return invalid_argument("chunk_tokens: must be > 0, got " + std::to_string(chunk_tokens));
+  if (max_active <= 0) return invalid_argument("max_active: must be > 0, got " + std::to_string(max_active));
+  if (max_queued_tokens <= 0)
+    return invalid_argument("max_queued_tokens: must be > 0, got " + std::to_string(max_queued_tokens));
+  if (committers <= 0) return invalid_argument("committers: must be > 0, got " + std::to_string(committers));
+  if (retention_chunk <= 0) return invalid_argument("retention_chunk: must be > 0, got " + std::to_string(retention_chunk));
+  if (threads < 0) return invalid_argument("threads: must be >= 0, got " + std::to_string(threads));
+  if (commit_grace.count() < 0) return invalid_argument("commit_grace: must be >= 0");
+  return Status::Ok();
+}
+
+struct PrefillScheduler::Job {
+  enum class Phase { kWaiting, kActive, kCommitting };
+
+  uint64_t id = 0;
+  PrefillJob req;
+  PrefillCallback on_done;
+  Phase phase = Phase::kWaiting;       // under mu_
+  int64_t settled = 0;                 // tokens already taken off queued_tokens_ (under mu_)
+  Status cancel_status;                // under mu_, written before cancel_requested is set
+  std::atomic<bool> cancel_requested{false};
+  std::atomic<bool> aborted{false};    // the abort went out (once is enough)
+  // Compute thread while waiting/active, then the committer that took the job.
+  SequenceState state;
+  int64_t computed = 0;
+  Clock::time_point submitted, started, prefilled;
+  PrefillStats stats;
+
+  int64_t size() const { return static_cast<int64_t>(req.tokens.size()); }
+};
+
+Result<std::unique_ptr<PrefillScheduler>> PrefillScheduler::create(const Model& model, KvSender& sender,
+                                                                   PrefillLimits limits) {
+  YOCO_RETURN_IF_ERROR(limits.validate());
+  return std::unique_ptr<PrefillScheduler>(new PrefillScheduler(model, sender, limits));
+}
+
+PrefillScheduler::PrefillScheduler(const Model& model, KvSender& sender, PrefillLimits limits)
+    : model_(model), sender_(sender), limits_(limits) {}
+
+PrefillScheduler::~PrefillScheduler() { stop(); }
+
+void PrefillScheduler::start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (started_ || stopping_) return;
+  started_ = true;
+  compute_ = std::thread([this] { compute_loop(); });
+  for (int i = 0; i < limits_.committers; ++i) committers_.emplace_back([this] { commit_loop(); });
+}
+
+// ---- admission ------------------------------------------------------------------------------
+
+Status PrefillScheduler::check(const PrefillJob& job) const {
+  const ReservationDescriptor& d = job.reservation;
+  if (Status st = d.validate(); !st.ok()) return invalid_argument("reservation: " + st.message());
+  if (d.fingerprint != model_.fingerprint())
+    return failed_precondition("reservation.fingerprint: the reservation is for model " + hex64(d.fingerprint) +
+                               ", this worker runs model " + hex64(model_.fingerprint()));
+  if (d.kv_dim != model_.config().kv_dim())
+    return failed_precondition("reservation.kv_dim: " + std::to_string(d.kv_dim) + ", this worker's model has " +
+                               std::to_string(model_.config().kv_dim()));
+  if (!job.request_id.empty() && job.request_id != d.request_id)
+    return invalid_argument("request_id: \"" + job.request_id + "\", but the reservation is for request \"" +
+                            d.request_id + "\"");
+  if (job.tokens.empty()) return invalid_argument("tokens: empty");
+  if (static_cast<int64_t>(job.tokens.size()) != d.rows)
+    return invalid_argument("tokens: " + std::to_string(job.tokens.size()) + " tokens, but reservation.rows is " +
+                            std::to_string(d.rows));
+  return model_.validate_tokens(job.tokens, 0, "tokens");
+}
+
+Result<uint64_t> PrefillScheduler::submit(PrefillJob job, PrefillCallback on_done) {
+  YOCO_RETURN_IF_ERROR(check(job));
+  const int64_t n = static_cast<int64_t>(job.tokens.size());
+  const auto now = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status(StatusCode::kUnavailable, "this prefill worker is shutting down: not admitting");
+    if (now < job.deadline) {
+      if (queued_tokens_ + n > limits_.max_queued_tokens)
+        return Status(StatusCode::kResourceExhausted,
+                      "tokens: " + std::to_string(n) + " more tokens would put " + std::to_string(queued_tokens_ + n) +
+                          " in the queue, over its bound of " + std::to_string(limits_.max_queued_tokens));
+      auto j = std::make_shared<Job>();
+      j->id = next_id_++;
+      j->req = std::move(job);
+      j->on_done = std::move(on_done);
+      j->submitted = now;
+      jobs_.emplace(j->id, j);
+      waiting_.push_back(j);
+      queued_tokens_ += n;
+      cv_.notify_all();
+      return j->id;
+    }
+  }
+  // The caller gave up already: free the decode worker's blocks now rather than at the lease.
+  sender_.abort(job.reservation, "deadline passed before the prefill was queued");
+  return Status(StatusCode::kDeadlineExceeded, "request " + job.reservation.request_id + ": deadline already passed");
+}
+
+void PrefillScheduler::cancel(uint64_t id) {
+  JobPtr j;
+  bool end_now = false, committing = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second->cancel_requested) return;
+    j = it->second;
+    j->cancel_status = Status(StatusCode::kCancelled, "request " + j->req.reservation.request_id + ": cancelled");
+    j->cancel_requested = true;
+    if (j->phase == Job::Phase::kWaiting) {
+      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), j));
+      queued_tokens_ -= j->size() - j->settled;
+      jobs_.erase(it);
+      end_now = true;
+      idle_cv_.notify_all();
+    }
+    committing = j->phase == Job::Phase::kCommitting;
+    // Active jobs end between slices (the compute thread checks the flag).
+    cv_.notify_all();
+  }
+  if (end_now) return end({j, j->cancel_status});
+  // A committer is (or will be) blocked in commit(): the abort ends that wait.
+  if (committing && !j->aborted.exchange(true)) sender_.abort(j->req.reservation, "cancelled");
+}
+
+void PrefillScheduler::stop(std::chrono::milliseconds drain) {
+  std::vector<Ended> ended;
+  std::vector<JobPtr> to_abort;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+    if (started_) idle_cv_.wait_for(lock, drain, [&] { return jobs_.empty(); });
+    for (auto& [id, j] : jobs_) {
+      if (j->cancel_requested) continue;
+      j->cancel_status = Status(StatusCode::kUnavailable, "request " + j->req.reservation.request_id +
+                                                              ": this prefill worker is shutting down");
+      j->cancel_requested = true;
+      if (j->phase == Job::Phase::kCommitting) to_abort.push_back(j);
+    }
+    // Waiting jobs end here: without a compute thread (never started) nobody else would.
+    for (auto& j : waiting_) {
+      queued_tokens_ -= j->size() - j->settled;
+      jobs_.erase(j->id);
+      ended.push_back({j, j->cancel_status});
+    }
+    waiting_.clear();
+    cv_.notify_all();
+  }
+  for (auto& j : to_abort)
+    if (!j->aborted.exchange(true)) sender_.abort(j->req.reservation, "prefill worker shutting down");
+  for (auto& e : ended) end(e);
+  if (compute_.joinable()) compute_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commit_stop_ = true;
+    commit_cv_.notify_all();
+  }
+  for (auto& t : committers_) t.join();
+  committers_.clear();
+}
+
+PrefillSchedulerLoad PrefillScheduler::load() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {queued_tokens_, static_cast<int>(waiting_.size()), static_cast<int>(active_.size()), committing_};
+}
+
+// ---- compute thread -------------------------------------------------------------------------
+
+void PrefillScheduler::compute_loop() {
+  // OpenMP's thread count is a per-thread setting (libgomp): this thread sets its own.
+  if (limits_.threads > 0) cpu::set_num_threads(limits_.threads);
+  std::vector<Slice> plan;
+  while (true) {
+    std::vector<Ended> ended;
+    bool exit = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      settle_locked(plan, ended);
+      if (ended.empty()) cv_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !active_.empty(); });
+      sweep_locked(ended);
+      plan = plan_locked();
+      exit = plan.empty() && stopping_ && waiting_.empty() && active_.empty();
+    }
+    for (const Ended& e : ended) end(e);
+    if (exit) return;
+    const auto t0 = Clock::now();
+    int64_t tokens = 0;
+    for (Slice& s : plan) {
+      run_slice(s);
+      if (s.computed) tokens += s.tokens;
+    }
+    if (tokens > 0) record_throughput(tokens, seconds_between(t0, Clock::now()));
+  }
+}
+
+void PrefillScheduler::sweep_locked(std::vector<Ended>& ended) {
+  const auto now = Clock::now();
+  auto reason = [&](const Job& j) -> Status {
+    if (j.cancel_requested) return j.cancel_status;
+    if (now >= j.req.deadline)
+      return Status(StatusCode::kDeadlineExceeded,
+                    "request " + j.req.reservation.request_id + ": deadline passed before its prefill finished");
+    // Computing for a reservation the decode worker has dropped is wasted work.
+    if (lease_over(j.req.reservation))
+      return transfer_error(TransferError::kLeaseExpired, "reservation " + std::to_string(j.req.reservation.reservation_id) +
+                                                              ": lease over before the prefill finished");
+    return Status::Ok();
+  };
+  auto drop = [&](auto& list) {
+    for (auto it = list.begin(); it != list.end();) {
+      Status st = reason(**it);
+      if (st.ok()) {
+        ++it;
+        continue;
+      }
+      queued_tokens_ -= (*it)->size() - (*it)->settled;
+      jobs_.erase((*it)->id);
+      if (transfer_error_of(st) == TransferError::kLeaseExpired) (*it)->stats.transfer_failed = true;
+      ended.push_back({*it, std::move(st)});
+      it = list.erase(it);
+    }
+  };
+  drop(waiting_);
+  drop(active_);
+  if (!ended.empty()) idle_cv_.notify_all();
+}
+
+std::vector<PrefillScheduler::Slice> PrefillScheduler::plan_locked() {
+  while (static_cast<int>(active_.size()) < limits_.max_active && !waiting_.empty()) {
+    active_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    active_.back()->phase = Job::Phase::kActive;
+  }
+  std::vector<Slice> plan;
+  int budget = limits_.chunk_tokens;
+  for (const JobPtr& j : active_) {
+    if (budget == 0) break;
+    const int n = static_cast<int>(std::min<int64_t>(budget, j->size() - j->computed));
+    plan.push_back(Slice{j, n, Status::Ok(), false, false});
+    budget -= n;
+  }
+  return plan;
+}
+
+void PrefillScheduler::run_slice(Slice& s) {
+  Job& j = *s.job;
+  if (j.cancel_requested) return;  // settle ends it
+  const ReservationDescriptor& d = j.req.reservation;
+  const auto t0 = Clock::now();
+  if (j.computed == 0) {
+    j.state = model_.new_sequence();
+    j.started = t0;
+    j.stats.started = true;
+    j.stats.queue_seconds = seconds_between(j.submitted, t0);
+  }
+  const PrefillOptions opt{limits_.chunk_tokens, limits_.retention_chunk};
+  s.status = model_.prefill(j.state, std::span<const int32_t>(j.req.tokens).subspan(j.computed, s.tokens), opt);
+  if (!s.status.ok()) return;
+  if (limits_.inject_slice_delay.count() > 0) std::this_thread::sleep_until(t0 + limits_.inject_slice_delay);
+  s.computed = true;
+  const int64_t kv_dim = model_.config().kv_dim();
+  // Staged by the sender: these rows travel while the next slice computes.
+  s.status = sender_.put_rows(d, j.computed, s.tokens, j.state.k.data() + j.computed * kv_dim,
+                              j.state.v.data() + j.computed * kv_dim);
+  if (!s.status.ok()) {
+    j.stats.transfer_failed = true;
+    return;
+  }
+  j.stats.chunks.push_back(s.tokens);
+  j.computed += s.tokens;
+  if (j.computed < j.size()) return;
+
+  j.prefilled = Clock::now();
+  j.stats.prefill_seconds = seconds_between(j.started, j.prefilled);
+  StateBlobOptions so;
+  so.include_kv = false;  // the rows went ahead with put_rows
+  const std::vector<uint8_t> blob = serialize_state(j.state, model_.config(), model_.fingerprint(), so);
+  j.stats.rows = j.size();
+  j.stats.bytes = j.size() * kv_dim * 4 * 2 + static_cast<int64_t>(blob.size());
+  // The rows are staged in the sender; a job waiting for its acknowledgement keeps only the state.
+  std::vector<float>().swap(j.state.k);
+  std::vector<float>().swap(j.state.v);
+  s.status = sender_.put_state(d, blob);
+  if (!s.status.ok()) {
+    j.stats.transfer_failed = true;
+    return;
+  }
+  s.last = true;
+}
+
+void PrefillScheduler::settle_locked(std::vector<Slice>& plan, std::vector<Ended>& ended) {
+  for (Slice& s : plan) {
+    Job& j = *s.job;
+    Status end_status = j.cancel_requested ? j.cancel_status : s.status;
+    if (!end_status.ok()) {
+      active_.erase(std::find(active_.begin(), active_.end(), s.job));
+      queued_tokens_ -= j.size() - j.settled;
+      jobs_.erase(j.id);
+      ended.push_back({s.job, std::move(end_status)});
+      idle_cv_.notify_all();
+      continue;
+    }
+    queued_tokens_ -= s.tokens;
+    j.settled += s.tokens;
+    if (!s.last) continue;
+    active_.erase(std::find(active_.begin(), active_.end(), s.job));
+    j.phase = Job::Phase::kCommitting;
+    to_commit_.push_back(s.job);
+    ++committing_;
+    commit_cv_.notify_one();
+  }
+  plan.clear();
+}
+
+void PrefillScheduler::record_throughput(int64_t tokens, double busy_seconds) {
+  const auto now = Clock::now();
+  window_.push_back({now, tokens, busy_seconds});
+  while (!window_.empty() && now - window_.front().end > kThroughputWindow) window_.pop_front();
+  int64_t sum_tokens = 0;
+  double sum_seconds = 0;
+  for (const StepSample& s : window_) {
+    sum_tokens += s.tokens;
+    sum_seconds += s.seconds;
+  }
+  if (sum_seconds > 0) tokens_per_second_.store(static_cast<double>(sum_tokens) / sum_seconds, std::memory_order_relaxed);
+}
+
+// ---- committers -----------------------------------------------------------------------------
+
+void PrefillScheduler::commit_loop() {
+  while (true) {
+    JobPtr j;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      commit_cv_.wait(lock, [&] { return commit_stop_ || !to_commit_.empty(); });
+      if (to_commit_.empty()) return;
+      j = std::move(to_commit_.front());
+      to_commit_.pop_front();
+    }
+    const ReservationDescriptor& d = j->req.reservation;
+    Status st;
+    const bool skipped = j->cancel_requested;
+    if (!skipped && limits_.inject_commit_delay.count() > 0) std::this_thread::sleep_for(limits_.inject_commit_delay);
+    if (!skipped) {
+      // Every wait has a deadline: the caller's, else the lease (plus slack for the ack).
+      const Clock::time_point deadline = std::min(j->req.deadline, lease_on_steady_clock(d) + limits_.commit_grace);
+      st = sender_.commit(d, j->size(), deadline);
+    }
+    const auto now = Clock::now();
+    j->stats.transfer_seconds = seconds_between(j->prefilled, now);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (skipped || (!st.ok() && j->cancel_requested)) {
+        st = j->cancel_status;  // the abort of cancel()/stop() is what ended the commit
+      } else if (!st.ok() && now >= j->req.deadline) {
+        st = Status(StatusCode::kDeadlineExceeded, "request " + d.request_id +
+                                                       ": deadline passed waiting for the decode worker's acknowledgement (" +
+                                                       st.message() + ")");
+      } else if (!st.ok()) {
+        j->stats.transfer_failed = true;
+      }
+      --committing_;
+      jobs_.erase(j->id);
+      idle_cv_.notify_all();
+    }
+    if (st.ok()) complete(*j, Status::Ok());
+    else end({j, st});
+  }
+}
+
+// ---- completion -----------------------------------------------------------------------------
+
+void PrefillScheduler::end(const Ended& e) {
+  // Best effort; the receiver drops the reservation and its blocks go back to the pool now.
+  if (!e.job->aborted.exchange(true)) sender_.abort(e.job->req.reservation, e.status.message());
+  complete(*e.job, e.status);
+}
+
+void PrefillScheduler::complete(Job& j, Status st) {
+  PrefillCallback cb = std::move(j.on_done);
+  j.on_done = nullptr;
+  if (cb) cb(PrefillOutcome{std::move(st), j.stats});
+}
+
+}  // namespace yoco

@@ -1,0 +1,181 @@
+// The prefill worker's engine loop, without RPC (SPEC 3.3, 3.4): chunked prefill of many
+// prompts at once, each chunk's K/V rows handed to the transfer engine as soon as it is
+// computed, so they are on the wire while the next chunk computes (pipelining).
+//
+// One compute thread runs steps. A step spends at most `chunk_tokens` tokens across at most
+// `max_active` prompts, first come first served, each getting a contiguous slice of what it has
+// left; after each slice its rows go to KvSender::put_rows, which stages them and returns. A
+// prompt whose last slice is done ships its state (no K/V rows) and waits for the decode
+// worker's acknowledgement on a committer thread, so the compute thread never blocks on the
+// network. Cancellation, deadlines and transfer failures end a job at any phase and abort its
+// reservation, so the decode worker gets its blocks back at once instead of at the lease.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "model/model.h"
+#include "transfer/descriptor.h"
+#include "transfer/transport.h"
+
+namespace yoco {
+
+// How much the scheduler takes on (STYLE item 8).
+struct PrefillLimits {
+  int chunk_tokens = 512;                         // tokens computed per step, across all active prompts
+  int max_active = 4;                             // prompts interleaved per step
+  int64_t max_queued_tokens = int64_t{1} << 20;   // uncomputed tokens waiting or active; beyond: RESOURCE_EXHAUSTED
+  int committers = 8;                             // threads waiting for commit acknowledgements
+  int retention_chunk = 64;                       // C of the chunkwise gated-retention form
+  int threads = 0;                                // OpenMP threads of the compute thread; 0: leave the default
+  // Slack past the reservation's lease for the commit acknowledgement (its wait must end).
+  std::chrono::milliseconds commit_grace{5000};
+  // Fault injection for tests and drills, off by default: every slice takes at least this long
+  // (a slow or busy prefill), and the commit waits this long after the last rows and the state
+  // were handed over (a slow network). They make each phase of a request long enough to
+  // cancel, time out or kill a worker in on purpose (tests/cluster/cluster_test.cc).
+  std::chrono::milliseconds inject_slice_delay{0};
+  std::chrono::milliseconds inject_commit_delay{0};
+
+  // Errors name the field.
+  Status validate() const;
+};
+
+struct PrefillJob {
+  std::string request_id;  // must match the reservation's; empty: the reservation's
+  std::vector<int32_t> tokens;
+  ReservationDescriptor reservation;  // parsed (ReservationDescriptor::parse)
+  TransferClock::time_point deadline = TransferClock::time_point::max();
+};
+
+struct PrefillStats {
+  int64_t rows = 0;             // K/V rows shipped (the prompt length)
+  int64_t bytes = 0;            // K/V rows + state blob
+  bool started = false;         // the first slice was computed (queue_seconds is meaningful)
+  double queue_seconds = 0;     // submit to the first slice
+  double prefill_seconds = 0;   // first slice start to last slice end
+  double transfer_seconds = 0;  // last slice end to the acknowledged commit (the part not hidden)
+  bool transfer_failed = false; // the transfer failed (sender error, decode-side rejection, lease over),
+                                // as opposed to a cancellation, a deadline or bad input
+  // The slices the prompt was computed in, in order: Model::prefill over the same slices (with
+  // the same PrefillOptions) reproduces the shipped state bitwise.
+  std::vector<int> chunks;
+};
+
+struct PrefillOutcome {
+  Status status;  // OK: the decode worker admitted the sequence
+  PrefillStats stats;
+};
+
+using PrefillCallback = std::function<void(const PrefillOutcome&)>;
+
+struct PrefillSchedulerLoad {
+  int64_t queued_tokens = 0;  // uncomputed tokens of waiting and active jobs
+  int waiting = 0;            // not yet computing
+  int active = 0;             // computing
+  int committing = 0;         // computed, waiting for the acknowledgement
+};
+
+class PrefillScheduler {
+ public:
+  // `model` (kPrefill weights suffice) and `sender` must outlive the scheduler. Bad limits:
+  // INVALID_ARGUMENT naming the field.
+  static Result<std::unique_ptr<PrefillScheduler>> create(const Model& model, KvSender& sender, PrefillLimits limits);
+  ~PrefillScheduler();  // stop() without draining
+  PrefillScheduler(const PrefillScheduler&) = delete;
+  PrefillScheduler& operator=(const PrefillScheduler&) = delete;
+
+  void start();
+
+  // Validates and queues a job (jobs queued before start() wait for it). Once accepted,
+  // `on_done` is called exactly once, from a scheduler thread or from cancel()/stop(), never
+  // from submit() and never under the scheduler's lock. Refusals never call it. Nothing was
+  // sent for them, so the reservation is left to the caller (another worker may use it):
+  // INVALID_ARGUMENT or FAILED_PRECONDITION naming the field, RESOURCE_EXHAUSTED over
+  // max_queued_tokens, UNAVAILABLE once stopping. The one exception is a deadline that has
+  // already passed: DEADLINE_EXCEEDED, and the reservation is aborted.
+  Result<uint64_t> submit(PrefillJob job, PrefillCallback on_done);
+
+  // Ends the job with CANCELLED at whatever phase it is in (unknown or finished ids: no-op).
+  void cancel(uint64_t id);
+
+  // Stops admitting (UNAVAILABLE), lets queued and in-flight jobs finish for up to `drain`,
+  // then ends the rest with UNAVAILABLE and joins the threads.
+  void stop(std::chrono::milliseconds drain = std::chrono::milliseconds(0));
+
+  PrefillSchedulerLoad load() const;
+  // Prompt tokens computed per second of compute over the last few seconds of work (kept when
+  // idle, so a scrape between bursts shows the worker's speed, not zero).
+  double tokens_per_second() const { return tokens_per_second_.load(std::memory_order_relaxed); }
+
+ private:
+  PrefillScheduler(const Model& model, KvSender& sender, PrefillLimits limits);
+
+  struct Job;
+  using JobPtr = std::shared_ptr<Job>;
+  struct Slice {
+    JobPtr job;
+    int tokens = 0;
+    Status status;          // of the compute and the puts
+    bool computed = false;  // the model ran (counts for throughput)
+    bool last = false;      // the job's last slice ran and its state is sent: on to the committers
+  };
+  struct Ended {
+    JobPtr job;
+    Status status;
+  };
+
+  Status check(const PrefillJob& job) const;
+  void compute_loop();
+  void commit_loop();
+  // Removes cancelled, expired and lease-expired jobs from waiting_ and active_ (lock held).
+  void sweep_locked(std::vector<Ended>& ended);
+  std::vector<Slice> plan_locked();
+  void run_slice(Slice& s);
+  void settle_locked(std::vector<Slice>& plan, std::vector<Ended>& ended);
+  void record_throughput(int64_t tokens, double busy_seconds);
+  // Aborts the reservation (best effort) and completes the job: outside the lock.
+  void end(const Ended& e);
+  void complete(Job& j, Status st);
+
+  const Model& model_;
+  KvSender& sender_;
+  const PrefillLimits limits_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;         // compute thread: work, cancellation, stop
+  std::condition_variable commit_cv_;  // committers: work, stop
+  std::condition_variable idle_cv_;    // stop(): everything finished
+  std::unordered_map<uint64_t, JobPtr> jobs_;  // every live job, for cancel()
+  std::deque<JobPtr> waiting_;
+  std::vector<JobPtr> active_;                 // in arrival order
+  std::deque<JobPtr> to_commit_;
+  int committing_ = 0;                         // in to_commit_ or inside commit()
+  int64_t queued_tokens_ = 0;
+  uint64_t next_id_ = 1;
+  bool started_ = false, stopping_ = false, commit_stop_ = false;
+  std::thread compute_;
+  std::vector<std::thread> committers_;
+
+  // Compute thread only: (end of step, tokens, busy seconds) over the throughput window.
+  struct StepSample {
+    TransferClock::time_point end;
+    int64_t tokens;
+    double seconds;
+  };
+  std::deque<StepSample> window_;
+  std::atomic<double> tokens_per_second_{0.0};
+};
+
+}  // namespace yoco

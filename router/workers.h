@@ -1,0 +1,73 @@
+// The router's view of one role's workers (prefill or decode): the addresses discovery yields
+// (static or a DNS name re-resolved periodically), a channel per address, and health + load
+// from polling each worker's GetLoad. A worker that fails a request is marked unhealthy only
+// until its next successful poll: one transient error never takes a healthy worker out for
+// good (sglang #13054).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "router/discovery.h"
+#include "router/policy.h"
+
+namespace yoco {
+
+enum class WorkerRole { kPrefill, kDecode };
+
+struct WorkerGroupOptions {
+  std::chrono::milliseconds poll_interval{500};
+  std::chrono::milliseconds poll_timeout{1000};
+  std::chrono::milliseconds dns_refresh{5000};
+};
+
+class WorkerGroup {
+ public:
+  WorkerGroup(WorkerRole role, std::vector<Target> targets, WorkerGroupOptions options,
+              Resolver resolver = resolve_with_getaddrinfo);
+  ~WorkerGroup();
+
+  void start();  // first discovery + poll happen before start returns
+  void stop();
+
+  // Snapshots of every known worker, with local adjustments for work sent since the last poll.
+  std::vector<WorkerSnapshot> snapshot() const;
+  std::shared_ptr<grpc::Channel> channel(const std::string& address);
+  // The model fingerprint the worker reported ("" before its first successful poll).
+  std::string fingerprint(const std::string& address) const;
+
+  // Bookkeeping between polls so a burst of requests spreads instead of herding.
+  void add_pending(const std::string& address, int64_t tokens_or_blocks);
+  void mark_failed(const std::string& address);
+  int healthy_count() const;
+
+ private:
+  struct Worker {
+    WorkerSnapshot snap;
+    std::string fingerprint;
+    int64_t pending = 0;  // prefill: tokens, decode: blocks, sent since the last poll
+  };
+  void loop();
+  void poll_all();
+
+  const WorkerRole role_;
+  Discovery discovery_;
+  const WorkerGroupOptions opt_;
+  mutable std::mutex mu_;
+  std::map<std::string, Worker> workers_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace yoco

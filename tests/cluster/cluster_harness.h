@@ -1,0 +1,196 @@
+// A local cluster for tests: deploy/local/cluster.py (the same launcher the README uses)
+// starts router + prefill + decode workers as real processes on 127.0.0.1 with ports chosen
+// at run time; the harness reads their addresses from cluster.json and stops everything when
+// it goes out of scope, also when a test fails.
+#pragma once
+
+#include <arpa/inet.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/json.h"
+#include "tests/unit/test_util.h"
+#include "yoco/v1/yoco.grpc.pb.h"
+
+namespace yoco::test {
+
+struct ProcInfo {
+  std::string grpc, metrics, ucx;
+  pid_t pid = -1;
+};
+
+inline int port_of(const std::string& addr) { return std::stoi(addr.substr(addr.rfind(':') + 1)); }
+
+// GET on 127.0.0.1:port; the body, or "" on failure.
+inline std::string http_get(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (write(fd, req.data(), req.size()) > 0) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+    }
+  }
+  close(fd);
+  const auto body = out.find("\r\n\r\n");
+  return body == std::string::npos ? "" : out.substr(body + 4);
+}
+
+// The value of an unlabelled sample ("name value") in a Prometheus exposition; NaN if absent.
+inline double metric_value(const std::string& text, const std::string& name) {
+  size_t pos = 0;
+  while ((pos = text.find(name + " ", pos)) != std::string::npos) {
+    if (pos == 0 || text[pos - 1] == '\n') return std::stod(text.substr(pos + name.size() + 1));
+    pos += name.size();
+  }
+  return std::nan("");
+}
+
+class LocalCluster {
+ public:
+  struct Options {
+    std::string model;
+    int prefill = 2, decode = 2;
+    int kv_blocks = 1024;
+    std::vector<std::string> prefill_args, decode_args, router_args;
+  };
+
+  explicit LocalCluster(const Options& o) {
+    state_dir_ = dir_.path();
+    std::vector<std::string> args = {"/usr/bin/python3", std::string(YOCO_SOURCE_DIR) + "/deploy/local/cluster.py",
+                                     "--bin-dir", YOCO_BINARY_DIR, "--model", o.model, "--prefill",
+                                     std::to_string(o.prefill), "--decode", std::to_string(o.decode), "--state-dir",
+                                     state_dir_, "--threads", "1", "--ucx-tls", "tcp", "--kv-blocks",
+                                     std::to_string(o.kv_blocks)};
+    for (const auto& a : o.prefill_args) args.push_back("--prefill-arg=" + a);
+    for (const auto& a : o.decode_args) args.push_back("--decode-arg=" + a);
+    for (const auto& a : o.router_args) args.push_back("--router-arg=" + a);
+    pid_ = fork();
+    if (pid_ == 0) {
+      setpgid(0, 0);
+      freopen((state_dir_ + "/launcher.out").c_str(), "w", stdout);
+      freopen((state_dir_ + "/launcher.err").c_str(), "w", stderr);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    const std::string cj = state_dir_ + "/cluster.json";
+    for (int i = 0; i < 2400 && !std::filesystem::exists(cj); ++i) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    auto j = Json::parse(read_file(cj));
+    if (!j.ok()) return;
+    auto proc = [](const Json& p) {
+      ProcInfo x;
+      x.grpc = p.find("grpc")->as_string();
+      x.metrics = p.find("metrics")->as_string();
+      if (const Json* u = p.find("ucx")) x.ucx = u->as_string();
+      x.pid = static_cast<pid_t>(p.find("pid")->as_int());
+      return x;
+    };
+    router_ = proc(*j->find("router"));
+    for (const auto& p : j->find("prefill")->as_array()) prefill_.push_back(proc(p));
+    for (const auto& p : j->find("decode")->as_array()) decode_.push_back(proc(p));
+    ready_ = true;
+  }
+
+  ~LocalCluster() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);  // the launcher stops its children (SIGTERM, then SIGKILL)
+    int status = 0;
+    for (int i = 0; i < 800; ++i) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(-pid_, SIGKILL);
+    for (const auto* group : {&prefill_, &decode_})
+      for (const auto& p : *group) kill(p.pid, SIGKILL);
+    kill(router_.pid, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+
+  bool ready() const { return ready_; }
+  std::string logs() const {
+    std::string out = read_file(state_dir_ + "/launcher.err");
+    for (const auto& e : std::filesystem::directory_iterator(state_dir_))
+      if (e.path().extension() == ".log") {
+        const std::string t = read_file(e.path().string());
+        out += "\n== " + e.path().filename().string() + "\n" + t.substr(t.size() > 3000 ? t.size() - 3000 : 0);
+      }
+    return out;
+  }
+  const ProcInfo& router() const { return router_; }
+  const std::vector<ProcInfo>& prefill() const { return prefill_; }
+  const std::vector<ProcInfo>& decode() const { return decode_; }
+  std::unique_ptr<v1::Yoco::Stub> stub() const {
+    return v1::Yoco::NewStub(grpc::CreateChannel(router_.grpc, grpc::InsecureChannelCredentials()));
+  }
+  const std::string& state_dir() const { return state_dir_; }
+
+ private:
+  TempDir dir_;
+  std::string state_dir_;
+  pid_t pid_ = -1;
+  bool ready_ = false;
+  ProcInfo router_;
+  std::vector<ProcInfo> prefill_, decode_;
+};
+
+struct Generated {
+  std::vector<int32_t> ids;
+  std::string text;
+  grpc::Status status;
+  bool final_seen = false;
+  v1::Final final;
+};
+
+// Runs one Generate to completion. `on_delta` (optional) sees each delta as it arrives and may
+// cancel through the context.
+inline Generated run_generate(v1::Yoco::Stub& stub, const v1::GenerateRequest& req, std::chrono::milliseconds deadline,
+                              const std::function<void(grpc::ClientContext&, const Generated&)>& on_delta = {},
+                              grpc::ClientContext* external = nullptr) {
+  grpc::ClientContext own;
+  grpc::ClientContext& ctx = external ? *external : own;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  Generated g;
+  auto reader = stub.Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    if (resp.has_delta()) {
+      g.ids.insert(g.ids.end(), resp.delta().token_ids().begin(), resp.delta().token_ids().end());
+      g.text += resp.delta().text();
+      if (on_delta) on_delta(ctx, g);
+    } else if (resp.has_final()) {
+      g.final_seen = true;
+      g.final = resp.final();
+    }
+  }
+  g.status = reader->Finish();
+  return g;
+}
+
+}  // namespace yoco::test

@@ -1,0 +1,429 @@
+// The cluster as users run it: router + prefill + decode workers as real processes on
+// 127.0.0.1 (started by deploy/local/cluster.py), KV over real UCX (tcp), metrics scraped by
+// a real Prometheus. Issue 4's tests:
+//   1. greedy generation through 2 prefill + 2 decode workers = the in-process engine
+//      (gRet, SWA and YOCO-U models; prompts longer than one prefill chunk);
+//   2. 64 concurrent streams complete correctly;
+//   3. cancellation and deadlines in each phase give the right code and free every KV block;
+//   4. SIGKILL of a decode worker mid-stream: streams complete through migration, identical;
+//   5. SIGKILL of a prefill worker mid-transfer: the request is retried and completes;
+//   6. promtool + a real Prometheus scrape of every process;
+//   7. bad requests: INVALID_ARGUMENT naming the field; admission: RESOURCE_EXHAUSTED.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <mutex>
+
+#include "model/generate.h"
+#include "model/random_model.h"
+#include "tests/cluster/cluster_harness.h"
+#include "tokenizer/tokenizer.h"
+
+namespace yoco {
+namespace {
+
+using std::chrono::milliseconds;
+using test::LocalCluster;
+
+const std::string kGret = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco";
+const std::string kYocoU = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco-u";
+
+std::vector<int32_t> reference(const Model& m, const std::vector<int32_t>& prompt, int max_tokens) {
+  GenerateOptions opt;
+  opt.max_tokens = max_tokens;
+  opt.sampling.temperature = 0;
+  auto r = generate(m, prompt, opt);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? r->tokens : std::vector<int32_t>{};
+}
+
+v1::GenerateRequest greedy(const std::vector<int32_t>& prompt, int max_tokens) {
+  v1::GenerateRequest req;
+  for (int32_t t : prompt) req.mutable_tokens()->add_ids(t);
+  req.set_max_tokens(max_tokens);
+  req.mutable_sampling()->set_temperature(0);
+  req.set_ignore_eos(true);
+  return req;
+}
+
+// Mixed lengths 1..~300: several are longer than the 64-token prefill chunk the tests set.
+std::vector<std::vector<int32_t>> prompts(int n, int vocab, uint64_t seed) {
+  std::vector<std::vector<int32_t>> out;
+  uint64_t x = seed;
+  auto next = [&] { return x = x * 6364136223846793005ull + 1442695040888963407ull, static_cast<uint32_t>(x >> 33); };
+  const int lengths[] = {1, 2, 5, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 150, 200, 255, 256, 257, 300};
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p(lengths[i % 20]);
+    for (auto& t : p) t = static_cast<int32_t>(next() % vocab);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// Free blocks of every decode worker back at their idle count (polled: the last release may
+// trail the client's status by a moment).
+void expect_pools_idle(const LocalCluster& c, int kv_blocks) {
+  for (const auto& d : c.decode()) {
+    double free = -1, in_flight = -1;
+    for (int i = 0; i < 100; ++i) {
+      const std::string m = test::http_get(test::port_of(d.metrics), "/metrics");
+      free = test::metric_value(m, "yoco_kv_cache_blocks_free");
+      in_flight = test::metric_value(m, "yoco_kv_transfer_in_flight");
+      if (free == kv_blocks && in_flight == 0) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    EXPECT_EQ(free, kv_blocks) << "decode worker " << d.grpc;
+    EXPECT_EQ(in_flight, 0) << "decode worker " << d.grpc;
+  }
+}
+
+struct ModelCase {
+  std::string name, dir;  // dir empty: a random preset written to a temp dir
+};
+
+class ClusterGreedy : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(ClusterGreedy, TwoPrefillTwoDecodeMatchInProcessEngine) {
+  test::TempDir tmp;
+  std::string dir = GetParam().dir;
+  if (dir.empty()) {
+    auto cfg = find_preset(GetParam().name);
+    ASSERT_TRUE(cfg.ok());
+    ASSERT_TRUE(write_random_model(tmp.path(), cfg.value(), 7, DType::kF32).ok());
+    dir = tmp.path();
+  }
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  LocalCluster c({.model = dir, .prefill = 2, .decode = 2, .prefill_args = {"--chunk-tokens=64"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const auto ps = prompts(20, (*model)->config().vocab_size, 11);
+  const int max_tokens = 12;
+  // Four at a time, so both workers of each role see work.
+  std::vector<test::Generated> got(ps.size());
+  for (size_t i = 0; i < ps.size(); i += 4) {
+    std::vector<std::thread> th;
+    for (size_t j = i; j < std::min(ps.size(), i + 4); ++j)
+      th.emplace_back([&, j] { got[j] = test::run_generate(*stub, greedy(ps[j], max_tokens), milliseconds(60000)); });
+    for (auto& t : th) t.join();
+  }
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << "prompt " << i << ": " << got[i].status.error_message() << c.logs();
+    EXPECT_EQ(got[i].ids, reference(**model, ps[i], max_tokens)) << "prompt " << i << " (" << ps[i].size() << " tokens)";
+    ASSERT_TRUE(got[i].final_seen);
+    EXPECT_EQ(got[i].final.finish_reason(), v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(got[i].final.usage().prompt_tokens(), ps[i].size());
+    EXPECT_EQ(got[i].final.usage().completion_tokens(), static_cast<uint32_t>(max_tokens));
+  }
+  // Both prefill workers shipped KV over UCX, and every block came back.
+  for (const auto& p : c.prefill()) {
+    const std::string m = test::http_get(test::port_of(p.metrics), "/metrics");
+    EXPECT_GT(test::metric_value(m, "yoco_kv_transfer_bytes_total"), 0) << p.grpc;
+  }
+  expect_pools_idle(c, 1024);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ClusterGreedy,
+                         ::testing::Values(ModelCase{"gret_kjv", kGret}, ModelCase{"tiny-swa", ""},
+                                           ModelCase{"yocou_kjv", kYocoU}),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (auto& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+TEST(Cluster, SixtyFourConcurrentStreamsAndText) {
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  auto tok = Tokenizer::load(kGret);
+  ASSERT_TRUE(tok.ok());
+  LocalCluster c({.model = kGret, .prefill = 2, .decode = 2});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const auto ps = prompts(64, (*model)->config().vocab_size, 5);
+  std::vector<test::Generated> got(64);
+  std::vector<std::thread> th;
+  for (int i = 0; i < 64; ++i)
+    th.emplace_back([&, i] { got[i] = test::run_generate(*stub, greedy(ps[i], 8 + i % 9), milliseconds(120000)); });
+  for (auto& t : th) t.join();
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message() << c.logs();
+    EXPECT_EQ(got[i].ids, reference(**model, ps[i], 8 + i % 9)) << "stream " << i;
+    EXPECT_EQ(got[i].text, (*tok)->decode(got[i].ids, true)) << "stream " << i;
+  }
+  // Text in, text out; a stop string ends the stream before it.
+  v1::GenerateRequest req;
+  req.set_text("In the beginning God created");
+  req.set_max_tokens(24);
+  req.mutable_sampling()->set_temperature(0);
+  auto full = test::run_generate(*stub, req, milliseconds(30000));
+  ASSERT_TRUE(full.status.ok()) << full.status.error_message();
+  const auto prompt_ids = (*tok)->encode("In the beginning God created", false, (*tok)->add_bos_token());
+  EXPECT_EQ(full.ids, reference(**model, prompt_ids, static_cast<int>(full.ids.size())));
+  ASSERT_GT(full.text.size(), 8u);
+  const std::string stop = full.text.substr(full.text.size() / 2, 3);
+  req.add_stop(stop);
+  auto stopped = test::run_generate(*stub, req, milliseconds(30000));
+  ASSERT_TRUE(stopped.status.ok());
+  EXPECT_EQ(stopped.text, full.text.substr(0, full.text.find(stop)));
+  EXPECT_EQ(stopped.final.finish_reason(), v1::FINISH_REASON_STOP);
+  expect_pools_idle(c, 1024);
+}
+
+// Phases are made long enough to hit on purpose with the prefill worker's fault-injection
+// flags (documented in prefill_service/main.cc): each 64-token chunk takes ≥ 150 ms, and the
+// commit waits 1.5 s after the last rows were pushed.
+TEST(Cluster, CancellationAndDeadlinesInEveryPhaseFreeTheBlocks) {
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  LocalCluster c({.model = kGret, .prefill = 1, .decode = 1, .kv_blocks = 256,
+                  .prefill_args = {"--chunk-tokens=64", "--max-active=1", "--inject-chunk-delay-ms=150",
+                                   "--inject-commit-delay-ms=1500"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const auto ps = prompts(20, (*model)->config().vocab_size, 3);
+  std::vector<int32_t> long_prompt;  // 640 tokens: 10 chunks, ≥ 1.5 s of prefill
+  for (int i = 0; i < 640; ++i) long_prompt.push_back((i * 37 + 11) % (*model)->config().vocab_size);
+
+  auto cancel_after = [&](const v1::GenerateRequest& req, milliseconds after) {
+    grpc::ClientContext ctx;
+    std::thread t([&] {
+      std::this_thread::sleep_for(after);
+      ctx.TryCancel();
+    });
+    auto g = test::run_generate(*stub, req, milliseconds(60000), {}, &ctx);
+    t.join();
+    return g;
+  };
+
+  // Prefilling: cancelled while the chunks compute (and earlier chunks' rows are in flight).
+  auto g = cancel_after(greedy(long_prompt, 8), milliseconds(500));
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::CANCELLED) << g.status.error_message();
+  expect_pools_idle(c, 256);
+
+  // Queued: a second request waits behind the first (one active prefill at a time).
+  {
+    std::thread first([&] { (void)cancel_after(greedy(long_prompt, 4), milliseconds(2500)); });
+    std::this_thread::sleep_for(milliseconds(200));
+    auto q = cancel_after(greedy(ps[5], 4), milliseconds(400));
+    EXPECT_EQ(q.status.error_code(), grpc::StatusCode::CANCELLED) << q.status.error_message();
+    first.join();
+  }
+  expect_pools_idle(c, 256);
+
+  // Transferring: all rows pushed, the commit held back; the deadline passes meanwhile.
+  g = test::run_generate(*stub, greedy(ps[3], 8), milliseconds(900));
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << g.status.error_message();
+  expect_pools_idle(c, 256);
+
+  // Decoding: cancelled after some tokens streamed; and a deadline during a long generation.
+  g = test::run_generate(*stub, greedy(ps[2], 3000), milliseconds(60000), [](grpc::ClientContext& ctx, const test::Generated& s) {
+    if (s.ids.size() >= 5) ctx.TryCancel();
+  });
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::CANCELLED) << g.status.error_message();
+  EXPECT_GE(g.ids.size(), 5u);
+  g = test::run_generate(*stub, greedy(ps[2], 3000), milliseconds(3500));
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << g.status.error_message();
+  EXPECT_GT(g.ids.size(), 0u);
+  expect_pools_idle(c, 256);
+
+  // The cluster still serves normally afterwards.
+  g = test::run_generate(*stub, greedy(ps[7], 6), milliseconds(30000));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.ids, reference(**model, ps[7], 6));
+}
+
+TEST(Cluster, DecodeWorkerKilledMidStreamMigratesWithIdenticalTokens) {
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  LocalCluster c({.model = kGret, .prefill = 1, .decode = 2});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const auto ps = prompts(8, (*model)->config().vocab_size, 9);
+  const int max_tokens = 400;
+  std::vector<test::Generated> got(8);
+  std::atomic<int> streaming{0};
+  std::vector<std::thread> th;
+  for (int i = 0; i < 8; ++i)
+    th.emplace_back([&, i] {
+      bool counted = false;
+      got[i] = test::run_generate(*stub, greedy(ps[i], max_tokens), milliseconds(180000),
+                                  [&](grpc::ClientContext&, const test::Generated& s) {
+                                    if (!counted && s.ids.size() >= 3) {
+                                      counted = true;
+                                      ++streaming;
+                                    }
+                                  });
+    });
+  for (int i = 0; i < 1200 && streaming < 8; ++i) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_EQ(kill(c.decode()[0].pid, SIGKILL), 0);
+  for (auto& t : th) t.join();
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message() << c.logs();
+    EXPECT_EQ(got[i].ids, reference(**model, ps[i], max_tokens)) << "stream " << i;
+    EXPECT_EQ(got[i].final.usage().completion_tokens(), static_cast<uint32_t>(max_tokens));
+  }
+  const std::string rm = test::http_get(test::port_of(c.router().metrics), "/metrics");
+  EXPECT_NE(rm.find("yoco_router_retries_total{kind=\"migration\"}"), std::string::npos) << rm;
+  // The surviving worker's pool is back to idle.
+  const std::string dm = test::http_get(test::port_of(c.decode()[1].metrics), "/metrics");
+  EXPECT_EQ(test::metric_value(dm, "yoco_kv_cache_blocks_free"), 1024);
+}
+
+TEST(Cluster, PrefillWorkerKilledMidTransferIsRetried) {
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  LocalCluster c({.model = kGret, .prefill = 2, .decode = 1,
+                  .prefill_args = {"--chunk-tokens=64", "--inject-chunk-delay-ms=200"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  std::vector<int32_t> prompt;  // 12 chunks: ≥ 2.4 s of prefill, rows shipped chunk by chunk
+  for (int i = 0; i < 768; ++i) prompt.push_back((i * 53 + 7) % (*model)->config().vocab_size);
+  auto fut = std::async(std::launch::async, [&] { return test::run_generate(*stub, greedy(prompt, 10), milliseconds(120000)); });
+  // Find the prefill worker that took it (its queue shows the tokens), let a few chunks ship, kill it.
+  int victim = -1;
+  for (int i = 0; i < 400 && victim < 0; ++i) {
+    for (int p = 0; p < 2; ++p) {
+      const std::string m = test::http_get(test::port_of(c.prefill()[p].metrics), "/metrics");
+      if (test::metric_value(m, "yoco_kv_transfer_bytes_total") > 0 || test::metric_value(m, "yoco_requests_running") > 0)
+        victim = p;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_GE(victim, 0) << c.logs();
+  std::this_thread::sleep_for(milliseconds(700));
+  ASSERT_EQ(kill(c.prefill()[victim].pid, SIGKILL), 0);
+  auto g = fut.get();
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message() << c.logs();
+  EXPECT_EQ(g.ids, reference(**model, prompt, 10));
+  const std::string rm = test::http_get(test::port_of(c.router().metrics), "/metrics");
+  EXPECT_NE(rm.find("yoco_router_retries_total{kind=\"prefill\"}"), std::string::npos) << rm;
+  expect_pools_idle(c, 1024);
+}
+
+// promtool on every process's /metrics, then a real Prometheus scrapes every target.
+TEST(Cluster, PromtoolAndARealPrometheusScrapeEveryProcess) {
+  LocalCluster c({.model = kGret, .prefill = 1, .decode = 1});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  auto g = test::run_generate(*stub, greedy({1, 2, 3, 4}, 4), milliseconds(30000));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  std::vector<std::string> targets = {c.router().metrics, c.prefill()[0].metrics, c.decode()[0].metrics};
+  for (const auto& t : targets) {
+    const std::string path = c.state_dir() + "/scrape.txt";
+    test::write_file(path, test::http_get(test::port_of(t), "/metrics"));
+    const std::string cmd = "promtool check metrics < " + path + " > " + path + ".out 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << t << ": " << test::read_file(path + ".out");
+  }
+  // A free port for Prometheus's own listener.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int prom_port = ntohs(a.sin_port);
+  close(fd);
+  std::string cfg = "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: yoco\n    static_configs:\n      - targets: [";
+  for (size_t i = 0; i < targets.size(); ++i) cfg += (i ? ", '" : "'") + targets[i] + "'";
+  cfg += "]\n";
+  test::write_file(c.state_dir() + "/prometheus.yml", cfg);
+  const pid_t prom = fork();
+  if (prom == 0) {
+    freopen((c.state_dir() + "/prometheus.log").c_str(), "w", stderr);
+    const std::string cf = "--config.file=" + c.state_dir() + "/prometheus.yml";
+    const std::string db = "--storage.tsdb.path=" + c.state_dir() + "/prom-data";
+    const std::string web = "--web.listen-address=127.0.0.1:" + std::to_string(prom_port);
+    execlp("prometheus", "prometheus", cf.c_str(), db.c_str(), web.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int up = 0;
+  std::string answer;
+  for (int i = 0; i < 300 && up < 3; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+    answer = test::http_get(prom_port, "/api/v1/targets?state=active");
+    up = 0;
+    for (size_t pos = 0; (pos = answer.find("\"health\":\"up\"", pos)) != std::string::npos; ++pos) ++up;
+  }
+  kill(prom, SIGTERM);
+  waitpid(prom, nullptr, 0);
+  EXPECT_EQ(up, 3) << answer << test::read_file(c.state_dir() + "/prometheus.log");
+}
+
+TEST(Cluster, BadRequestsNameTheFieldAndAdmissionIsBounded) {
+  LocalCluster c({.model = kGret, .prefill = 1, .decode = 1, .router_args = {"--max-in-flight=2"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  auto expect_invalid = [&](v1::GenerateRequest req, const std::string& field) {
+    auto g = test::run_generate(*stub, req, milliseconds(10000));
+    EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field << ": " << g.status.error_message();
+    EXPECT_NE(g.status.error_message().find(field), std::string::npos) << g.status.error_message();
+  };
+  expect_invalid(greedy({1, 2, 4096}, 4), "prompt.tokens[2]");
+  expect_invalid(greedy({}, 4), "prompt");
+  expect_invalid(greedy({1, 2}, 5000), "max_tokens");
+  auto r = greedy({1, 2}, 4);
+  r.mutable_sampling()->set_temperature(-1);
+  expect_invalid(r, "temperature");
+  r = greedy({1, 2}, 4);
+  r.mutable_sampling()->set_top_p(0);
+  expect_invalid(r, "top_p");
+  r = greedy({1, 2}, 4);
+  r.set_logprobs(1000);
+  expect_invalid(r, "logprobs");
+  r = greedy({1, 2}, 4);
+  r.add_stop("");
+  expect_invalid(r, "stop[0]");
+  r = greedy({1, 2}, 4);
+  r.add_stop_token_ids(-3);
+  expect_invalid(r, "stop_token_ids[0]");
+
+  // Logprobs come back per token, the chosen one first among the top for greedy.
+  r = greedy({5, 6, 7}, 3);
+  r.set_logprobs(3);
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    auto reader = stub->Generate(&ctx, r);
+    v1::GenerateResponse resp;
+    int entries = 0;
+    while (reader->Read(&resp))
+      for (const auto& e : resp.delta().logprobs()) {
+        ++entries;
+        ASSERT_EQ(e.top_size(), 3);
+        EXPECT_EQ(e.top(0).id(), e.chosen().id());
+        EXPECT_LE(e.chosen().logprob(), 0);
+      }
+    EXPECT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(entries, 3);
+  }
+
+  // Admission: two long streams in flight, the third is refused at once.
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>>> readers;
+  for (int i = 0; i < 2; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    readers.push_back(stub->Generate(ctxs.back().get(), greedy({1, 2, 3}, 3000)));
+    v1::GenerateResponse first;
+    ASSERT_TRUE(readers.back()->Read(&first));
+  }
+  auto g = test::run_generate(*stub, greedy({1, 2, 3}, 4), milliseconds(10000));
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << g.status.error_message();
+  for (size_t i = 0; i < 2; ++i) {
+    ctxs[i]->TryCancel();
+    v1::GenerateResponse x;
+    while (readers[i]->Read(&x)) {
+    }
+    EXPECT_EQ(readers[i]->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  expect_pools_idle(c, 1024);
+}
+
+}  // namespace
+}  // namespace yoco
