@@ -57,7 +57,10 @@ Result<uint64_t> ContinuousBatcher::submit(DecodeRequest req) {
   }
   s->id = next_id_++;
   const uint64_t id = s->id;
-  waiting_.push_back(std::move(s));
+  // Behind every waiting request of the same or a higher priority.
+  const int prio = s->req.priority;
+  auto at = std::find_if(waiting_.begin(), waiting_.end(), [&](const SeqPtr& w) { return w->req.priority < prio; });
+  waiting_.insert(at, std::move(s));
   cv_.notify_all();
   return id;
 }

@@ -55,6 +55,7 @@ struct DecodeRequest {
   std::optional<SequenceState> state;
   SamplingParams sampling;
   int max_tokens = 16;
+  int priority = 0;  // higher is admitted first among waiting requests (FCFS within a priority)
   std::vector<int32_t> stop_token_ids;
   Clock::time_point deadline = Clock::time_point::max();
   int logprobs = 0;  // > 0: on_logprobs gets each token's log-prob and the top-n, before on_token

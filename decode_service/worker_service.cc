@@ -50,6 +50,7 @@ grpc::Status DecodeWorkerService::decode(grpc::ServerContext* ctx, const interna
   dr.max_tokens = req->max_tokens() == 0 ? 16 : static_cast<int>(std::min<uint32_t>(req->max_tokens(), 1u << 30));
   dr.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
   dr.logprobs = static_cast<int>(std::min<uint32_t>(req->logprobs(), 1000));
+  dr.priority = req->priority();
   if (ctx->deadline() != std::chrono::system_clock::time_point::max())
     dr.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(ctx->deadline() - std::chrono::system_clock::now());
   if (Status v = batcher_.validate(dr); !v.ok()) return to_grpc(v);

@@ -141,6 +141,7 @@ class PrefillService final : public internal::v1::PrefillWorker::Service {
     if (!d.ok()) return {grpc::StatusCode::INVALID_ARGUMENT, "reservation: " + d.status().message()};
     PrefillJob job;
     job.request_id = req->request_id();
+    job.priority = req->priority();
     job.tokens.assign(req->tokens().begin(), req->tokens().end());
     job.reservation = std::move(d).value();
     const auto deadline = ctx->deadline();

@@ -128,7 +128,10 @@ Result<uint64_t> PrefillScheduler::submit(PrefillJob job, PrefillCallback on_don
       j->on_done = std::move(on_done);
       j->submitted = now;
       jobs_.emplace(j->id, j);
-      waiting_.push_back(j);
+      // Behind every waiting prompt of the same or a higher priority.
+      auto at = std::find_if(waiting_.begin(), waiting_.end(),
+                             [&](const JobPtr& w) { return w->req.priority < j->req.priority; });
+      waiting_.insert(at, j);
       queued_tokens_ += n;
       cv_.notify_all();
       return j->id;

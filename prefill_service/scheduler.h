@@ -57,6 +57,7 @@ struct PrefillJob {
   std::vector<int32_t> tokens;
   ReservationDescriptor reservation;  // parsed (ReservationDescriptor::parse)
   TransferClock::time_point deadline = TransferClock::time_point::max();
+  int priority = 0;  // higher starts first among waiting prompts (FCFS within a priority)
 };
 
 struct PrefillStats {

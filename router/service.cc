@@ -246,6 +246,7 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
     dreq.mutable_stop_token_ids()->Add(stop_ids.begin(), stop_ids.end());
     dreq.set_logprobs(req->logprobs());
     dreq.set_lease_ms(limits_.lease_ms);
+    dreq.set_priority(req->priority());
     auto dstub = internal::v1::DecodeWorker::NewStub(decode_.channel(daddr));
     auto reader = dstub->Decode(dctx.get(), dreq);
     internal::v1::DecodeEvent ev;
@@ -290,6 +291,7 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
     preq.mutable_tokens()->Add(prompt.begin(), prompt.end());
     preq.mutable_tokens()->Add(generated.begin(), generated.end());
     preq.set_reservation(ev.reservation().transfer_descriptor());
+    preq.set_priority(req->priority());
     internal::v1::PrefillResponse presp;
     prefill_.add_pending(paddr, rows);
     grpc::Status pst;

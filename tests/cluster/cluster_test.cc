@@ -275,6 +275,46 @@ TEST(Cluster, DecodeWorkerKilledMidStreamMigratesWithIdenticalTokens) {
   EXPECT_EQ(test::metric_value(dm, "yoco_kv_cache_blocks_free"), 1024);
 }
 
+TEST(Cluster, SigtermDrainsADecodeWorkerWithoutLosingStreams) {
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  LocalCluster c({.model = kGret, .prefill = 1, .decode = 2});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const auto ps = prompts(10, (*model)->config().vocab_size, 13);
+  std::vector<test::Generated> got(10);
+  std::atomic<int> streaming{0};
+  std::vector<std::thread> th;
+  for (int i = 0; i < 6; ++i)
+    th.emplace_back([&, i] {
+      bool counted = false;
+      got[i] = test::run_generate(*stub, greedy(ps[i], 300), milliseconds(180000),
+                                  [&](grpc::ClientContext&, const test::Generated& s) {
+                                    if (!counted && !s.ids.empty()) {
+                                      counted = true;
+                                      ++streaming;
+                                    }
+                                  });
+    });
+  for (int i = 0; i < 1200 && streaming < 6; ++i) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_EQ(kill(c.decode()[0].pid, SIGTERM), 0);
+  // New requests while it drains go to the other worker.
+  for (int i = 6; i < 10; ++i)
+    th.emplace_back([&, i] { got[i] = test::run_generate(*stub, greedy(ps[i], 20), milliseconds(180000)); });
+  for (auto& t : th) t.join();
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message() << c.logs();
+    EXPECT_EQ(got[i].ids, reference(**model, ps[i], i < 6 ? 300 : 20)) << "stream " << i;
+  }
+  // The drained worker exits by itself (its in-flight streams finished on it).
+  bool gone = false;
+  for (int i = 0; i < 600 && !gone; ++i) {
+    gone = kill(c.decode()[0].pid, 0) != 0;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_TRUE(gone) << c.logs();
+}
+
 TEST(Cluster, PrefillWorkerKilledMidTransferIsRetried) {
   auto model = Model::load(kGret);
   ASSERT_TRUE(model.ok());

@@ -201,6 +201,36 @@ TEST_P(BatcherTest, LogprobsAreTheRawModelDistribution) {
   b.stop(true);
 }
 
+TEST_P(BatcherTest, HigherPriorityIsAdmittedFirst) {
+  auto pool = KvPool::create(64, 32, model_->config().kv_dim());
+  ASSERT_TRUE(pool.ok());
+  BatcherLimits lim;
+  lim.max_running = 1;  // one at a time: admission order = finish order
+  ContinuousBatcher b(*model_, **pool, lim);  // not started: everything queues first
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<Outcome> outs(4);
+  Collector c;
+  const int prio[] = {0, 5, 0, 9};
+  for (int i = 0; i < 4; ++i) {
+    DecodeRequest r = c.wire(request(i, 6, 3), &outs[i]);
+    r.priority = prio[i];
+    auto fin = r.on_finish;
+    r.on_finish = [&, i, fin](const FinishInfo& f) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        order.push_back(i);
+      }
+      fin(f);
+    };
+    ASSERT_TRUE(b.submit(std::move(r)).ok());
+  }
+  b.start();
+  ASSERT_TRUE(c.wait_all(outs, std::chrono::seconds(60)));
+  EXPECT_EQ(order, (std::vector<int>{3, 1, 0, 2}));  // by priority, FCFS within one
+  b.stop(true);
+}
+
 TEST_P(BatcherTest, CancellationAndDeadlinesFreeBlocks) {
   auto pool = KvPool::create(64, 32, model_->config().kv_dim());
   ASSERT_TRUE(pool.ok());
