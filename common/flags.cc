@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -30,6 +31,12 @@ Result<std::pair<std::string, int>> parse_listen_address(const std::string& valu
 Result<Flags> Flags::parse(int argc, char** argv, int first, const std::set<std::string>& known,
                            const std::set<std::string>& booleans) {
   Flags f;
+  for (int i = first; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::printf("usage: %s [flags]\n", argc > 0 ? argv[0] : "prog");
+      for (const auto& k : known) std::printf("  --%s%s\n", k.c_str(), booleans.count(k) ? " (boolean)" : "");
+      std::exit(0);
+    }
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) {

@@ -23,6 +23,8 @@ class Flags {
   // When `known` has "config", `--config FILE` reads a JSON object of flag values ({"listen":
   // "0.0.0.0:7000", "max-running": 64, "ucx-no-peer-error-handling": true}); flags given on the
   // command line win, and unknown keys are errors naming the key.
+  // `--help` anywhere prints every accepted flag (one per line, "--name" or "--name (boolean)")
+  // to stdout and exits 0: deployment checks compare manifests against it.
   static Result<Flags> parse(int argc, char** argv, int first, const std::set<std::string>& known,
                              const std::set<std::string>& booleans = {});
 
