@@ -70,7 +70,7 @@ class LocalCluster {
     std::string model;
     int prefill = 2, decode = 2;
     int kv_blocks = 1024;
-    std::vector<std::string> prefill_args, decode_args, router_args;
+    std::vector<std::string> prefill_args = {}, decode_args = {}, router_args = {};
   };
 
   explicit LocalCluster(const Options& o) {
