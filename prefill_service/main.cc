@@ -11,7 +11,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -23,6 +25,7 @@
 #include "common/metrics.h"
 #include "decode_service/grpc_status.h"
 #include "kernels/cpu/ops.h"
+#include "kv_store/factory.h"
 #include "prefill_service/scheduler.h"
 #include "transfer/ucx_transport.h"
 #include "yoco/internal/v1/worker.grpc.pb.h"
@@ -54,7 +57,28 @@ class PrefillMetrics {
                                       Histogram::latency_buckets())),
         transfer_failures_(r.counter("yoco_kv_transfer_failures_total",
                                      "Prefill jobs whose KV transfer failed (peer lost, rejected, lease expired, timeout).")),
-        transfer_in_flight_(r.gauge("yoco_kv_transfer_in_flight", "Transfers open in this worker's KV sender.")) {}
+        transfer_in_flight_(r.gauge("yoco_kv_transfer_in_flight", "Transfers open in this worker's KV sender.")),
+        cached_tokens_(r.counter("yoco_cached_prompt_tokens_total", "Prompt tokens loaded from the KV store instead of computed.")),
+        store_hits_(r.counter("yoco_kv_store_hits_total", "KV store objects (blocks, states, records) found and valid.")),
+        store_misses_(r.counter("yoco_kv_store_misses_total", "KV store lookups that found nothing usable (incl. corrupt).")),
+        store_errors_(r.counter("yoco_kv_store_errors_total", "KV store calls that failed (backend down, timeout, I/O).")),
+        store_corrupt_(r.counter("yoco_kv_store_corrupt_total", "KV store objects that failed validation (deleted).")),
+        store_read_bytes_(r.counter("yoco_kv_store_read_bytes_total", "Bytes read from the KV store.")),
+        store_written_bytes_(r.counter("yoco_kv_store_written_bytes_total", "Bytes written to the KV store.")),
+        store_breaker_open_(r.gauge("yoco_kv_store_breaker_open", "Remote KV store tiers whose circuit breaker is open.")) {}
+
+  void observe_cached(int64_t tokens) { cached_tokens_.inc(static_cast<double>(tokens)); }
+  // Counters follow the store's own (monotonic) totals.
+  void refresh_store(const KvStoreStatsSnapshot& objects, const KvStoreStatsSnapshot& backend) {
+    auto follow = [](Counter& c, uint64_t total) { c.inc(std::max(0.0, static_cast<double>(total) - c.value())); };
+    follow(store_hits_, objects.hits);
+    follow(store_misses_, objects.misses);
+    follow(store_errors_, backend.errors);
+    follow(store_corrupt_, objects.corrupt);
+    follow(store_read_bytes_, backend.bytes_read);
+    follow(store_written_bytes_, backend.bytes_written);
+    store_breaker_open_.set(static_cast<double>(backend.breaker_open));
+  }
 
   void observe_accepted(int64_t tokens) { prompt_tokens_.inc(static_cast<double>(tokens)); }
   void observe_finished(grpc::StatusCode code) { requests_.with({code_name(code)}).inc(); }
@@ -97,7 +121,45 @@ class PrefillMetrics {
   Histogram& transfer_seconds_;
   Counter& transfer_failures_;
   Gauge& transfer_in_flight_;
+  Counter &cached_tokens_, &store_hits_, &store_misses_, &store_errors_, &store_corrupt_, &store_read_bytes_,
+      &store_written_bytes_;
+  Gauge& store_breaker_open_;
 };
+
+// --kv-store-password-env: the Redis password comes from the environment (a Kubernetes Secret),
+// never from a flag or a config file. It goes into every redis:// tier that has no userinfo,
+// %-encoded as the URL parser expects.
+std::string with_redis_password(const std::string& spec, const std::string& password) {
+  std::string enc;
+  for (unsigned char ch : password) {
+    if (std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
+      enc += static_cast<char>(ch);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", ch);
+      enc += buf;
+    }
+  }
+  std::string out;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t end = spec.find(',', pos);
+    if (end == std::string::npos) end = spec.size();
+    std::string tier = spec.substr(pos, end - pos);
+    for (const char* scheme : {"redis://", "rediss://"}) {
+      const size_t n = std::strlen(scheme);
+      if (tier.rfind(scheme, 0) == 0) {
+        const size_t host_end = tier.find_first_of("/?", n);
+        const std::string authority = tier.substr(n, host_end == std::string::npos ? std::string::npos : host_end - n);
+        if (authority.find('@') == std::string::npos) tier.insert(n, ":" + enc + "@");
+        break;
+      }
+    }
+    out += (out.empty() && pos == 0 ? "" : ",") + tier;
+    pos = end + 1;
+  }
+  return out;
+}
 
 std::string hex64(uint64_t v) {
   char buf[24];
@@ -107,8 +169,51 @@ std::string hex64(uint64_t v) {
 
 class PrefillService final : public internal::v1::PrefillWorker::Service {
  public:
-  PrefillService(const Model& model, PrefillScheduler& scheduler, PrefillMetrics& m)
-      : model_(model), scheduler_(scheduler), m_(m) {}
+  PrefillService(const Model& model, PrefillScheduler& scheduler, PrefillMetrics& m, KvCache* cache,
+                 PrefillOptions opt)
+      : model_(model), scheduler_(scheduler), m_(m), cache_(cache), opt_(opt) {}
+
+  // ---- documents (SPEC 5): computed here, kept in the KV store every prefill worker shares ----
+  grpc::Status CacheDocument(grpc::ServerContext* ctx, const v1::CacheDocumentRequest* req, v1::Document* doc) override {
+    grpc::Status st = cache_document(ctx, req, doc);
+    m_.observe_finished(st.error_code());
+    return st;
+  }
+
+  grpc::Status GetDocument(grpc::ServerContext*, const v1::GetDocumentRequest* req,
+                           internal::v1::DocumentRecord* out) override {
+    if (!cache_) return no_store();
+    auto rec = cache_->get_document(req->id());
+    if (!rec.ok()) return {grpc::StatusCode::UNAVAILABLE, "KV store: " + rec.status().message()};
+    if (!rec->has_value()) return {grpc::StatusCode::NOT_FOUND, "id: unknown document \"" + req->id() + "\""};
+    fill(**rec, out->mutable_document(), false);
+    out->mutable_tokens()->Add((*rec)->tokens.begin(), (*rec)->tokens.end());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListDocuments(grpc::ServerContext*, const v1::ListDocumentsRequest*,
+                             v1::ListDocumentsResponse* out) override {
+    if (!cache_) return no_store();
+    auto ids = cache_->list_documents();
+    if (!ids.ok()) return {grpc::StatusCode::UNAVAILABLE, "KV store: " + ids.status().message()};
+    for (const auto& id : *ids) {
+      auto rec = cache_->get_document(id);
+      if (rec.ok() && rec->has_value()) fill(**rec, out->add_documents(), false);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DeleteDocument(grpc::ServerContext*, const v1::DeleteDocumentRequest* req,
+                              v1::DeleteDocumentResponse* out) override {
+    if (!cache_) return no_store();
+    auto rec = cache_->get_document(req->id());
+    if (!rec.ok()) return {grpc::StatusCode::UNAVAILABLE, "KV store: " + rec.status().message()};
+    if (!rec->has_value()) return {grpc::StatusCode::NOT_FOUND, "id: unknown document \"" + req->id() + "\""};
+    if (Status d = cache_->delete_document(req->id()); !d.ok())
+      return {grpc::StatusCode::UNAVAILABLE, "KV store: " + d.message()};
+    out->set_deleted(true);
+    return grpc::Status::OK;
+  }
 
   // New calls get UNAVAILABLE from here on (the router retries elsewhere).
   void drain() { draining_ = true; }
@@ -133,6 +238,42 @@ class PrefillService final : public internal::v1::PrefillWorker::Service {
   }
 
  private:
+  static grpc::Status no_store() {
+    return {grpc::StatusCode::FAILED_PRECONDITION, "this prefill worker has no KV store (start it with --kv-store)"};
+  }
+
+  static void fill(const DocumentRecord& r, v1::Document* d, bool already_cached) {
+    d->set_id(r.id);
+    d->set_token_count(static_cast<uint32_t>(r.tokens.size()));
+    d->set_stored_bytes(static_cast<uint64_t>(r.stored_bytes));
+    d->set_created_unix_ms(r.created_ms);
+    d->set_ttl_seconds(static_cast<uint32_t>(r.ttl_s));
+    d->set_already_cached(already_cached);
+  }
+
+  grpc::Status cache_document(grpc::ServerContext* ctx, const v1::CacheDocumentRequest* req, v1::Document* doc) {
+    if (draining_) return {grpc::StatusCode::UNAVAILABLE, "this prefill worker is draining"};
+    if (!cache_) return no_store();
+    const std::vector<int32_t> tokens(req->tokens().ids().begin(), req->tokens().ids().end());
+    if (tokens.empty()) return {grpc::StatusCode::INVALID_ARGUMENT, "content: empty document"};
+    if (Status v = model_.validate_tokens(tokens, 0, "content.tokens"); !v.ok()) return to_grpc(v);
+    // Content-addressed: a document already stored whole is not computed again.
+    const std::string id = document_id(tokens, model_.fingerprint());
+    if (auto have = cache_->load_document(id); have.ok() && have->has_value() && (*have)->cached) {
+      fill((*have)->record, doc, true);
+      return grpc::Status::OK;
+    }
+    if (ctx->IsCancelled()) return {grpc::StatusCode::CANCELLED, "cancelled"};
+    SequenceState st = model_.new_sequence();
+    if (Status p = model_.prefill(st, tokens, opt_); !p.ok()) return to_grpc(p);
+    auto rec = cache_->save_document(tokens, st, model_.config(), std::chrono::seconds(req->ttl_seconds()));
+    if (!rec.ok()) return {grpc::StatusCode::UNAVAILABLE, "KV store: " + rec.status().message()};
+    fill(*rec, doc, false);
+    YOCO_LOG(LogLevel::kInfo, "document cached",
+             LogFields().kv("id", rec->id).kv("tokens", static_cast<int64_t>(tokens.size())).kv("bytes", rec->stored_bytes));
+    return grpc::Status::OK;
+  }
+
   grpc::Status prefill(grpc::ServerContext* ctx, const internal::v1::PrefillRequest* req,
                        internal::v1::PrefillResponse* resp) {
     if (draining_) return {grpc::StatusCode::UNAVAILABLE, "this prefill worker is draining"};
@@ -143,6 +284,7 @@ class PrefillService final : public internal::v1::PrefillWorker::Service {
     job.request_id = req->request_id();
     job.priority = req->priority();
     job.tokens.assign(req->tokens().begin(), req->tokens().end());
+    job.cached_prefix_candidates.assign(req->cached_prefix_candidates().begin(), req->cached_prefix_candidates().end());
     job.reservation = std::move(d).value();
     const auto deadline = ctx->deadline();
     if (deadline != std::chrono::system_clock::time_point::max())
@@ -187,6 +329,8 @@ class PrefillService final : public internal::v1::PrefillWorker::Service {
     resp->set_queue_seconds(out.stats.queue_seconds);
     resp->set_prefill_seconds(out.stats.prefill_seconds);
     resp->set_transfer_seconds(out.stats.transfer_seconds);
+    resp->set_cached_tokens(out.stats.cached_tokens);
+    m_.observe_cached(out.stats.cached_tokens);
     YOCO_LOG(LogLevel::kDebug, "prefill done",
              LogFields().kv("request", req->request_id()).kv("rows", out.stats.rows).kv("queue_s", out.stats.queue_seconds)
                  .kv("prefill_s", out.stats.prefill_seconds).kv("transfer_s", out.stats.transfer_seconds));
@@ -196,6 +340,8 @@ class PrefillService final : public internal::v1::PrefillWorker::Service {
   const Model& model_;
   PrefillScheduler& scheduler_;
   PrefillMetrics& m_;
+  KvCache* const cache_;
+  const PrefillOptions opt_;
   std::atomic<bool> draining_{false};
 };
 
@@ -208,8 +354,9 @@ int run(int argc, char** argv) {
   auto f = Flags::parse(argc, argv, 1,
                         {"config", "model", "listen", "metrics-listen", "port-file", "threads", "chunk-tokens", "max-active",
                          "max-queued-tokens", "ucx-transports", "ucx-no-peer-error-handling", "drain-seconds",
-                         "inject-chunk-delay-ms", "inject-commit-delay-ms"},
-                        {"ucx-no-peer-error-handling"});
+                         "inject-chunk-delay-ms", "inject-commit-delay-ms", "kv-store", "kv-block-tokens",
+                         "no-prompt-cache", "kv-store-password-env"},
+                        {"ucx-no-peer-error-handling", "no-prompt-cache"});
   if (!f.ok()) usage_error(f.status().message());
   auto int_flag = [&](const char* name, int64_t def, int64_t lo, int64_t hi) -> int64_t {
     auto v = f->get_int(name, def);
@@ -254,7 +401,35 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "yoco-prefill: UCX: %s\n", sender.status().message().c_str());
     return 1;
   }
-  auto scheduler = PrefillScheduler::create(**model, **sender, lim);
+  // The KV store (SPEC 5): documents, and prefixes of ordinary prompts unless --no-prompt-cache.
+  std::unique_ptr<KvStore> store;
+  std::unique_ptr<KvCache> cache;
+  if (f->has("kv-store")) {
+    std::string spec = f->get("kv-store");
+    if (f->has("kv-store-password-env")) {
+      const char* pw = std::getenv(f->get("kv-store-password-env").c_str());
+      if (!pw) usage_error("--kv-store-password-env: $" + f->get("kv-store-password-env") + " is not set");
+      spec = with_redis_password(spec, pw);
+    }
+    auto s = make_kv_store(spec);
+    if (!s.ok()) {
+      std::string msg = s.status().message();  // never echo the password
+      if (f->has("kv-store-password-env"))
+        for (const char* pw = std::getenv(f->get("kv-store-password-env").c_str()); pw && *pw;) {
+          const auto at = msg.find(pw);
+          if (at == std::string::npos) break;
+          msg.replace(at, std::strlen(pw), "***");
+        }
+      usage_error("--kv-store: " + msg);
+    }
+    store = std::move(s).value();
+    KvCacheOptions co;
+    co.fingerprint = (*model)->fingerprint();
+    co.kv_dim = (*model)->config().kv_dim();
+    co.block_tokens = static_cast<int>(int_flag("kv-block-tokens", 64, 1, 1 << 16));
+    cache = std::make_unique<KvCache>(*store, co);
+  }
+  auto scheduler = PrefillScheduler::create(**model, **sender, lim, cache.get(), !f->get_bool("no-prompt-cache"));
   if (!scheduler.ok()) usage_error(scheduler.status().message());
   (*scheduler)->start();
 
@@ -264,6 +439,7 @@ int run(int argc, char** argv) {
                                 {{"/metrics", [&] {
                                     metrics.refresh((*scheduler)->load(), (*scheduler)->tokens_per_second(),
                                                     (*sender)->in_flight());
+                                    if (cache) metrics.refresh_store(cache->stats(), store->stats());
                                     return HttpResponse{200, kPrometheusContentType, registry.expose()};
                                   }}});
   if (!http.ok()) {
@@ -271,7 +447,7 @@ int run(int argc, char** argv) {
     return 1;
   }
 
-  PrefillService service(**model, **scheduler, metrics);
+  PrefillService service(**model, **scheduler, metrics, cache.get(), PrefillOptions{lim.chunk_tokens, lim.retention_chunk});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

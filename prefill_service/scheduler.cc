@@ -71,13 +71,15 @@ struct PrefillScheduler::Job {
 };
 
 Result<std::unique_ptr<PrefillScheduler>> PrefillScheduler::create(const Model& model, KvSender& sender,
-                                                                   PrefillLimits limits) {
+                                                                   PrefillLimits limits, KvCache* cache,
+                                                                   bool write_prompts) {
   YOCO_RETURN_IF_ERROR(limits.validate());
-  return std::unique_ptr<PrefillScheduler>(new PrefillScheduler(model, sender, limits));
+  return std::unique_ptr<PrefillScheduler>(new PrefillScheduler(model, sender, limits, cache, write_prompts));
 }
 
-PrefillScheduler::PrefillScheduler(const Model& model, KvSender& sender, PrefillLimits limits)
-    : model_(model), sender_(sender), limits_(limits) {}
+PrefillScheduler::PrefillScheduler(const Model& model, KvSender& sender, PrefillLimits limits, KvCache* cache,
+                                   bool write_prompts)
+    : model_(model), sender_(sender), limits_(limits), cache_(cache), write_prompts_(write_prompts) {}
 
 PrefillScheduler::~PrefillScheduler() { stop(); }
 
@@ -282,7 +284,7 @@ std::vector<PrefillScheduler::Slice> PrefillScheduler::plan_locked() {
   for (const JobPtr& j : active_) {
     if (budget == 0) break;
     const int n = static_cast<int>(std::min<int64_t>(budget, j->size() - j->computed));
-    plan.push_back(Slice{j, n, Status::Ok(), false, false});
+    plan.push_back(Slice{j, n, 0, Status::Ok(), false, false});
     budget -= n;
   }
   return plan;
@@ -293,29 +295,60 @@ void PrefillScheduler::run_slice(Slice& s) {
   if (j.cancel_requested) return;  // settle ends it
   const ReservationDescriptor& d = j.req.reservation;
   const auto t0 = Clock::now();
-  if (j.computed == 0) {
+  const int64_t kv_dim = model_.config().kv_dim();
+  if (j.computed == 0 && !j.stats.started) {
     j.state = model_.new_sequence();
     j.started = t0;
     j.stats.started = true;
     j.stats.queue_seconds = seconds_between(j.submitted, t0);
+    if (cache_) {
+      resume_from_cache(j);
+      if (j.computed > 0) {
+        // The cached rows go out first, as one transfer of whole runs.
+        s.cached = j.computed;
+        s.status = sender_.put_rows(d, 0, static_cast<int>(j.computed), j.state.k.data(), j.state.v.data());
+        if (!s.status.ok()) {
+          j.stats.transfer_failed = true;
+          return;
+        }
+        s.tokens = static_cast<int>(std::min<int64_t>(s.tokens, j.size() - j.computed));
+      }
+    }
   }
-  const PrefillOptions opt{limits_.chunk_tokens, limits_.retention_chunk};
-  s.status = model_.prefill(j.state, std::span<const int32_t>(j.req.tokens).subspan(j.computed, s.tokens), opt);
-  if (!s.status.ok()) return;
-  if (limits_.inject_slice_delay.count() > 0) std::this_thread::sleep_until(t0 + limits_.inject_slice_delay);
-  s.computed = true;
-  const int64_t kv_dim = model_.config().kv_dim();
-  // Staged by the sender: these rows travel while the next slice computes.
-  s.status = sender_.put_rows(d, j.computed, s.tokens, j.state.k.data() + j.computed * kv_dim,
-                              j.state.v.data() + j.computed * kv_dim);
-  if (!s.status.ok()) {
-    j.stats.transfer_failed = true;
-    return;
+  // With prompt caching, a slice that would cross the prompt's last whole block stops there,
+  // so the state at that boundary can be snapshotted for later prompts sharing the prefix.
+  const int64_t B = cache_ ? cache_->options().block_tokens : 0;
+  const int64_t boundary = B > 0 ? j.size() / B * B : 0;
+  if (cache_ && write_prompts_ && boundary > j.computed && j.computed + s.tokens > boundary)
+    s.tokens = static_cast<int>(boundary - j.computed);
+  if (s.tokens > 0) {
+    const PrefillOptions opt{limits_.chunk_tokens, limits_.retention_chunk};
+    s.status = model_.prefill(j.state, std::span<const int32_t>(j.req.tokens).subspan(j.computed, s.tokens), opt);
+    if (!s.status.ok()) return;
+    if (limits_.inject_slice_delay.count() > 0) std::this_thread::sleep_until(t0 + limits_.inject_slice_delay);
+    s.computed = true;
+    // Staged by the sender: these rows travel while the next slice computes.
+    s.status = sender_.put_rows(d, j.computed, s.tokens, j.state.k.data() + j.computed * kv_dim,
+                                j.state.v.data() + j.computed * kv_dim);
+    if (!s.status.ok()) {
+      j.stats.transfer_failed = true;
+      return;
+    }
+    j.stats.chunks.push_back(s.tokens);
+    j.computed += s.tokens;
+    if (cache_ && write_prompts_ && j.computed == boundary && boundary > j.stats.cached_tokens) {
+      // The state at the last whole block, without rows (they go in blocks): best effort.
+      StateBlobOptions so;
+      so.include_kv = false;
+      const auto blob = serialize_state(j.state, model_.config(), model_.fingerprint(), so);
+      (void)cache_->put_state(state_key_for(std::span<const int32_t>(j.req.tokens).first(boundary), static_cast<int>(B),
+                                            model_.fingerprint()),
+                              blob, std::chrono::seconds(0));
+    }
   }
-  j.stats.chunks.push_back(s.tokens);
-  j.computed += s.tokens;
   if (j.computed < j.size()) return;
 
+  if (cache_ && write_prompts_) write_back(j);
   j.prefilled = Clock::now();
   j.stats.prefill_seconds = seconds_between(j.started, j.prefilled);
   StateBlobOptions so;
@@ -334,6 +367,52 @@ void PrefillScheduler::run_slice(Slice& s) {
   s.last = true;
 }
 
+void PrefillScheduler::resume_from_cache(Job& j) {
+  const ModelConfig& cfg = model_.config();
+  const int B = cache_->options().block_tokens;
+  const std::span<const int32_t> tokens(j.req.tokens);
+  // Document ends first (exact resumes at any position), longest first; then whole blocks.
+  std::vector<int64_t> cands = j.req.cached_prefix_candidates;
+  std::sort(cands.rbegin(), cands.rend());
+  for (int64_t p : cands) {
+    if (p <= 0 || p > j.size()) continue;
+    auto state = cache_->get_state(state_key_for(tokens.first(p), B, model_.fingerprint()));
+    if (!state.ok() || !state->has_value()) continue;
+    const int64_t blocks = p / B;
+    auto rows = cache_->read_blocks(chain_keys(tokens.first(blocks * B), B, model_.fingerprint()));
+    if (!rows.ok()) continue;
+    CachedPrefix cp;
+    cp.tokens = p;
+    cp.blocks = blocks;
+    cp.k = std::move(rows->k);
+    cp.v = std::move(rows->v);
+    cp.state = std::move(**state);
+    SequenceState st;
+    if (!cache_->restore(cp, cfg, st).ok()) continue;
+    j.state = std::move(st);
+    j.computed = p;
+    j.stats.cached_tokens = p;
+    return;
+  }
+  if (!write_prompts_) return;  // prompt caching off: documents only
+  CachedPrefix cp = cache_->load_prefix(tokens);
+  if (cp.tokens <= 0) return;
+  SequenceState st;
+  if (!cache_->restore(cp, cfg, st).ok()) return;
+  j.state = std::move(st);
+  j.computed = cp.tokens;
+  j.stats.cached_tokens = cp.tokens;
+}
+
+void PrefillScheduler::write_back(Job& j) {
+  const int64_t B = cache_->options().block_tokens;
+  const int64_t first = j.stats.cached_tokens / B;  // blocks below this were loaded, not computed
+  const int64_t last = j.size() / B;
+  if (last > first)
+    (void)cache_->write_blocks(j.req.tokens, j.state.k.data(), j.state.v.data(), first, last - first,
+                               std::chrono::seconds(0));
+}
+
 void PrefillScheduler::settle_locked(std::vector<Slice>& plan, std::vector<Ended>& ended) {
   for (Slice& s : plan) {
     Job& j = *s.job;
@@ -346,8 +425,8 @@ void PrefillScheduler::settle_locked(std::vector<Slice>& plan, std::vector<Ended
       idle_cv_.notify_all();
       continue;
     }
-    queued_tokens_ -= s.tokens;
-    j.settled += s.tokens;
+    queued_tokens_ -= s.tokens + s.cached;
+    j.settled += s.tokens + s.cached;
     if (!s.last) continue;
     active_.erase(std::find(active_.begin(), active_.end(), s.job));
     j.phase = Job::Phase::kCommitting;

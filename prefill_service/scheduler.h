@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kv_store/cache.h"
 #include "model/model.h"
 #include "transfer/descriptor.h"
 #include "transfer/transport.h"
@@ -58,6 +59,10 @@ struct PrefillJob {
   ReservationDescriptor reservation;  // parsed (ReservationDescriptor::parse)
   TransferClock::time_point deadline = TransferClock::time_point::max();
   int priority = 0;  // higher starts first among waiting prompts (FCFS within a priority)
+  // Prefix lengths whose state the KV store may hold (ends of prepended documents); with a
+  // cache the longest one found is loaded instead of computed. Without candidates the
+  // longest cached whole-block prefix is looked up (automatic prefix caching).
+  std::vector<int64_t> cached_prefix_candidates = {};
 };
 
 struct PrefillStats {
@@ -69,6 +74,7 @@ struct PrefillStats {
   double transfer_seconds = 0;  // last slice end to the acknowledged commit (the part not hidden)
   bool transfer_failed = false; // the transfer failed (sender error, decode-side rejection, lease over),
                                 // as opposed to a cancellation, a deadline or bad input
+  int64_t cached_tokens = 0;    // loaded from the KV store instead of computed
   // The slices the prompt was computed in, in order: Model::prefill over the same slices (with
   // the same PrefillOptions) reproduces the shipped state bitwise.
   std::vector<int> chunks;
@@ -90,9 +96,13 @@ struct PrefillSchedulerLoad {
 
 class PrefillScheduler {
  public:
-  // `model` (kPrefill weights suffice) and `sender` must outlive the scheduler. Bad limits:
-  // INVALID_ARGUMENT naming the field.
-  static Result<std::unique_ptr<PrefillScheduler>> create(const Model& model, KvSender& sender, PrefillLimits limits);
+  // `model` (kPrefill weights suffice), `sender` and `cache` (optional: no KV store) must
+  // outlive the scheduler. With a cache, prompts resume from the longest cached document end
+  // among their candidates; with `write_prompts` (automatic prefix caching) also from their
+  // longest cached whole-block prefix, and the blocks they compute, plus a state snapshot at
+  // their last whole block, are written back. Bad limits: INVALID_ARGUMENT naming the field.
+  static Result<std::unique_ptr<PrefillScheduler>> create(const Model& model, KvSender& sender, PrefillLimits limits,
+                                                          KvCache* cache = nullptr, bool write_prompts = true);
   ~PrefillScheduler();  // stop() without draining
   PrefillScheduler(const PrefillScheduler&) = delete;
   PrefillScheduler& operator=(const PrefillScheduler&) = delete;
@@ -121,13 +131,18 @@ class PrefillScheduler {
   double tokens_per_second() const { return tokens_per_second_.load(std::memory_order_relaxed); }
 
  private:
-  PrefillScheduler(const Model& model, KvSender& sender, PrefillLimits limits);
+  PrefillScheduler(const Model& model, KvSender& sender, PrefillLimits limits, KvCache* cache, bool write_prompts);
 
   struct Job;
   using JobPtr = std::shared_ptr<Job>;
+  // First slice of a job: the longest cached prefix, restored into j.state (the caller ships it).
+  void resume_from_cache(Job& j);
+  // Last slice: the blocks computed here go to the store, best effort.
+  void write_back(Job& j);
   struct Slice {
     JobPtr job;
     int tokens = 0;
+    int64_t cached = 0;     // tokens loaded from the KV store by this slice
     Status status;          // of the compute and the puts
     bool computed = false;  // the model ran (counts for throughput)
     bool last = false;      // the job's last slice ran and its state is sent: on to the committers
@@ -153,6 +168,8 @@ class PrefillScheduler {
   const Model& model_;
   KvSender& sender_;
   const PrefillLimits limits_;
+  KvCache* const cache_;
+  const bool write_prompts_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;         // compute thread: work, cancellation, stop

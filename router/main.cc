@@ -35,7 +35,8 @@ int run(int argc, char** argv) {
   auto f = Flags::parse(argc, argv, 1,
                         {"model", "prefill", "decode", "listen", "metrics-listen", "port-file", "max-in-flight",
                          "max-queued-tokens", "prefill-attempts", "migrations", "lease-ms", "health-interval-ms",
-                         "dns-refresh-seconds", "drain-seconds", "config", "threads"});
+                         "dns-refresh-seconds", "drain-seconds", "config", "threads", "affinity-tokens",
+                         "affinity-max-extra-tokens"});
   if (!f.ok()) return fail(f.status().message(), 2);
   auto num = [&](const char* name, int64_t def, int64_t lo, int64_t hi) -> int64_t {
     auto v = f->get_int(name, def);
@@ -66,6 +67,8 @@ int run(int argc, char** argv) {
   lim.prefill_attempts = static_cast<int>(num("prefill-attempts", 3, 1, 100));
   lim.migrations = static_cast<int>(num("migrations", 3, 0, 100));
   lim.lease_ms = static_cast<uint32_t>(num("lease-ms", 30000, 100, 3600000));
+  lim.affinity_tokens = static_cast<int>(num("affinity-tokens", 64, 0, 1 << 20));
+  lim.affinity_max_extra_tokens = num("affinity-max-extra-tokens", 4096, 0, int64_t{1} << 40);
   WorkerGroupOptions wopt;
   wopt.poll_interval = std::chrono::milliseconds(num("health-interval-ms", 500, 10, 600000));
   wopt.dns_refresh = std::chrono::milliseconds(1000 * num("dns-refresh-seconds", 5, 1, 86400));

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/checksum.h"
+
 namespace yoco {
 
 namespace {
@@ -28,6 +30,24 @@ std::optional<size_t> PrefillPicker::pick(const std::vector<WorkerSnapshot>& wor
   size_t b = ok[next() % (ok.size() - 1)];
   if (b == a) b = ok.back();  // two distinct candidates
   return workers[a].queued_tokens <= workers[b].queued_tokens ? a : b;
+}
+
+std::optional<size_t> PrefillPicker::pick_affine(const std::vector<WorkerSnapshot>& workers, uint64_t prefix_hash,
+                                                 int64_t max_extra_tokens, const std::vector<std::string>& exclude) {
+  const auto balanced = pick(workers, exclude);
+  if (!balanced) return balanced;
+  std::optional<size_t> preferred;
+  uint64_t best = 0;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    if (!workers[i].healthy || excluded(exclude, workers[i].address)) continue;
+    const uint64_t score = mix64(prefix_hash, fnv1a64(workers[i].address));
+    if (!preferred || score > best) {
+      preferred = i;
+      best = score;
+    }
+  }
+  if (workers[*preferred].queued_tokens <= workers[*balanced].queued_tokens + max_extra_tokens) return preferred;
+  return balanced;
 }
 
 std::optional<size_t> pick_decode(const std::vector<WorkerSnapshot>& workers, int64_t rows_needed,

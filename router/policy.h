@@ -28,6 +28,13 @@ class PrefillPicker {
  public:
   explicit PrefillPicker(uint64_t seed) : state_(seed | 1) {}
   std::optional<size_t> pick(const std::vector<WorkerSnapshot>& workers, const std::vector<std::string>& exclude = {});
+  // Prefix affinity: prompts that start alike go to the same worker, whose memory tier of the
+  // KV store then has their first blocks warm. The preferred worker for `prefix_hash` is chosen
+  // by rendezvous hashing over the healthy workers (stable as workers come and go); it wins
+  // unless its queue exceeds the power-of-two pick's by more than `max_extra_tokens`, so
+  // affinity never piles load onto one worker.
+  std::optional<size_t> pick_affine(const std::vector<WorkerSnapshot>& workers, uint64_t prefix_hash,
+                                    int64_t max_extra_tokens, const std::vector<std::string>& exclude = {});
 
  private:
   uint64_t next();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/checksum.h"
 #include "common/log.h"
 #include "proto/sampling_convert.h"
 #include "router/stop_strings.h"
@@ -127,8 +128,25 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
     if (prompt[i] < 0 || prompt[i] >= config_.vocab_size)
       return invalid("prompt.tokens[" + std::to_string(i) + "]: token id " + std::to_string(prompt[i]) +
                      " outside [0, " + std::to_string(config_.vocab_size) + ")");
-  if (req->document_ids_size() > 0)
-    return {grpc::StatusCode::UNIMPLEMENTED, "document_ids: this cluster has no KV store configured"};
+  // Cached documents go first, in order; their ends are where a prefill worker may resume
+  // from the KV store instead of computing (SPEC 3.3 "generate with documents").
+  std::vector<int64_t> cached_candidates;
+  if (req->document_ids_size() > 0) {
+    if (req->document_ids_size() > 64) return invalid("document_ids: at most 64 documents");
+    std::vector<int32_t> full;
+    for (int i = 0; i < req->document_ids_size(); ++i) {
+      internal::v1::DocumentRecord rec;
+      grpc::Status st = fetch_document(ctx, req->document_ids(i), &rec);
+      if (st.error_code() == grpc::StatusCode::NOT_FOUND)
+        return {grpc::StatusCode::NOT_FOUND, "document_ids[" + std::to_string(i) + "]: unknown document \"" +
+                                                 req->document_ids(i) + "\""};
+      if (!st.ok()) return st;
+      full.insert(full.end(), rec.tokens().begin(), rec.tokens().end());
+      cached_candidates.push_back(static_cast<int64_t>(full.size()));
+    }
+    full.insert(full.end(), prompt.begin(), prompt.end());
+    prompt = std::move(full);
+  }
   const int64_t max_tokens = req->max_tokens() == 0 ? 16 : req->max_tokens();
   if (static_cast<int64_t>(prompt.size()) + max_tokens > config_.max_seq_len)
     return invalid("max_tokens: prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
@@ -178,6 +196,8 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
   m_.waiting.inc();
   m_.prompt_tokens.inc(static_cast<double>(prompt.size()));
 
+  // The prompt's first tokens pick its preferred prefill worker (KV store memory tier warm).
+  const uint64_t prefix_hash = this->prefix_hash(prompt);
   std::vector<int32_t> stop_ids(req->stop_token_ids().begin(), req->stop_token_ids().end());
   const std::optional<int32_t> eos = tok_ ? tok_->eos_id() : std::nullopt;
   if (eos && !req->ignore_eos()) stop_ids.push_back(*eos);
@@ -192,6 +212,7 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
   v1::Timings timings;
   std::optional<Clock::time_point> first_token, last_token;
   std::string finish_reason;  // "length", "stop" (token id), "stop_string"
+  int64_t cached_tokens = 0;
 
   auto send_final = [&](const std::string& reason) {
     v1::GenerateResponse resp;
@@ -211,6 +232,7 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
                            : eos_hit          ? v1::FINISH_REASON_EOS
                                               : v1::FINISH_REASON_STOP);
     fin->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(prompt.size()));
+    fin->mutable_usage()->set_cached_tokens(static_cast<uint32_t>(cached_tokens));
     fin->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(generated.size()));
     *fin->mutable_timings() = timings;
     if (first_token) fin->mutable_timings()->set_first_token_seconds(std::chrono::duration<double>(*first_token - t0).count());
@@ -277,7 +299,10 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
     std::optional<size_t> pi;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      pi = pick_excluding(bad_prefill, [&](const std::vector<std::string>& ex) { return picker_.pick(prefill_snap, ex); });
+      pi = pick_excluding(bad_prefill, [&](const std::vector<std::string>& ex) {
+        if (limits_.affinity_tokens <= 0) return picker_.pick(prefill_snap, ex);
+        return picker_.pick_affine(prefill_snap, prefix_hash, limits_.affinity_max_extra_tokens, ex);
+      });
     }
     if (!pi) {
       dctx->TryCancel();
@@ -292,6 +317,7 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
     preq.mutable_tokens()->Add(generated.begin(), generated.end());
     preq.set_reservation(ev.reservation().transfer_descriptor());
     preq.set_priority(req->priority());
+    preq.mutable_cached_prefix_candidates()->Add(cached_candidates.begin(), cached_candidates.end());
     internal::v1::PrefillResponse presp;
     prefill_.add_pending(paddr, rows);
     grpc::Status pst;
@@ -322,6 +348,8 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
       timings.set_queue_seconds(presp.queue_seconds());
       timings.set_prefill_seconds(presp.prefill_seconds());
       timings.set_transfer_seconds(presp.transfer_seconds());
+      cached_tokens = presp.cached_tokens();
+      m_.cached_tokens.inc(static_cast<double>(presp.cached_tokens()));
       m_.queue.observe(presp.queue_seconds());
       m_.prefill.observe(presp.prefill_seconds());
       m_.transfer.observe(presp.transfer_seconds());
@@ -380,6 +408,118 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
     // The decode worker was lost (or failed) mid-stream: continue the same stream elsewhere.
     if (auto r = decode_failed(dst.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended early") : dst)) return *r;
   }
+}
+
+std::shared_ptr<grpc::Channel> RouterService::any_prefill_channel(std::optional<uint64_t> prefix_hash) {
+  auto snap = prefill_.snapshot();
+  std::optional<size_t> i;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    i = prefix_hash && limits_.affinity_tokens > 0
+            ? picker_.pick_affine(snap, *prefix_hash, limits_.affinity_max_extra_tokens)
+            : picker_.pick(snap);
+  }
+  return i ? prefill_.channel(snap[*i].address) : nullptr;
+}
+
+uint64_t RouterService::prefix_hash(std::span<const int32_t> tokens) const {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < tokens.size() && i < static_cast<size_t>(std::max(0, limits_.affinity_tokens)); ++i)
+    h = mix64(h, static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])));
+  return h;
+}
+
+grpc::Status RouterService::fetch_document(grpc::ServerContext* ctx, const std::string& id,
+                                           internal::v1::DocumentRecord* rec) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto ch = any_prefill_channel();
+    if (!ch) return {grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker to read documents"};
+    auto cctx = grpc::ClientContext::FromServerContext(*ctx);
+    v1::GetDocumentRequest req;
+    req.set_id(id);
+    grpc::Status st = internal::v1::PrefillWorker::NewStub(ch)->GetDocument(cctx.get(), req, rec);
+    if (st.ok() || final_error(st.error_code()) || st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+        client_end(ctx))
+      return st;
+  }
+  return {grpc::StatusCode::UNAVAILABLE, "document lookup failed on 3 attempts"};
+}
+
+// The document RPCs run on a prefill worker: it owns the KV store client.
+template <class Req, class Resp, class Call>
+grpc::Status RouterService::on_prefill_worker(grpc::ServerContext* ctx, const Req& req, Resp* resp, Call call,
+                                              std::optional<uint64_t> affinity) {
+  const auto t0 = Clock::now();
+  grpc::Status st;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto ch = any_prefill_channel(attempt == 0 ? affinity : std::nullopt);
+    if (!ch) {
+      st = {grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker"};
+      break;
+    }
+    auto cctx = grpc::ClientContext::FromServerContext(*ctx);
+    resp->Clear();
+    auto stub = internal::v1::PrefillWorker::NewStub(ch);
+    st = call(*stub, cctx.get(), req, resp);
+    if (st.ok() || final_error(st.error_code()) || st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+        st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED || client_end(ctx))
+      break;
+  }
+  m_.requests.with({code_name(st.error_code())}).inc();
+  m_.e2e.observe(since(t0));
+  return st;
+}
+
+grpc::Status RouterService::CacheDocument(grpc::ServerContext* ctx, const v1::CacheDocumentRequest* req,
+                                          v1::Document* doc) {
+  v1::CacheDocumentRequest fwd;
+  fwd.set_ttl_seconds(req->ttl_seconds());
+  std::vector<int32_t> ids;
+  if (req->content_case() == v1::CacheDocumentRequest::kText) {
+    if (!tok_) return {grpc::StatusCode::FAILED_PRECONDITION, "content.text: the router has no tokenizer; send tokens"};
+    ids = tok_->encode(req->text(), false, false);
+  } else {
+    ids.assign(req->tokens().ids().begin(), req->tokens().ids().end());
+  }
+  if (ids.empty()) return invalid("content: empty document (give text or at least one token id)");
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size)
+      return invalid("content.tokens[" + std::to_string(i) + "]: token id " + std::to_string(ids[i]) + " outside [0, " +
+                     std::to_string(config_.vocab_size) + ")");
+  if (static_cast<int64_t>(ids.size()) >= config_.max_seq_len)
+    return invalid("content: " + std::to_string(ids.size()) + " tokens; a document must leave room in max_seq_len " +
+                   std::to_string(config_.max_seq_len));
+  fwd.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+  // Computed where later prompts starting with this document will go (its memory tier).
+  return on_prefill_worker(
+      ctx, fwd, doc,
+      [](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) { return stub.CacheDocument(c, r, out); },
+      prefix_hash(ids));
+}
+
+grpc::Status RouterService::GetDocument(grpc::ServerContext* ctx, const v1::GetDocumentRequest* req, v1::Document* doc) {
+  if (req->id().empty()) return invalid("id: empty");
+  internal::v1::DocumentRecord rec;
+  grpc::Status st = on_prefill_worker(ctx, *req, &rec, [](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
+    return stub.GetDocument(c, r, out);
+  });
+  if (st.ok()) *doc = rec.document();
+  return st;
+}
+
+grpc::Status RouterService::ListDocuments(grpc::ServerContext* ctx, const v1::ListDocumentsRequest* req,
+                                          v1::ListDocumentsResponse* resp) {
+  return on_prefill_worker(ctx, *req, resp, [](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
+    return stub.ListDocuments(c, r, out);
+  });
+}
+
+grpc::Status RouterService::DeleteDocument(grpc::ServerContext* ctx, const v1::DeleteDocumentRequest* req,
+                                           v1::DeleteDocumentResponse* resp) {
+  if (req->id().empty()) return invalid("id: empty");
+  return on_prefill_worker(ctx, *req, resp, [](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
+    return stub.DeleteDocument(c, r, out);
+  });
 }
 
 std::shared_ptr<grpc::Channel> RouterService::any_decode_channel() {

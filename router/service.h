@@ -10,13 +10,16 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <span>
 
 #include "common/metrics.h"
 #include "model/config.h"
 #include "router/policy.h"
 #include "router/workers.h"
 #include "tokenizer/tokenizer.h"
+#include "yoco/internal/v1/worker.grpc.pb.h"
 #include "yoco/v1/yoco.grpc.pb.h"
 
 namespace yoco {
@@ -31,6 +34,11 @@ struct RouterLimits {
   uint32_t lease_ms = 30000;               // how long a reservation waits for its commit
   int max_stop_strings = 16;
   int max_logprobs = 20;
+  // Prefix affinity for prefill choice (0: off): prompts whose first `affinity_tokens` tokens
+  // match go to the same prefill worker unless its queue is longer than the balanced pick's by
+  // more than `affinity_max_extra_tokens`.
+  int affinity_tokens = 64;
+  int64_t affinity_max_extra_tokens = 4096;
 };
 
 struct RouterMetrics {
@@ -55,6 +63,12 @@ class RouterService final : public v1::Yoco::Service {
   grpc::Status Detokenize(grpc::ServerContext* ctx, const v1::DetokenizeRequest* req,
                           v1::DetokenizeResponse* resp) override;
   grpc::Status GetModelInfo(grpc::ServerContext* ctx, const v1::GetModelInfoRequest* req, v1::ModelInfo* info) override;
+  grpc::Status CacheDocument(grpc::ServerContext* ctx, const v1::CacheDocumentRequest* req, v1::Document* doc) override;
+  grpc::Status GetDocument(grpc::ServerContext* ctx, const v1::GetDocumentRequest* req, v1::Document* doc) override;
+  grpc::Status ListDocuments(grpc::ServerContext* ctx, const v1::ListDocumentsRequest* req,
+                             v1::ListDocumentsResponse* resp) override;
+  grpc::Status DeleteDocument(grpc::ServerContext* ctx, const v1::DeleteDocumentRequest* req,
+                              v1::DeleteDocumentResponse* resp) override;
 
   void set_serving(bool serving) { serving_ = serving; }
   int in_flight() const;
@@ -64,6 +78,13 @@ class RouterService final : public v1::Yoco::Service {
                         grpc::ServerWriter<v1::GenerateResponse>* writer);
   // Any healthy decode worker, for the RPCs it answers itself (Score, GetModelInfo).
   std::shared_ptr<grpc::Channel> any_decode_channel();
+  // A prefill worker: by prefix affinity when a hash is given, else the balanced pick.
+  std::shared_ptr<grpc::Channel> any_prefill_channel(std::optional<uint64_t> prefix_hash = std::nullopt);
+  uint64_t prefix_hash(std::span<const int32_t> tokens) const;
+  grpc::Status fetch_document(grpc::ServerContext* ctx, const std::string& id, internal::v1::DocumentRecord* rec);
+  template <class Req, class Resp, class Call>
+  grpc::Status on_prefill_worker(grpc::ServerContext* ctx, const Req& req, Resp* resp, Call call,
+                                 std::optional<uint64_t> affinity = std::nullopt);
 
   const ModelConfig config_;
   const Tokenizer* tok_;

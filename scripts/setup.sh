@@ -19,6 +19,7 @@ packages=(
   libpcre2-dev                # the tokenizer's pre-tokenization regexes
   python3-venv                # build/.venv: tokenizers + tiktoken for the tokenizer reference test
   libucx-dev ucx-utils        # transfer/: the KV transfer engine over UCX; ucx_perftest for bench/
+  libhiredis-dev redis-server # kv_store/: the redis backend; its tests start a redis-server
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)
@@ -45,11 +46,13 @@ if ((${#missing[@]} > 0)); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The tokenizer test compares with the real `tokenizers` and `tiktoken` (PyPI): a virtualenv in
-# build/.venv (with --system-site-packages). Quick when it is already there.
+# The tokenizer test compares with the real `tokenizers` and `tiktoken` (PyPI), and the deploy
+# test validates the Kubernetes manifests with `kubernetes-validate` (the API's JSON schemas,
+# bundled): a virtualenv in build/.venv (with --system-site-packages). Quick when it is already there.
 venv="$(cd "$(dirname "$0")/.." && pwd)/build/.venv"
-if ! "$venv/bin/python3" -c "import tokenizers, tiktoken" 2>/dev/null; then
-  echo "setup.sh: creating $venv with tokenizers and tiktoken"
+if ! "$venv/bin/python3" -c "import tokenizers, tiktoken, kubernetes_validate" 2>/dev/null; then
+  echo "setup.sh: creating $venv with tokenizers, tiktoken and kubernetes-validate"
   python3 -m venv --system-site-packages "$venv"
-  "$venv/bin/python3" -m pip install -q --disable-pip-version-check "tokenizers==0.23.3" "tiktoken==0.14.0"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check "tokenizers==0.23.3" "tiktoken==0.14.0" \
+    "kubernetes-validate==1.37.0"
 fi

@@ -9,12 +9,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <random>
 #include <semaphore>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -184,6 +186,14 @@ Status build_generate_request(const Flags& f, int argc, char** argv, const std::
   } else {
     return invalid_argument("--prompt or --tokens: required");
   }
+  // Cached documents go before the prompt, in the order given (comma-separated ids).
+  for (size_t pos = 0; f.has("document-ids") && pos <= f.get("document-ids").size();) {
+    const std::string all = f.get("document-ids");
+    size_t end = all.find(',', pos);
+    if (end == std::string::npos) end = all.size();
+    if (end > pos) req.add_document_ids(all.substr(pos, end - pos));
+    pos = end + 1;
+  }
   // 0 on the wire means "the server's default", so a requested 0 is refused here.
   if (f.has("max-tokens")) {
     YOCO_ASSIGN_OR_RETURN(auto n, int_in(f, "max-tokens", 0, 1, UINT32_MAX));
@@ -236,7 +246,7 @@ int cmd_generate(int argc, char** argv) {
   auto f = parse_flags(argc, argv,
                        {"prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p", "repetition-penalty",
                         "presence-penalty", "frequency-penalty", "seed", "stop", "stop-token-ids", "ignore-eos",
-                        "logprobs", "json", "request-id", "priority"},
+                        "logprobs", "json", "request-id", "priority", "document-ids"},
                        booleans);
   if (!f.ok()) return flag_fail(f.status());
   v1::GenerateRequest req;
@@ -633,7 +643,103 @@ int cmd_bench(int argc, char** argv) {
 
 }  // namespace
 
+// ---- documents (RAG pre-caching) ----
+
+Json document_json(const v1::Document& d) {
+  Json::Object o;
+  o["id"] = Json(d.id());
+  o["token_count"] = Json(static_cast<int64_t>(d.token_count()));
+  o["stored_bytes"] = Json(static_cast<int64_t>(d.stored_bytes()));
+  o["created_unix_ms"] = Json(d.created_unix_ms());
+  o["ttl_seconds"] = Json(static_cast<int64_t>(d.ttl_seconds()));
+  o["already_cached"] = Json(d.already_cached());
+  return Json(std::move(o));
+}
+
+int cmd_cache_doc(int argc, char** argv) {
+  auto f = parse_flags(argc, argv, {"text", "tokens", "file", "ttl-seconds"}, {});
+  if (!f.ok()) return flag_fail(f.status());
+  v1::CacheDocumentRequest req;
+  const int given = f->has("text") + f->has("tokens") + f->has("file");
+  if (given != 1) return flag_fail(invalid_argument("--text, --tokens or --file: give exactly one"));
+  if (f->has("text")) {
+    req.set_text(f->get("text"));
+  } else if (f->has("file")) {
+    std::ifstream in(f->get("file"), std::ios::binary);
+    if (!in) return flag_fail(invalid_argument("--file: cannot read " + f->get("file")));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    req.set_text(ss.str());
+  } else {
+    auto ids = int32_list(f.value(), "tokens");
+    if (!ids.ok()) return flag_fail(ids.status());
+    for (int32_t t : *ids) req.mutable_tokens()->add_ids(t);
+  }
+  auto ttl = f->get_int("ttl-seconds", 0);
+  if (!ttl.ok() || *ttl < 0 || *ttl > 0xffffffffLL) return flag_fail(invalid_argument("--ttl-seconds: 0 .. 2^32-1"));
+  req.set_ttl_seconds(static_cast<uint32_t>(*ttl));
+  auto conn = connect(f.value());
+  if (!conn.ok()) return flag_fail(conn.status());
+  grpc::ClientContext ctx;
+  conn->prepare(ctx);
+  v1::Document doc;
+  if (grpc::Status st = conn->stub->CacheDocument(&ctx, req, &doc); !st.ok()) return rpc_fail(st);
+  std::printf("%s\n", document_json(doc).dump().c_str());
+  return 0;
+}
+
+int cmd_get_doc(int argc, char** argv) {
+  auto f = parse_flags(argc, argv, {"id"}, {});
+  if (!f.ok()) return flag_fail(f.status());
+  if (!f->has("id")) return flag_fail(invalid_argument("--id: required"));
+  auto conn = connect(f.value());
+  if (!conn.ok()) return flag_fail(conn.status());
+  grpc::ClientContext ctx;
+  conn->prepare(ctx);
+  v1::GetDocumentRequest req;
+  req.set_id(f->get("id"));
+  v1::Document doc;
+  if (grpc::Status st = conn->stub->GetDocument(&ctx, req, &doc); !st.ok()) return rpc_fail(st);
+  std::printf("%s\n", document_json(doc).dump().c_str());
+  return 0;
+}
+
+int cmd_list_docs(int argc, char** argv) {
+  auto f = parse_flags(argc, argv, {}, {});
+  if (!f.ok()) return flag_fail(f.status());
+  auto conn = connect(f.value());
+  if (!conn.ok()) return flag_fail(conn.status());
+  grpc::ClientContext ctx;
+  conn->prepare(ctx);
+  v1::ListDocumentsResponse resp;
+  if (grpc::Status st = conn->stub->ListDocuments(&ctx, v1::ListDocumentsRequest(), &resp); !st.ok()) return rpc_fail(st);
+  Json::Array docs;
+  for (const auto& d : resp.documents()) docs.push_back(document_json(d));
+  std::printf("%s\n", Json(std::move(docs)).dump().c_str());
+  return 0;
+}
+
+int cmd_delete_doc(int argc, char** argv) {
+  auto f = parse_flags(argc, argv, {"id"}, {});
+  if (!f.ok()) return flag_fail(f.status());
+  if (!f->has("id")) return flag_fail(invalid_argument("--id: required"));
+  auto conn = connect(f.value());
+  if (!conn.ok()) return flag_fail(conn.status());
+  grpc::ClientContext ctx;
+  conn->prepare(ctx);
+  v1::DeleteDocumentRequest req;
+  req.set_id(f->get("id"));
+  v1::DeleteDocumentResponse resp;
+  if (grpc::Status st = conn->stub->DeleteDocument(&ctx, req, &resp); !st.ok()) return rpc_fail(st);
+  std::printf("{\"deleted\":%s}\n", resp.deleted() ? "true" : "false");
+  return 0;
+}
+
 int run_cluster_command(const std::string& cmd, int argc, char** argv) {
+  if (cmd == "cache-doc") return cmd_cache_doc(argc, argv);
+  if (cmd == "get-doc") return cmd_get_doc(argc, argv);
+  if (cmd == "list-docs") return cmd_list_docs(argc, argv);
+  if (cmd == "delete-doc") return cmd_delete_doc(argc, argv);
   if (cmd == "generate") return cmd_generate(argc, argv);
   if (cmd == "score") return cmd_score(argc, argv);
   if (cmd == "tokenize") return cmd_tokenize(argc, argv);
@@ -650,7 +756,9 @@ void cluster_usage() {
                "  generate --router HOST:PORT (--prompt TEXT | --tokens 1,2,3) [--max-tokens N] [--temperature T]\n"
                "           [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--presence-penalty P]\n"
                "           [--frequency-penalty F] [--seed S] [--stop STR]... [--stop-token-ids 1,2] [--ignore-eos]\n"
-               "           [--logprobs N] [--request-id ID] [--priority P] [--json]\n"
+               "           [--logprobs N] [--request-id ID] [--priority P] [--document-ids ID,ID] [--json]\n"
+               "  cache-doc --router HOST:PORT (--text TEXT | --file PATH | --tokens 1,2,3) [--ttl-seconds S]\n"
+               "  get-doc --router HOST:PORT --id ID;  list-docs --router HOST:PORT;  delete-doc --router HOST:PORT --id ID\n"
                "  score --router HOST:PORT (--text TEXT | --tokens 1,2,3) [--top-logprobs N] [--json]\n"
                "  tokenize --router HOST:PORT --text TEXT [--add-bos] [--allow-special] [--json]\n"
                "  detokenize --router HOST:PORT --tokens 1,2,3 [--skip-special]\n"

@@ -335,7 +335,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string cmd = argv[1];
-  if (cmd == "bench" || ((cmd == "generate" || cmd == "score" || cmd == "tokenize" || cmd == "detokenize" ||
+  if (cmd == "bench" || cmd == "cache-doc" || cmd == "get-doc" || cmd == "list-docs" || cmd == "delete-doc" ||
+      ((cmd == "generate" || cmd == "score" || cmd == "tokenize" || cmd == "detokenize" ||
                           cmd == "info") && has_router_flag(argc, argv))) {
 #if defined(YOCO_HAVE_GRPC)
     return yoco::cli::run_cluster_command(cmd, argc, argv);

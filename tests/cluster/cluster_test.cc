@@ -83,6 +83,7 @@ void expect_pools_idle(const LocalCluster& c, int kv_blocks) {
 
 struct ModelCase {
   std::string name, dir;  // dir empty: a random preset written to a temp dir
+  friend void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
 };
 
 class ClusterGreedy : public ::testing::TestWithParam<ModelCase> {};

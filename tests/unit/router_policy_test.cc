@@ -31,6 +31,32 @@ TEST(PrefillPicker, ExclusionAndNoneLeft) {
   EXPECT_FALSE(p.pick({}).has_value());
 }
 
+TEST(PrefillPicker, PrefixAffinityIsStableAndYieldsToLoad) {
+  PrefillPicker p(3);
+  std::vector<WorkerSnapshot> w = {{"a:1", true, 100}, {"b:1", true, 100}, {"c:1", true, 100}, {"d:1", true, 100}};
+  // The same prefix always goes to the same worker; different prefixes spread over all.
+  std::map<std::string, int> spread;
+  for (uint64_t h = 0; h < 400; ++h) {
+    const auto first = w[*p.pick_affine(w, h * 0x9e3779b97f4a7c15ull, 1000)].address;
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(w[*p.pick_affine(w, h * 0x9e3779b97f4a7c15ull, 1000)].address, first);
+    spread[first]++;
+  }
+  for (const auto& a : {"a:1", "b:1", "c:1", "d:1"}) EXPECT_GT(spread[a], 50) << a;
+  // Removing one worker moves only the prefixes it had (rendezvous hashing).
+  std::vector<WorkerSnapshot> three = {w[0], w[1], w[2]};
+  for (uint64_t h = 0; h < 200; ++h) {
+    const uint64_t key = h * 0x9e3779b97f4a7c15ull;
+    const auto before = w[*p.pick_affine(w, key, 1000)].address;
+    if (before != "d:1") EXPECT_EQ(three[*p.pick_affine(three, key, 1000)].address, before);
+  }
+  // A preferred worker far more loaded than the balanced pick loses.
+  const uint64_t key = 12345;
+  const auto pref = w[*p.pick_affine(w, key, 1000)].address;
+  for (auto& x : w)
+    if (x.address == pref) x.queued_tokens = 100000;
+  for (int i = 0; i < 20; ++i) EXPECT_NE(w[*p.pick_affine(w, key, 1000)].address, pref);
+}
+
 TEST(PickDecode, MostFreeBlocksThatFitsTheSequence) {
   std::vector<WorkerSnapshot> w = {
       {"x:1", true, 0, 10, 32, 5}, {"y:1", true, 0, 40, 32, 9}, {"z:1", true, 0, 40, 32, 2}, {"u:1", false, 0, 99, 32, 0}};

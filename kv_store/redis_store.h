@@ -1,0 +1,60 @@
+// Redis backend (hiredis). Values are split into chunks far below Redis's 512 MB value limit:
+//   PREFIX KEY                          manifest: magic "YKVRMAN1", u32 version, u32 chunk count,
+//                                       u64 value bytes, u64 chunk bytes, u64 writer id,
+//                                       u32 CRC32C of the value, u32 CRC32C of the manifest
+//   PREFIX KEY ":" WRITER ":" i         chunk i, WRITER = the writer id in 16 hex chars
+// A put pipelines every chunk and then the manifest (SET ... PX ttl on each part), so a reader
+// that sees a manifest finds its chunks; the chunks of the value it replaced are deleted
+// afterwards (SET ... GET names them atomically; before Redis 6.2 they are left to their TTL). A read checks every chunk's length and
+// the whole value's CRC: a damaged or missing chunk, or chunks of two writers mixed, is a miss,
+// counted as corrupt, and the object is deleted (only if its manifest is still the one read).
+// get_many pipelines all manifests, then all chunks. A small pool of connections with connect
+// and command timeouts; AUTH (user + password) and SELECT. Not for Redis Cluster (the parts of
+// a value must share a slot; no hash tags are used).
+//
+// Debian 12's hiredis is 0.14, which has no TLS: tls = true is refused (UNIMPLEMENTED); terminate
+// TLS with a sidecar (stunnel, or Redis behind a TLS proxy) and point the URL at it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kv_store/circuit_breaker.h"
+#include "kv_store/store.h"
+
+namespace yoco {
+
+struct RedisOptions {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  std::string user;      // ACL user (Redis 6+): AUTH user password; empty: AUTH password
+  std::string password;  // empty: no AUTH
+  int db = 0;
+  std::chrono::milliseconds connect_timeout{500};
+  std::chrono::milliseconds command_timeout{500};  // per socket read/write, and pool waits
+  int pool_size = 4;
+  int64_t chunk_bytes = int64_t{1} << 20;
+  int64_t max_value_bytes = int64_t{1} << 30;  // larger puts are refused, larger manifests ignored
+  std::string key_prefix = "yoco:";
+  bool tls = false;
+  // make_kv_store wraps the store in a CircuitBreaker with these options unless breaker = false.
+  bool breaker = true;
+  CircuitBreakerOptions breaker_options;
+};
+
+// redis://[user:password@]host[:port][/db][?key=value&...]  (rediss:// sets tls)
+// Query keys: timeout_ms, connect_timeout_ms, pool, chunk_bytes (a size: 1MiB), max_value_bytes,
+// prefix, tls, breaker (0/1), breaker_failures, breaker_slow_ms, breaker_cooldown_ms,
+// breaker_max_cooldown_ms. User and password are %-decoded. INVALID_ARGUMENT names the part.
+Result<RedisOptions> parse_redis_url(std::string_view url);
+
+// A Redis backend without a breaker. Connects lazily: a Redis that is down makes calls fail with
+// UNAVAILABLE, not the construction. UNIMPLEMENTED for tls, or when built without hiredis.
+// Ignores SIGPIPE process-wide if it still has its default action (hiredis 0.14 writes with
+// write(2), and a peer that vanished must not kill the process).
+Result<std::unique_ptr<KvStore>> make_redis_store(const RedisOptions& opt);
+
+}  // namespace yoco

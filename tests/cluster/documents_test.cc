@@ -1,0 +1,291 @@
+// RAG pre-caching through the cluster (issue 5): a cached document + a question generates
+// exactly what the uncached full prompt does, for gRet, SWA and YOCO-U models, with the
+// memory, dir and redis KV stores; ordinary prompts reuse their cached prefix; the document
+// RPCs' bad inputs get the right status. Real processes on 127.0.0.1, real redis-server.
+#include <gtest/gtest.h>
+
+#include "model/generate.h"
+#include "model/random_model.h"
+#include "tests/cluster/cluster_harness.h"
+
+namespace yoco {
+namespace {
+
+using std::chrono::milliseconds;
+using test::LocalCluster;
+
+const std::string kGret = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco";
+const std::string kYocoU = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco-u";
+
+// A redis-server on a free loopback port for the life of the test.
+class RedisServer {
+ public:
+  // port 0: a free one.
+  explicit RedisServer(const std::string& dir, int port = 0) : port_(port) {
+    if (port_ == 0) {
+      int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      socklen_t len = sizeof a;
+      bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+      port_ = ntohs(a.sin_port);
+      close(fd);
+    }
+    pid_ = fork();
+    if (pid_ == 0) {
+      freopen((dir + "/redis.log").c_str(), "w", stdout);
+      const std::string port = std::to_string(port_);
+      execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", dir.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 100 && !up(); ++i) std::this_thread::sleep_for(milliseconds(50));
+  }
+  ~RedisServer() {
+    if (pid_ > 0) {
+      kill(pid_, SIGCONT);
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool up() const {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    close(fd);
+    return ok;
+  }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+struct Case {
+  std::string model, backend;
+  friend void PrintTo(const Case& c, std::ostream* os) { *os << c.model << " + " << c.backend; }
+};
+
+class ClusterDocuments : public ::testing::TestWithParam<Case> {};
+
+std::vector<int32_t> reference(const Model& m, const std::vector<int32_t>& prompt, int max_tokens) {
+  GenerateOptions opt;
+  opt.max_tokens = max_tokens;
+  opt.sampling.temperature = 0;
+  auto r = generate(m, prompt, opt);
+  EXPECT_TRUE(r.ok());
+  return r.ok() ? r->tokens : std::vector<int32_t>{};
+}
+
+v1::GenerateRequest greedy(const std::vector<int32_t>& prompt, int max_tokens) {
+  v1::GenerateRequest req;
+  for (int32_t t : prompt) req.mutable_tokens()->add_ids(t);
+  req.set_max_tokens(max_tokens);
+  req.mutable_sampling()->set_temperature(0);
+  req.set_ignore_eos(true);
+  return req;
+}
+
+std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
+  std::vector<int32_t> out(n);
+  for (auto& t : out) t = static_cast<int32_t>((seed = seed * 1664525u + 1013904223u) >> 8) % vocab;
+  return out;
+}
+
+TEST_P(ClusterDocuments, CachedDocumentPlusQuestionEqualsUncachedPrompt) {
+  test::TempDir tmp;
+  std::string dir = GetParam().model;
+  if (dir == "tiny-swa") {
+    auto cfg = find_preset("tiny-swa");
+    ASSERT_TRUE(cfg.ok());
+    ASSERT_TRUE(write_random_model(tmp.sub("model"), cfg.value(), 3, DType::kF32).ok());
+    dir = tmp.sub("model");
+  }
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  const int vocab = (*model)->config().vocab_size;
+
+  std::unique_ptr<RedisServer> redis;
+  std::string store;
+  int prefill_workers = 2;
+  if (GetParam().backend == "memory") {
+    store = "memory:64MiB";
+    prefill_workers = 1;  // a memory store is per process
+  } else if (GetParam().backend == "dir") {
+    store = "dir://" + tmp.sub("kv") + "?max_bytes=256MiB";
+  } else {
+    redis = std::make_unique<RedisServer>(tmp.path());
+    ASSERT_TRUE(redis->up()) << test::read_file(tmp.sub("redis.log"));
+    store = "redis://127.0.0.1:" + std::to_string(redis->port()) + "/0?timeout_ms=500";
+  }
+  LocalCluster c({.model = dir, .prefill = prefill_workers, .decode = 1,
+                  .prefill_args = {"--kv-store=" + store, "--kv-block-tokens=32", "--chunk-tokens=64"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+
+  // Cache a document (several blocks and a partial one), twice: the second finds it stored.
+  const std::vector<int32_t> doc = random_tokens(150, vocab, 17);
+  v1::Document d1, d2;
+  {
+    v1::CacheDocumentRequest req;
+    req.mutable_tokens()->mutable_ids()->Add(doc.begin(), doc.end());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto st = stub->CacheDocument(&ctx, req, &d1);
+    ASSERT_TRUE(st.ok()) << st.error_message() << c.logs();
+    grpc::ClientContext ctx2;
+    ASSERT_TRUE(stub->CacheDocument(&ctx2, req, &d2).ok());
+  }
+  EXPECT_EQ(d1.token_count(), doc.size());
+  EXPECT_GT(d1.stored_bytes(), doc.size() * 2 * 4 * (*model)->config().kv_dim() / 2);
+  EXPECT_FALSE(d1.already_cached());
+  EXPECT_EQ(d2.id(), d1.id());
+  EXPECT_TRUE(d2.already_cached());
+
+  // Document + question: exactly the uncached full prompt's tokens, and the document's tokens
+  // are reported as cached.
+  for (int q = 0; q < 3; ++q) {
+    const std::vector<int32_t> question = random_tokens(10 + 17 * q, vocab, 100 + q);
+    v1::GenerateRequest req = greedy(question, 10);
+    req.add_document_ids(d1.id());
+    auto g = test::run_generate(*stub, req, milliseconds(60000));
+    ASSERT_TRUE(g.status.ok()) << g.status.error_message() << c.logs();
+    std::vector<int32_t> full = doc;
+    full.insert(full.end(), question.begin(), question.end());
+    EXPECT_EQ(g.ids, reference(**model, full, 10)) << "question " << q;
+    EXPECT_EQ(g.final.usage().prompt_tokens(), full.size());
+    EXPECT_EQ(g.final.usage().cached_tokens(), doc.size()) << "question " << q;
+  }
+
+  // Automatic prefix caching: the same long prompt twice; the second resumes at its last
+  // whole block and still generates the same tokens.
+  const std::vector<int32_t> prompt = random_tokens(200, vocab, 7);
+  auto first = test::run_generate(*stub, greedy(prompt, 8), milliseconds(60000));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  auto second = test::run_generate(*stub, greedy(prompt, 8), milliseconds(60000));
+  ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+  EXPECT_EQ(first.ids, reference(**model, prompt, 8));
+  EXPECT_EQ(second.ids, first.ids);
+  if (prefill_workers == 1 || GetParam().backend != "memory") EXPECT_EQ(second.final.usage().cached_tokens(), 192u);
+
+  // List, get, delete; then the id is unknown.
+  {
+    grpc::ClientContext ctx;
+    v1::ListDocumentsResponse list;
+    ASSERT_TRUE(stub->ListDocuments(&ctx, v1::ListDocumentsRequest(), &list).ok());
+    bool found = false;
+    for (const auto& x : list.documents()) found |= x.id() == d1.id();
+    EXPECT_TRUE(found);
+    grpc::ClientContext ctx2;
+    v1::DeleteDocumentRequest del;
+    del.set_id(d1.id());
+    v1::DeleteDocumentResponse dr;
+    ASSERT_TRUE(stub->DeleteDocument(&ctx2, del, &dr).ok());
+    EXPECT_TRUE(dr.deleted());
+    grpc::ClientContext ctx3;
+    v1::GetDocumentRequest get;
+    get.set_id(d1.id());
+    v1::Document gd;
+    EXPECT_EQ(stub->GetDocument(&ctx3, get, &gd).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  v1::GenerateRequest unknown = greedy({1, 2, 3}, 4);
+  unknown.add_document_ids(d1.id());
+  auto g = test::run_generate(*stub, unknown, milliseconds(20000));
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(g.status.error_message().find("document_ids[0]"), std::string::npos) << g.status.error_message();
+  // Bad documents.
+  auto cache_status = [&](const std::vector<int32_t>& ids) {
+    v1::CacheDocumentRequest req;
+    req.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+    grpc::ClientContext ctx;
+    v1::Document out;
+    return stub->CacheDocument(&ctx, req, &out);
+  };
+  auto st = cache_status({});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("content"), std::string::npos);
+  st = cache_status(random_tokens(static_cast<int>((*model)->config().max_seq_len), vocab, 1));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  st = cache_status({1, vocab});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("content.tokens[1]"), std::string::npos) << st.error_message();
+}
+
+// Redis killed, stopped (SIGSTOP) and restarted under a load of requests: every request
+// succeeds (the prefill worker recomputes what the store cannot give), and once Redis is
+// back, cache hits resume.
+TEST(ClusterStore, RedisFailuresNeverFailARequestAndHitsResume) {
+  test::TempDir tmp;
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  auto redis = std::make_unique<RedisServer>(tmp.path());
+  ASSERT_TRUE(redis->up());
+  const int port = redis->port();
+  const std::string store = "redis://127.0.0.1:" + std::to_string(port) +
+                            "/0?timeout_ms=300&breaker_cooldown_ms=300&breaker_max_cooldown_ms=600";
+  LocalCluster c({.model = kGret, .prefill = 1, .decode = 1,
+                  .prefill_args = {"--kv-store=" + store, "--kv-block-tokens=32"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const int vocab = (*model)->config().vocab_size;
+  const std::vector<int32_t> shared = random_tokens(96, vocab, 5);
+  auto run_load = [&](int n, uint32_t seed) {
+    std::vector<test::Generated> got(n);
+    std::vector<std::vector<int32_t>> prompts(n);
+    std::vector<std::thread> th;
+    for (int i = 0; i < n; ++i) {
+      prompts[i] = shared;
+      const auto tail = random_tokens(5 + i, vocab, seed + i);
+      prompts[i].insert(prompts[i].end(), tail.begin(), tail.end());
+      th.emplace_back([&, i] { got[i] = test::run_generate(*stub, greedy(prompts[i], 6), milliseconds(60000)); });
+    }
+    for (auto& t : th) t.join();
+    for (int i = 0; i < n; ++i) {
+      EXPECT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+      EXPECT_EQ(got[i].ids, reference(**model, prompts[i], 6)) << "request " << i;
+    }
+  };
+  auto hits = [&] {
+    return test::metric_value(test::http_get(test::port_of(c.prefill()[0].metrics), "/metrics"), "yoco_kv_store_hits_total");
+  };
+  run_load(6, 100);  // warms the store with the shared prefix
+  const double warm_hits = hits();
+  run_load(6, 200);
+  EXPECT_GT(hits(), warm_hits);  // the shared prefix comes from Redis
+
+  // Killed: requests still succeed.
+  redis.reset();
+  run_load(6, 300);
+  // Stopped (every call times out until the breaker opens): still succeed.
+  redis = std::make_unique<RedisServer>(tmp.path(), port);
+  ASSERT_TRUE(redis->up());
+  kill(redis->pid(), SIGSTOP);
+  run_load(6, 400);
+  kill(redis->pid(), SIGCONT);
+  // Back: after the breaker's write-then-read probe, hits resume.
+  std::this_thread::sleep_for(milliseconds(1500));
+  run_load(4, 500);  // writes the prefix again (the restarted Redis is empty)
+  const double before = hits();
+  run_load(4, 600);
+  EXPECT_GT(hits(), before) << test::http_get(test::port_of(c.prefill()[0].metrics), "/metrics");
+}
+
+INSTANTIATE_TEST_SUITE_P(ModelsAndStores, ClusterDocuments,
+                         ::testing::Values(Case{kGret, "memory"}, Case{kGret, "dir"}, Case{kGret, "redis"},
+                                           Case{"tiny-swa", "memory"}, Case{"tiny-swa", "dir"}, Case{"tiny-swa", "redis"},
+                                           Case{kYocoU, "memory"}, Case{kYocoU, "dir"}, Case{kYocoU, "redis"}),
+                         [](const auto& info) {
+                           const std::string& m = info.param.model;
+                           const std::string name = m == kGret ? "gret_kjv" : m == kYocoU ? "yocou_kjv" : "tiny_swa";
+                           return name + "_" + info.param.backend;
+                         });
+
+}  // namespace
+}  // namespace yoco
