@@ -173,7 +173,7 @@ TEST_P(ClusterDocuments, CachedDocumentPlusQuestionEqualsUncachedPrompt) {
   ASSERT_TRUE(second.status.ok()) << second.status.error_message();
   EXPECT_EQ(first.ids, reference(**model, prompt, 8));
   EXPECT_EQ(second.ids, first.ids);
-  if (prefill_workers == 1 || GetParam().backend != "memory") EXPECT_EQ(second.final.usage().cached_tokens(), 192u);
+  EXPECT_EQ(second.final.usage().cached_tokens(), 192u);  // floor(200 / 32) blocks
 
   // List, get, delete; then the id is unknown.
   {
