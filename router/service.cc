@@ -248,8 +248,13 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
     // 1. A decode worker reserves blocks for everything the state will cover.
     const int64_t rows = static_cast<int64_t>(prompt.size() + generated.size());
     const int64_t rows_needed = static_cast<int64_t>(prompt.size()) + max_tokens;
-    const auto decode_snap = decode_.snapshot();
+    auto decode_snap = decode_.snapshot();
     auto di = pick_excluding(bad_decode, [&](const std::vector<std::string>& ex) { return pick_decode(decode_snap, rows_needed, ex); });
+    if (!di) {  // the load reports may predate requests that just finished: ask again once
+      decode_.refresh_now();
+      decode_snap = decode_.snapshot();
+      di = pick_excluding(bad_decode, [&](const std::vector<std::string>& ex) { return pick_decode(decode_snap, rows_needed, ex); });
+    }
     if (!di) {
       if (decode_.healthy_count() > 0)
         return {grpc::StatusCode::RESOURCE_EXHAUSTED, "no decode worker has KV room for " + std::to_string(rows_needed) + " rows"};
@@ -257,7 +262,14 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
     }
     const std::string daddr = decode_snap[*di].address;
     const int64_t block_rows = std::max<int64_t>(1, decode_snap[*di].kv_block_rows);
-    decode_.add_pending(daddr, (rows_needed + block_rows - 1) / block_rows);
+    // Counted against the worker's free blocks until its next load report or this attempt's end.
+    struct PendingBlocks {
+      WorkerGroup& g;
+      std::string addr;
+      int64_t n;
+      ~PendingBlocks() { g.add_pending(addr, -n); }
+    } pending{decode_, daddr, (rows_needed + block_rows - 1) / block_rows};
+    decode_.add_pending(daddr, pending.n);
     std::unique_ptr<grpc::ClientContext> dctx = grpc::ClientContext::FromServerContext(*ctx);
     internal::v1::DecodeRequest dreq;
     dreq.set_request_id(request_id);

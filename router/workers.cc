@@ -1,5 +1,7 @@
 #include "router/workers.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "yoco/internal/v1/worker.grpc.pb.h"
 
@@ -114,7 +116,9 @@ std::string WorkerGroup::fingerprint(const std::string& address) const {
 void WorkerGroup::add_pending(const std::string& address, int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = workers_.find(address);
-  if (it != workers_.end()) it->second.pending += n;
+  // A poll in between resets the count (the worker's own figure then includes the work), so
+  // the release of work sent before it must not go below zero.
+  if (it != workers_.end()) it->second.pending = std::max<int64_t>(0, it->second.pending + n);
 }
 
 void WorkerGroup::mark_failed(const std::string& address) {

@@ -45,9 +45,12 @@ class WorkerGroup {
   // The model fingerprint the worker reported ("" before its first successful poll).
   std::string fingerprint(const std::string& address) const;
 
-  // Bookkeeping between polls so a burst of requests spreads instead of herding.
+  // Bookkeeping between polls so a burst of requests spreads instead of herding: added when work
+  // is sent, released when it is done (never below zero; each poll starts again from zero).
   void add_pending(const std::string& address, int64_t tokens_or_blocks);
   void mark_failed(const std::string& address);
+  // Polls every worker now (a request found no room in load reports that may be stale).
+  void refresh_now() { poll_all(); }
   int healthy_count() const;
 
  private:
