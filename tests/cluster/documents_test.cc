@@ -4,6 +4,9 @@
 // RPCs' bad inputs get the right status. Real processes on 127.0.0.1, real redis-server.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <functional>
+
 #include "model/generate.h"
 #include "model/random_model.h"
 #include "tests/cluster/cluster_harness.h"
@@ -275,6 +278,79 @@ TEST(ClusterStore, RedisFailuresNeverFailARequestAndHitsResume) {
   const double before = hits();
   run_load(4, 600);
   EXPECT_GT(hits(), before) << test::http_get(test::port_of(c.prefill()[0].metrics), "/metrics");
+}
+
+// Corruption of stored blocks and states (bit flips, then truncation): detected, counted,
+// and the answer is still the uncached prompt's, recomputed.
+TEST(ClusterStore, CorruptedObjectsAreMissesAndOutputStaysCorrect) {
+  test::TempDir tmp;
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  const std::string kv = tmp.sub("kv");
+  LocalCluster c({.model = kGret, .prefill = 1, .decode = 1,
+                  .prefill_args = {"--kv-store=dir://" + kv, "--kv-block-tokens=32", "--no-prompt-cache"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const int vocab = (*model)->config().vocab_size;
+  const std::vector<int32_t> doc = random_tokens(130, vocab, 21), question = random_tokens(12, vocab, 22);
+  std::vector<int32_t> full = doc;
+  full.insert(full.end(), question.begin(), question.end());
+  const std::vector<int32_t> expected = reference(**model, full, 8);
+  auto cache_doc = [&] {
+    v1::CacheDocumentRequest req;
+    req.mutable_tokens()->mutable_ids()->Add(doc.begin(), doc.end());
+    grpc::ClientContext ctx;
+    v1::Document d;
+    EXPECT_TRUE(stub->CacheDocument(&ctx, req, &d).ok());
+    return d.id();
+  };
+  auto ask = [&](const std::string& id) {
+    v1::GenerateRequest req = greedy(question, 8);
+    req.add_document_ids(id);
+    return test::run_generate(*stub, req, milliseconds(60000));
+  };
+  // Every block and state file: `damage` is applied to its bytes.
+  auto damage_all = [&](const std::function<void(std::string&)>& damage) {
+    int n = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(kv)) {
+      const std::string name = e.path().filename().string();
+      if (!e.is_regular_file() || (name.rfind("kv%3A", 0) != 0 && name.rfind("state%3A", 0) != 0)) continue;
+      std::string bytes = test::read_file(e.path().string());
+      damage(bytes);
+      test::write_file(e.path().string(), bytes);
+      ++n;
+    }
+    return n;
+  };
+  auto corrupt_count = [&] {
+    return test::metric_value(test::http_get(test::port_of(c.prefill()[0].metrics), "/metrics"), "yoco_kv_store_corrupt_total");
+  };
+
+  std::string id = cache_doc();
+  auto g = ask(id);
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.ids, expected);
+  EXPECT_EQ(g.final.usage().cached_tokens(), doc.size());
+
+  // A bit flip in the middle of every block and state.
+  ASSERT_GT(damage_all([](std::string& b) { b[b.size() / 2] ^= 0x10; }), 4);
+  g = ask(id);
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.ids, expected);
+  EXPECT_EQ(g.final.usage().cached_tokens(), 0u);
+  const double after_flip = corrupt_count();
+  EXPECT_GT(after_flip, 0);
+
+  // Cached again (the damaged objects were deleted), then truncated.
+  id = cache_doc();
+  g = ask(id);
+  EXPECT_EQ(g.final.usage().cached_tokens(), doc.size());
+  ASSERT_GT(damage_all([](std::string& b) { b.resize(b.size() / 2); }), 4);
+  g = ask(id);
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.ids, expected);
+  EXPECT_EQ(g.final.usage().cached_tokens(), 0u);
+  EXPECT_GT(corrupt_count(), after_flip);
 }
 
 INSTANTIATE_TEST_SUITE_P(ModelsAndStores, ClusterDocuments,
