@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: set-up, build, every ctest suite (unit, cli, fuzz replay), then a
-# time-boxed libFuzzer run of the safetensors header parser.
+# time-boxed libFuzzer run of each fuzz target (safetensors header, tokenizer, KV store objects).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -12,10 +12,10 @@ FUZZ_SECONDS=${YOCO_FUZZ_SECONDS:-30}
 if command -v clang++ >/dev/null && [[ "$FUZZ_SECONDS" -gt 0 ]]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DYOCO_FUZZ=ON \
     -DYOCO_CUDA=OFF -DYOCO_BUILD_TESTS=OFF -DYOCO_BUILD_BENCH=OFF -DYOCO_CPU_BLAS=OFF -DYOCO_NATIVE=OFF >/dev/null
-  cmake --build build-fuzz -j "$(nproc)" --target safetensors_header_fuzz tokenizer_fuzz
+  cmake --build build-fuzz -j "$(nproc)" --target safetensors_header_fuzz tokenizer_fuzz kv_store_fuzz
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  for target in safetensors_header tokenizer; do
+  for target in safetensors_header tokenizer kv_store; do
     seeds=tests/fuzz/corpus/${target%_header}
     mkdir -p "$work/$target"
     cp "$seeds"/* "$work/$target"/
