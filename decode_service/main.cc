@@ -238,8 +238,8 @@ int run(int argc, char** argv) {
   auto f = Flags::parse(argc, argv, 1,
                         {"model", "listen", "metrics-listen", "kv-blocks", "block-size", "max-running", "max-waiting",
                          "threads", "port-file", "drain-seconds", "config", "ucx-listen", "ucx-advertise", "ucx-transports",
-                         "ucx-no-peer-error-handling"},
-                        {"ucx-no-peer-error-handling"});
+                         "ucx-no-peer-error-handling", "no-prefix-sharing"},
+                        {"ucx-no-peer-error-handling", "no-prefix-sharing"});
   if (!f.ok()) {
     std::fprintf(stderr, "yoco-decode: %s\n", f.status().message().c_str());
     return 2;
@@ -302,6 +302,7 @@ int run(int argc, char** argv) {
     metrics.transfer_bytes.inc(std::max(0.0, static_cast<double>(t.bytes) - metrics.transfer_bytes.value()));
     metrics.transfer_failures.inc(std::max(0.0, static_cast<double>(t.failures) - metrics.transfer_failures.value()));
     metrics.transfer_in_flight.set(static_cast<double>((*receiver)->in_flight()));
+    metrics.kv_shared.set((*pool)->shared_blocks());
     metrics.running.set(batcher.running());
     metrics.waiting.set(batcher.waiting());
     const double free = (*pool)->free_blocks();
@@ -325,6 +326,7 @@ int run(int argc, char** argv) {
 
   YocoService service(**model, tok.get(), batcher, metrics);
   DecodeWorkerService worker(**model, **pool, **receiver, batcher, metrics);
+  worker.set_share_prefixes(!f->get_bool("no-prefix-sharing"));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

@@ -26,16 +26,20 @@ struct DecodeMetrics {
         transfer_failures(r.counter("yoco_kv_transfer_failures_total",
                                     "Reservations that failed: expired, aborted, rejected, cancelled, peer lost.")),
         migrated_in(r.counter("yoco_migrated_requests_total", "Requests resumed here after another decode worker was lost.")),
+        shared_blocks(r.counter("yoco_kv_blocks_shared_total",
+                                "Shipped KV blocks replaced by an identical block another sequence already holds.")),
         requests(*r.counter_family("yoco_requests_total", "Finished requests by gRPC status.", {"status"}).value()),
         running(r.gauge("yoco_requests_running", "Sequences in the running batch.")),
         waiting(r.gauge("yoco_requests_waiting", "Requests waiting for admission.")),
         kv_usage(r.gauge("yoco_kv_cache_usage_ratio", "Share of KV pool blocks in use.")),
         kv_free(r.gauge("yoco_kv_cache_blocks_free", "Free KV pool blocks.")),
-        transfer_in_flight(r.gauge("yoco_kv_transfer_in_flight", "Reservations waiting for their commit.")) {}
+        transfer_in_flight(r.gauge("yoco_kv_transfer_in_flight", "Reservations waiting for their commit.")),
+        kv_shared(r.gauge("yoco_kv_cache_shared_blocks", "Pool blocks held by more than one sequence.")) {}
   Histogram &ttft, &itl, &e2e, &queue, &transfer;
-  Counter &prompt_tokens, &generation_tokens, &cached_tokens, &transfer_bytes, &transfer_failures, &migrated_in;
+  Counter &prompt_tokens, &generation_tokens, &cached_tokens, &transfer_bytes, &transfer_failures, &migrated_in,
+      &shared_blocks;
   Family<Counter>& requests;
-  Gauge &running, &waiting, &kv_usage, &kv_free, &transfer_in_flight;
+  Gauge &running, &waiting, &kv_usage, &kv_free, &transfer_in_flight, &kv_shared;
 };
 
 inline const char* grpc_code_name(grpc::StatusCode c) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <random>
 
+#include "common/checksum.h"
 #include "common/log.h"
 #include "decode_service/grpc_status.h"
 #include "decode_service/stream_pump.h"
@@ -103,6 +104,20 @@ grpc::Status DecodeWorkerService::decode(grpc::ServerContext* ctx, const interna
     transfer_wait = seconds_since(t0);
     m_.transfer.observe(transfer_wait);
     dr.state = std::move(committed->state);
+    if (share_prefixes_ && dr.state->pages) {
+      // Whole blocks of the shipped rows are final: identical ones (same tokens, same model,
+      // same bytes) are held once in the pool.
+      std::vector<int32_t> consumed = dr.prompt;
+      consumed.insert(consumed.end(), dr.generated_before.begin(), dr.generated_before.end());
+      const int bs = pool_.block_size();
+      std::vector<uint64_t> hashes;
+      uint64_t h = model_.fingerprint();
+      for (size_t i = 0; i + bs <= consumed.size(); i += bs) {
+        for (int j = 0; j < bs; ++j) h = mix64(h, static_cast<uint64_t>(static_cast<uint32_t>(consumed[i + j])));
+        hashes.push_back(h);
+      }
+      m_.shared_blocks.inc(pool_.share_prefix(*dr.state->pages, hashes));
+    }
     ev.Clear();
     ev.mutable_committed()->set_transfer_wait_seconds(transfer_wait);
     if (!writer->Write(ev)) {

@@ -27,6 +27,8 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
 
   // Draining: new Decode calls get UNAVAILABLE; running ones finish.
   void set_serving(bool serving) { serving_ = serving; }
+  // Prefix sharing of pool blocks between sequences (on by default).
+  void set_share_prefixes(bool on) { share_prefixes_ = on; }
 
  private:
   grpc::Status decode(grpc::ServerContext* ctx, const internal::v1::DecodeRequest* req,
@@ -38,6 +40,7 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
   ContinuousBatcher& batcher_;
   DecodeMetrics& m_;
   std::atomic<bool> serving_{true};
+  bool share_prefixes_ = true;
 };
 
 }  // namespace yoco

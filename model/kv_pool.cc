@@ -1,5 +1,6 @@
 #include "model/kv_pool.h"
 
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -18,7 +19,8 @@ KvPool::KvPool(int n_blocks, int block_size, int kv_dim)
       block_size_(block_size),
       kv_dim_(kv_dim),
       k_(static_cast<size_t>(n_blocks) * block_size * kv_dim),
-      v_(k_.size()) {
+      v_(k_.size()),
+      refs_(n_blocks, 0) {
   free_.reserve(n_blocks);
   for (int b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
 }
@@ -39,15 +41,61 @@ Status KvPool::reserve(KvPages& pages, int64_t rows) {
                                                       std::to_string(free_.size()) + " free");
   for (int64_t i = 0; i < need_blocks; ++i) {
     pages.blocks.push_back(free_.back());
+    refs_[free_.back()] = 1;
     free_.pop_back();
   }
   return Status::Ok();
 }
 
+void KvPool::drop_locked(int32_t block) {
+  if (--refs_[block] > 0) return;
+  if (auto h = hash_of_.find(block); h != hash_of_.end()) {
+    by_hash_.erase(h->second);
+    hash_of_.erase(h);
+  }
+  free_.push_back(block);
+}
+
 void KvPool::release(KvPages& pages) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = pages.blocks.rbegin(); it != pages.blocks.rend(); ++it) free_.push_back(*it);
+  for (auto it = pages.blocks.rbegin(); it != pages.blocks.rend(); ++it) drop_locked(*it);
   pages.blocks.clear();
+}
+
+int KvPool::share_prefix(KvPages& pages, std::span<const uint64_t> block_hashes) {
+  if (pages.k_pool != k_.data()) return 0;
+  const size_t block_floats = static_cast<size_t>(block_size_) * kv_dim_;
+  std::lock_guard<std::mutex> lock(mu_);
+  int shared = 0;
+  for (size_t i = 0; i < block_hashes.size() && i < pages.blocks.size(); ++i) {
+    const int32_t mine = pages.blocks[i];
+    auto it = by_hash_.find(block_hashes[i]);
+    if (it == by_hash_.end()) {
+      if (!hash_of_.count(mine)) {  // the first holder of this content: others share it
+        by_hash_[block_hashes[i]] = mine;
+        hash_of_[mine] = block_hashes[i];
+      }
+      continue;
+    }
+    const int32_t theirs = it->second;
+    if (theirs == mine) continue;
+    // Equal hashes, but only equal bytes are shared: the output never depends on sharing.
+    const size_t off = static_cast<size_t>(theirs) * block_floats, own = static_cast<size_t>(mine) * block_floats;
+    if (std::memcmp(&k_[off], &k_[own], block_floats * 4) != 0 || std::memcmp(&v_[off], &v_[own], block_floats * 4) != 0)
+      continue;
+    ++refs_[theirs];
+    pages.blocks[i] = theirs;
+    drop_locked(mine);
+    ++shared;
+  }
+  return shared;
+}
+
+int KvPool::shared_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (int32_t r : refs_) n += r > 1;
+  return n;
 }
 
 }  // namespace yoco

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <mutex>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -31,16 +33,33 @@ class KvPool {
   // Grows `pages` so it holds at least `rows` rows. All or nothing: RESOURCE_EXHAUSTED leaves
   // the pages and the pool as they were.
   Status reserve(KvPages& pages, int64_t rows);
-  // Returns every block of `pages` to the pool.
+  // Drops this sequence's hold on every block of `pages`; a block goes back to the pool when
+  // no sequence holds it any more.
   void release(KvPages& pages);
+
+  // Prefix sharing: sequences whose prompts start alike hold the same pool blocks for their
+  // common whole blocks instead of copies. `block_hashes[i]` names the content of block i of
+  // `pages` (a hash chain over the tokens up to its end and the model: equal hashes mean equal
+  // prefixes). Each of those blocks whose hash is already held by another block with
+  // bit-identical rows is swapped for that block (its own copy goes back to the pool);
+  // otherwise it becomes the block others share. Only blocks that are complete and never
+  // written again may be offered (a prompt's whole blocks). Returns the blocks now shared.
+  int share_prefix(KvPages& pages, std::span<const uint64_t> block_hashes);
+  // Blocks held by more than one sequence, counted once each (for metrics).
+  int shared_blocks() const;
 
  private:
   KvPool(int n_blocks, int block_size, int kv_dim);
+  void drop_locked(int32_t block);
 
   const int n_blocks_, block_size_, kv_dim_;
   std::vector<float> k_, v_;
   mutable std::mutex mu_;
   std::vector<int32_t> free_;  // a stack: recently freed blocks are reused first (warm in cache)
+  std::vector<int32_t> refs_;  // holders per block (0: free)
+  // Prefix index: content hash → the block other sequences share, and back.
+  std::unordered_map<uint64_t, int32_t> by_hash_;
+  std::unordered_map<int32_t, uint64_t> hash_of_;
 };
 
 }  // namespace yoco

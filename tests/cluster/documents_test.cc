@@ -353,6 +353,48 @@ TEST(ClusterStore, CorruptedObjectsAreMissesAndOutputStaysCorrect) {
   EXPECT_GT(corrupt_count(), after_flip);
 }
 
+// Decode workers hold the whole blocks of a common prefix once: two concurrent questions over
+// one cached document share the document's pool blocks, and both answers are still exact.
+TEST(ClusterStore, ConcurrentPromptsShareDecodePoolBlocksOfTheirCommonPrefix) {
+  test::TempDir tmp;
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  LocalCluster c({.model = kGret, .prefill = 1, .decode = 1, .kv_blocks = 256,
+                  .prefill_args = {"--kv-store=memory:64MiB", "--kv-block-tokens=32"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const int vocab = (*model)->config().vocab_size;
+  const std::vector<int32_t> doc = random_tokens(320, vocab, 31);  // 10 whole pool blocks
+  v1::CacheDocumentRequest creq;
+  creq.mutable_tokens()->mutable_ids()->Add(doc.begin(), doc.end());
+  v1::Document d;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->CacheDocument(&ctx, creq, &d).ok());
+  }
+  const int max_tokens = 800;  // long enough that both are decoding at once
+  std::vector<std::vector<int32_t>> questions = {random_tokens(9, vocab, 1), random_tokens(14, vocab, 2)};
+  std::vector<test::Generated> got(2);
+  std::vector<std::thread> th;
+  for (int i = 0; i < 2; ++i)
+    th.emplace_back([&, i] {
+      v1::GenerateRequest req = greedy(questions[i], max_tokens);
+      req.add_document_ids(d.id());
+      got[i] = test::run_generate(*stub, req, milliseconds(120000));
+    });
+  for (auto& t : th) t.join();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    std::vector<int32_t> full = doc;
+    full.insert(full.end(), questions[i].begin(), questions[i].end());
+    EXPECT_EQ(got[i].ids, reference(**model, full, max_tokens)) << "question " << i;
+  }
+  const std::string m = test::http_get(test::port_of(c.decode()[0].metrics), "/metrics");
+  EXPECT_EQ(test::metric_value(m, "yoco_kv_blocks_shared_total"), 10) << m;  // the second one's 10 document blocks
+  EXPECT_EQ(test::metric_value(m, "yoco_kv_cache_blocks_free"), 256);
+  EXPECT_EQ(test::metric_value(m, "yoco_kv_cache_shared_blocks"), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(ModelsAndStores, ClusterDocuments,
                          ::testing::Values(Case{kGret, "memory"}, Case{kGret, "dir"}, Case{kGret, "redis"},
                                            Case{"tiny-swa", "memory"}, Case{"tiny-swa", "dir"}, Case{"tiny-swa", "redis"},

@@ -31,6 +31,54 @@ TEST(KvPool, ReserveAndReleaseAccounting) {
   EXPECT_EQ((*pool)->free_blocks(), 10);
 }
 
+TEST(KvPool, PrefixSharingNeedsEqualHashesAndEqualBytesAndRefcountsBlocks) {
+  auto pool = KvPool::create(10, 32, 4);
+  ASSERT_TRUE(pool.ok());
+  KvPool& p = **pool;
+  auto fill = [&](KvPages& pages, int block, float value) {
+    for (int r = 0; r < 32; ++r)
+      for (int c = 0; c < 4; ++c) {
+        p.k_data()[pages.offset(block * 32 + r) + c] = value + r;
+        p.v_data()[pages.offset(block * 32 + r) + c] = -value - c;
+      }
+  };
+  KvPages a = p.new_pages(), b = p.new_pages(), c = p.new_pages();
+  ASSERT_TRUE(p.reserve(a, 70).ok());  // 3 blocks
+  ASSERT_TRUE(p.reserve(b, 70).ok());
+  ASSERT_TRUE(p.reserve(c, 40).ok());  // 2 blocks
+  EXPECT_EQ(p.free_blocks(), 2);
+  fill(a, 0, 1), fill(a, 1, 2), fill(b, 0, 1), fill(b, 1, 2), fill(c, 0, 1), fill(c, 1, 9);
+  EXPECT_EQ(p.share_prefix(a, std::vector<uint64_t>{11, 22}), 0);  // a's blocks become the shared ones
+  const auto a_blocks = a.blocks;
+  EXPECT_EQ(p.share_prefix(b, std::vector<uint64_t>{11, 22}), 2);  // b now holds a's first two
+  EXPECT_EQ(b.blocks[0], a_blocks[0]);
+  EXPECT_EQ(b.blocks[1], a_blocks[1]);
+  EXPECT_EQ(p.free_blocks(), 4);
+  EXPECT_EQ(p.shared_blocks(), 2);
+  // Same hash, different bytes (a collision or a different computation): not shared.
+  EXPECT_EQ(p.share_prefix(c, std::vector<uint64_t>{11, 22}), 1);
+  EXPECT_NE(c.blocks[1], a_blocks[1]);
+  EXPECT_EQ(p.free_blocks(), 5);
+  // Blocks go back only when their last holder lets go.
+  p.release(a);
+  EXPECT_EQ(p.free_blocks(), 6);  // a's third block; the shared two are still held
+  p.release(b);
+  EXPECT_EQ(p.free_blocks(), 8);
+  p.release(c);
+  EXPECT_EQ(p.free_blocks(), 10);
+  EXPECT_EQ(p.shared_blocks(), 0);
+  // A freed block leaves the index: new content under an old hash is not matched to it.
+  KvPages d = p.new_pages(), e = p.new_pages();
+  ASSERT_TRUE(p.reserve(d, 32).ok());
+  ASSERT_TRUE(p.reserve(e, 32).ok());
+  fill(d, 0, 1), fill(e, 0, 1);
+  EXPECT_EQ(p.share_prefix(d, std::vector<uint64_t>{11}), 0);
+  EXPECT_EQ(p.share_prefix(e, std::vector<uint64_t>{11}), 1);
+  p.release(d);
+  p.release(e);
+  EXPECT_EQ(p.free_blocks(), 10);
+}
+
 class PagedDecodeTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PagedDecodeTest, PagedSequencesDecodeBitwiseLikeContiguousOnes) {
