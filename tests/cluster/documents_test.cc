@@ -4,6 +4,7 @@
 // RPCs' bad inputs get the right status. Real processes on 127.0.0.1, real redis-server.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 
@@ -41,7 +42,7 @@ class RedisServer {
       freopen((dir + "/redis.log").c_str(), "w", stdout);
       const std::string port = std::to_string(port_);
       execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", dir.c_str(), static_cast<char*>(nullptr));
+             "--appendonly", "no", "--dir", dir.c_str(), "--enable-debug-command", "local", static_cast<char*>(nullptr));
       _exit(127);
     }
     for (int i = 0; i < 100 && !up(); ++i) std::this_thread::sleep_for(milliseconds(50));
@@ -263,6 +264,18 @@ TEST(ClusterStore, RedisFailuresNeverFailARequestAndHitsResume) {
   run_load(6, 200);
   EXPECT_GT(hits(), warm_hits);  // the shared prefix comes from Redis
 
+  // Delayed: the server sleeps 1 s at a time (DEBUG SLEEP) while requests run.
+  {
+    std::atomic<bool> stop{false};
+    std::thread sleeper([&] {
+      const std::string cmd = "redis-cli -p " + std::to_string(port) + " DEBUG SLEEP 1 > /dev/null 2>&1";
+      while (!stop) std::system(cmd.c_str());
+    });
+    std::this_thread::sleep_for(milliseconds(100));
+    run_load(6, 250);
+    stop = true;
+    sleeper.join();
+  }
   // Killed: requests still succeed.
   redis.reset();
   run_load(6, 300);
