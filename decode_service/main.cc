@@ -25,6 +25,7 @@
 #include "decode_service/batcher.h"
 #include "decode_service/grpc_status.h"
 #include "decode_service/metrics.h"
+#include "decode_service/stream_pump.h"
 #include "decode_service/worker_service.h"
 #include "transfer/ucx_transport.h"
 #include "kernels/cpu/ops.h"
@@ -118,9 +119,9 @@ class YocoService final : public v1::Yoco::Service {
   grpc::Status generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* writer, Clock::time_point t0) {
     if (req->document_ids_size() > 0)
-      return {grpc::StatusCode::UNIMPLEMENTED, "document_ids: the KV store is not available on this worker yet"};
-    if (req->stop_size() > 0) return {grpc::StatusCode::UNIMPLEMENTED, "stop: stop strings are not supported yet"};
-    if (req->logprobs() > 0) return {grpc::StatusCode::UNIMPLEMENTED, "logprobs: not supported yet"};
+      return {grpc::StatusCode::UNIMPLEMENTED, "document_ids: cached documents are served through yoco-router"};
+    if (req->stop_size() > 0)
+      return {grpc::StatusCode::UNIMPLEMENTED, "stop: stop strings are handled by yoco-router; send them there"};
     auto ids = input_ids(req->prompt_case() == v1::GenerateRequest::kText, req->text(), req->tokens(), "prompt");
     if (!ids.ok()) return to_grpc(ids.status());
 
@@ -136,96 +137,62 @@ class YocoService final : public v1::Yoco::Service {
     if (deadline != std::chrono::system_clock::time_point::max())
       dr.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(deadline - std::chrono::system_clock::now());
 
-    // The batcher thread hands tokens over; this handler thread writes them to the stream.
-    struct Channel {
-      std::mutex mu;
-      std::condition_variable cv;
-      std::deque<int32_t> tokens;
-      std::optional<FinishInfo> done;
-    };
-    auto ch = std::make_shared<Channel>();
-    dr.on_token = [ch](int32_t t) {
-      std::lock_guard<std::mutex> lock(ch->mu);
-      ch->tokens.push_back(t);
-      ch->cv.notify_all();
-    };
-    dr.on_finish = [ch](const FinishInfo& f) {
-      std::lock_guard<std::mutex> lock(ch->mu);
-      ch->done = f;
-      ch->cv.notify_all();
-    };
-    auto id = batcher_.submit(std::move(dr));
-    if (!id.ok()) return to_grpc(id.status());
+    dr.logprobs = static_cast<int>(std::min<uint32_t>(req->logprobs(), 1000));
+    dr.priority = req->priority();
     m_.prompt_tokens.inc(static_cast<double>(ids->size()));
 
     std::unique_ptr<StreamDecoder> text;
     if (tok_) text = std::make_unique<StreamDecoder>(*tok_, /*skip_special=*/true);
-    int64_t n_out = 0;
     int32_t last_token = -1;
-    std::optional<Clock::time_point> first, last;
-    bool cancelled_sent = false;
-    while (true) {
-      std::deque<int32_t> batch;
-      std::optional<FinishInfo> done;
-      {
-        std::unique_lock<std::mutex> lock(ch->mu);
-        ch->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return !ch->tokens.empty() || ch->done; });
-        batch.swap(ch->tokens);
-        done = ch->done;
-      }
-      if (ctx->IsCancelled() && !cancelled_sent) {  // client went away: free its blocks now
-        batcher_.cancel(id.value());
-        cancelled_sent = true;
-      }
-      if (!batch.empty()) {
-        const auto now = Clock::now();
-        if (!first) {
-          first = now;
-          m_.ttft.observe(std::chrono::duration<double>(now - t0).count());
-          m_.queue.observe(std::chrono::duration<double>(now - t0).count());
-        } else {
-          m_.itl.observe(std::chrono::duration<double>(now - *last).count() / static_cast<double>(batch.size()));
-        }
-        last = now;
-        v1::GenerateResponse resp;
-        auto* delta = resp.mutable_delta();
-        for (int32_t t : batch) {
-          delta->add_token_ids(t);
-          if (text) *delta->mutable_text() += text->push(t);
-        }
-        n_out += static_cast<int64_t>(batch.size());
-        last_token = batch.back();
-        m_.generation_tokens.inc(static_cast<double>(batch.size()));
-        if (!cancelled_sent && !writer->Write(resp)) {
-          batcher_.cancel(id.value());
-          cancelled_sent = true;
-        }
-      }
-      if (done && batch.empty()) {
-        if (!done->status.ok()) return to_grpc(done->status);
-        v1::GenerateResponse resp;
-        if (text) {
-          const std::string rest = text->flush();
-          if (!rest.empty()) {
-            resp.mutable_delta()->set_text(rest);
-            writer->Write(resp);
-            resp.Clear();
-          }
-        }
-        auto* fin = resp.mutable_final();
-        fin->set_request_id(req->request_id());
-        const bool eos = tok_ && tok_->eos_id() && !req->ignore_eos() && done->reason == "stop" && last_token == *tok_->eos_id();
-        fin->set_finish_reason(done->reason == "length" ? v1::FINISH_REASON_LENGTH
-                               : eos                    ? v1::FINISH_REASON_EOS
-                                                        : v1::FINISH_REASON_STOP);
-        fin->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(done->prompt_tokens));
-        fin->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(done->completion_tokens));
-        if (first) fin->mutable_timings()->set_first_token_seconds(std::chrono::duration<double>(*first - t0).count());
-        fin->mutable_timings()->set_total_seconds(std::chrono::duration<double>(Clock::now() - t0).count());
+    std::optional<Clock::time_point> last;
+    auto pumped = pump_tokens(ctx, batcher_, std::move(dr),
+                              [&](const std::vector<int32_t>& batch, const std::vector<TokenLogprobs>& lps) {
+                                const auto now = Clock::now();
+                                if (!last) {
+                                  m_.ttft.observe(std::chrono::duration<double>(now - t0).count());
+                                } else {
+                                  m_.itl.observe(std::chrono::duration<double>(now - *last).count() / batch.size());
+                                }
+                                last = now;
+                                v1::GenerateResponse resp;
+                                auto* delta = resp.mutable_delta();
+                                for (int32_t t : batch) {
+                                  delta->add_token_ids(t);
+                                  if (text) *delta->mutable_text() += text->push(t);
+                                }
+                                for (const auto& lp : lps) fill_logprobs(lp, delta->add_logprobs());
+                                last_token = batch.back();
+                                m_.generation_tokens.inc(static_cast<double>(batch.size()));
+                                return writer->Write(resp);
+                              });
+    if (!pumped.ok()) return to_grpc(pumped.status());
+    const FinishInfo& done = pumped->info;
+    m_.queue.observe(done.queue_seconds);
+    if (!done.status.ok()) return to_grpc(done.status);
+    if (pumped->client_gone) return {grpc::StatusCode::CANCELLED, "the client went away"};
+    v1::GenerateResponse resp;
+    if (text) {
+      const std::string rest = text->flush();
+      if (!rest.empty()) {
+        resp.mutable_delta()->set_text(rest);
         writer->Write(resp);
-        return grpc::Status::OK;
+        resp.Clear();
       }
     }
+    auto* fin = resp.mutable_final();
+    fin->set_request_id(req->request_id());
+    const bool eos = tok_ && tok_->eos_id() && !req->ignore_eos() && done.reason == "stop" && last_token == *tok_->eos_id();
+    fin->set_finish_reason(done.reason == "length" ? v1::FINISH_REASON_LENGTH
+                           : eos                   ? v1::FINISH_REASON_EOS
+                                                   : v1::FINISH_REASON_STOP);
+    fin->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(done.prompt_tokens));
+    fin->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(done.completion_tokens));
+    fin->mutable_timings()->set_queue_seconds(done.queue_seconds);
+    if (pumped->first_token)
+      fin->mutable_timings()->set_first_token_seconds(std::chrono::duration<double>(*pumped->first_token - t0).count());
+    fin->mutable_timings()->set_total_seconds(std::chrono::duration<double>(Clock::now() - t0).count());
+    writer->Write(resp);
+    return grpc::Status::OK;
   }
 
   const Model& model_;

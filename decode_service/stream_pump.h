@@ -16,8 +16,19 @@
 #include <vector>
 
 #include "decode_service/batcher.h"
+#include "yoco/v1/yoco.pb.h"
 
 namespace yoco {
+
+inline void fill_logprobs(const TokenLogprobs& t, v1::LogprobEntry* e) {
+  e->mutable_chosen()->set_id(t.token);
+  e->mutable_chosen()->set_logprob(t.logprob);
+  for (const auto& [id, lp] : t.top) {
+    auto* x = e->add_top();
+    x->set_id(id);
+    x->set_logprob(lp);
+  }
+}
 
 struct PumpResult {
   FinishInfo info;

@@ -14,15 +14,6 @@ namespace {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-void fill_logprobs(const TokenLogprobs& t, v1::LogprobEntry* e) {
-  e->mutable_chosen()->set_id(t.token);
-  e->mutable_chosen()->set_logprob(t.logprob);
-  for (const auto& [id, lp] : t.top) {
-    auto* x = e->add_top();
-    x->set_id(id);
-    x->set_logprob(lp);
-  }
-}
 
 }  // namespace
 
