@@ -1,19 +1,24 @@
-#include <cuda_runtime.h>
-
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/common.cuh"
 
 namespace yoco::cuda {
 namespace {
 
-// One block per row; the sum of squares is reduced in fp32 across the block.
-template <int kThreads>
-__global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
-                               int dim, float eps) {
+using detail::load_f;
+using detail::store_f;
+
+// One block per row; the sum of squares is reduced in fp32 across the block. T is the storage type
+// of x and y (float or bf16); statistics and the scaling are fp32. Later: vectorized loads and a
+// warp per row when dim is small (the per-head gRet norm, dim = hd).
+template <int kThreads, class T>
+__global__ void rmsnorm_kernel(const T* x, const float* __restrict__ w, T* y, int dim, float eps) {  // y may be x
   const int row = blockIdx.x;
-  const float* xr = x + static_cast<int64_t>(row) * dim;
-  float* yr = y + static_cast<int64_t>(row) * dim;
+  const T* xr = x + static_cast<int64_t>(row) * dim;
+  T* yr = y + static_cast<int64_t>(row) * dim;
   float ss = 0.f;
-  for (int i = threadIdx.x; i < dim; i += kThreads) ss += xr[i] * xr[i];
+  for (int i = threadIdx.x; i < dim; i += kThreads) {
+    const float v = load_f(xr + i);
+    ss += v * v;
+  }
   __shared__ float warp_sums[kThreads / 32];
   for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
   if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = ss;
@@ -25,17 +30,28 @@ __global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restr
   }
   __syncthreads();
   const float inv = rsqrtf(warp_sums[0] / static_cast<float>(dim) + eps);
-  for (int i = threadIdx.x; i < dim; i += kThreads) yr[i] = xr[i] * inv * (w ? w[i] : 1.f);
+  for (int i = threadIdx.x; i < dim; i += kThreads) store_f(yr + i, load_f(xr + i) * inv * (w ? w[i] : 1.f));
+}
+
+template <class T>
+Status launch(const char* op, const T* x, const float* w, T* y, int rows, int dim, float eps, void* stream) {
+  if (rows < 0) return invalid_argument(std::string(op) + ": rows must be >= 0");
+  if (dim <= 0) return invalid_argument(std::string(op) + ": dim must be > 0");
+  if (rows == 0) return Status::Ok();
+  if (!x) return invalid_argument(std::string(op) + ": x is null");
+  if (!y) return invalid_argument(std::string(op) + ": y is null");
+  rmsnorm_kernel<256, T><<<rows, 256, 0, detail::as_stream(stream)>>>(x, w, y, dim, eps);
+  return detail::launch_status(op);
 }
 
 }  // namespace
 
 Status rmsnorm(const float* x, const float* w, float* y, int rows, int dim, float eps, void* stream) {
-  if (rows <= 0 || dim <= 0) return invalid_argument("rmsnorm: rows and dim must be > 0");
-  rmsnorm_kernel<256><<<rows, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, w, y, dim, eps);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return internal_error(std::string("rmsnorm launch: ") + cudaGetErrorString(err));
-  return Status::Ok();
+  return launch("rmsnorm", x, w, y, rows, dim, eps, stream);
+}
+
+Status rmsnorm_bf16(const uint16_t* x, const float* w, uint16_t* y, int rows, int dim, float eps, void* stream) {
+  return launch("rmsnorm_bf16", detail::as_bf16(x), w, detail::as_bf16(y), rows, dim, eps, stream);
 }
 
 }  // namespace yoco::cuda
