@@ -70,6 +70,7 @@ class LocalCluster {
     std::string model;
     int prefill = 2, decode = 2;
     int kv_blocks = 1024;
+    std::string ucx_tls = "tcp";
     std::vector<std::string> prefill_args = {}, decode_args = {}, router_args = {};
   };
 
@@ -78,7 +79,7 @@ class LocalCluster {
     std::vector<std::string> args = {"/usr/bin/python3", std::string(YOCO_SOURCE_DIR) + "/deploy/local/cluster.py",
                                      "--bin-dir", YOCO_BINARY_DIR, "--model", o.model, "--prefill",
                                      std::to_string(o.prefill), "--decode", std::to_string(o.decode), "--state-dir",
-                                     state_dir_, "--threads", "1", "--ucx-tls", "tcp", "--kv-blocks",
+                                     state_dir_, "--threads", "1", "--ucx-tls", o.ucx_tls, "--kv-blocks",
                                      std::to_string(o.kv_blocks)};
     for (const auto& a : o.prefill_args) args.push_back("--prefill-arg=" + a);
     for (const auto& a : o.decode_args) args.push_back("--decode-arg=" + a);

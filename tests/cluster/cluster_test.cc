@@ -138,6 +138,25 @@ INSTANTIATE_TEST_SUITE_P(Models, ClusterGreedy,
                            return n;
                          });
 
+// The same over shared memory (UCX posix/sysv/cma between the worker processes; tcp only for
+// the connection manager), which needs peer error handling off on both sides (transfer/README.md).
+TEST(Cluster, SharedMemoryTransportMatchesInProcessEngine) {
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  LocalCluster c({.model = kGret, .prefill = 1, .decode = 1, .ucx_tls = "posix,sysv,cma,self,tcp",
+                  .prefill_args = {"--chunk-tokens=64", "--ucx-no-peer-error-handling"},
+                  .decode_args = {"--ucx-no-peer-error-handling"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const auto ps = prompts(8, (*model)->config().vocab_size, 23);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    auto g = test::run_generate(*stub, greedy(ps[i], 10), milliseconds(60000));
+    ASSERT_TRUE(g.status.ok()) << g.status.error_message() << c.logs();
+    EXPECT_EQ(g.ids, reference(**model, ps[i], 10)) << "prompt " << i;
+  }
+  expect_pools_idle(c, 1024);
+}
+
 TEST(Cluster, SixtyFourConcurrentStreamsAndText) {
   auto model = Model::load(kGret);
   ASSERT_TRUE(model.ok());
