@@ -205,7 +205,13 @@ class Launcher:
                         + o.decode_arg, o.state_dir, env, "127.0.0.1") for i in range(o.decode)]
         if not self.launch(decode, deadline):
             return False
-        prefill = [Child("prefill", i, bins["prefill"], self.common_args("127.0.0.1:0") + o.prefill_arg,
+        # The embedded default KV store (SPEC 7): a directory every prefill worker shares.
+        store = []
+        if o.kv_store == "dir":
+            store = ["--kv-store=dir://" + os.path.join(os.path.abspath(o.state_dir), "kv-store") + "?max_bytes=1GiB"]
+        elif o.kv_store != "none":
+            store = ["--kv-store=" + o.kv_store]
+        prefill = [Child("prefill", i, bins["prefill"], self.common_args("127.0.0.1:0") + store + o.prefill_arg,
                          o.state_dir, env, "127.0.0.1") for i in range(o.prefill)]
         if not self.launch(prefill, deadline):
             return False
@@ -344,6 +350,9 @@ def parse_start(argv):
     p.add_argument("--threads", type=int, default=1, help="compute threads per process (default %(default)s)")
     p.add_argument("--ucx-tls", default="tcp", help="UCX_TLS for the workers (default %(default)s)")
     p.add_argument("--kv-blocks", type=int, default=1024, help="KV pool blocks per decode worker (default %(default)s)")
+    p.add_argument("--kv-store", default="dir",
+                   help="the prefill workers' KV store: dir (STATE_DIR/kv-store, the default), none, or a spec "
+                        "such as redis://127.0.0.1:6379/0 or memory:256MiB,dir:///var/cache/yoco")
     p.add_argument("--prefill-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for every prefill worker, e.g. --prefill-arg=--chunk-tokens=64 (repeatable)")
     p.add_argument("--decode-arg", action="append", default=[], metavar="ARG", help="likewise for decode workers")
