@@ -54,4 +54,11 @@ uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
   return ~crc;
 }
 
+std::string hex64(uint64_t v) {
+  static const char* d = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[i] = d[v & 15];
+  return s;
+}
+
 }  // namespace yoco

@@ -4,11 +4,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace yoco {
 
 uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
+
+// 16 lowercase hex digits (model fingerprints, hash keys).
+std::string hex64(uint64_t v);
 
 inline uint64_t fnv1a64(std::string_view s, uint64_t h = 0xcbf29ce484222325ull) {
   for (unsigned char c : s) {

@@ -2,28 +2,26 @@
 // for a prefill worker, filled over UCX, then continuous batching; proto/yoco/internal/v1) and,
 // for direct use without a router, the public yoco.v1 API with local prefill. gRPC health and
 // reflection, /metrics, graceful SIGTERM drain.
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <csignal>
 #include <cstdio>
 #include <deque>
-#include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
 
+#include "common/checksum.h"
 #include "common/flags.h"
 #include "common/http_server.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/process.h"
 #include "decode_service/batcher.h"
-#include "decode_service/grpc_status.h"
+#include "proto/grpc_util.h"
 #include "decode_service/metrics.h"
 #include "decode_service/stream_pump.h"
 #include "decode_service/worker_service.h"
@@ -35,8 +33,6 @@
 namespace yoco {
 namespace {
 
-std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
 
 class YocoService final : public v1::Yoco::Service {
  public:
@@ -47,7 +43,7 @@ class YocoService final : public v1::Yoco::Service {
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override {
     const auto t0 = Clock::now();
     grpc::Status st = generate(ctx, req, writer, t0);
-    m_.requests.with({grpc_code_name(st.error_code())}).inc();
+    m_.requests.with({grpc_code_label(st.error_code())}).inc();
     m_.e2e.observe(std::chrono::duration<double>(Clock::now() - t0).count());
     return st;
   }
@@ -85,9 +81,7 @@ class YocoService final : public v1::Yoco::Service {
 
   grpc::Status GetModelInfo(grpc::ServerContext*, const v1::GetModelInfoRequest*, v1::ModelInfo* info) override {
     const ModelConfig& c = model_.config();
-    char fp[32];
-    std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(model_.fingerprint()));
-    info->set_fingerprint(fp);
+    info->set_fingerprint(hex64(model_.fingerprint()));
     info->set_arch(c.arch == Arch::kYoco ? "yoco" : "transformer");
     info->set_params_json(c.to_json().dump());
     info->set_vocab_size(c.vocab_size);
@@ -294,33 +288,23 @@ int run(int argc, char** argv) {
   YocoService service(**model, tok.get(), batcher, metrics);
   DecodeWorkerService worker(**model, **pool, **receiver, batcher, metrics);
   worker.set_share_prefixes(!f->get_bool("no-prefix-sharing"));
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(f->get("listen", "127.0.0.1:0"), grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  builder.RegisterService(&worker);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
+  std::unique_ptr<grpc::Server> server = start_grpc_server(f->get("listen", "127.0.0.1:0"), {&service, &worker}, &port);
+  if (!server) {
     std::fprintf(stderr, "yoco-decode: cannot listen on %s\n", f->get("listen", "127.0.0.1:0").c_str());
     return 1;
   }
-  server->GetHealthCheckService()->SetServingStatus(true);
   YOCO_LOG(LogLevel::kInfo, "yoco-decode serving",
            LogFields().kv("grpc_port", port).kv("metrics_port", (*http)->port()).kv("ucx", (*receiver)->address())
                .kv("model", f->get("model")));
   if (f->has("port-file")) {
-    std::ofstream pf(f->get("port-file") + ".tmp");
-    pf << "{\"grpc_port\":" << port << ",\"metrics_port\":" << (*http)->port() << ",\"ucx_address\":\""
-       << (*receiver)->address() << "\"}\n";
-    pf.close();
-    std::rename((f->get("port-file") + ".tmp").c_str(), f->get("port-file").c_str());
+    Status st = write_port_file(f->get("port-file"), Json(Json::Object{{"grpc_port", Json(port)},
+                                                                     {"metrics_port", Json((*http)->port())},
+                                                                     {"ucx_address", Json((*receiver)->address())}}));
+    if (!st.ok()) YOCO_LOG(LogLevel::kError, "port file", LogFields().kv("error", st.message()));
   }
 
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  wait_for_shutdown_signal();
   // Graceful: NOT_SERVING at once, finish in-flight work, then exit.
   YOCO_LOG(LogLevel::kInfo, "draining", LogFields().kv("running", batcher.running()).kv("waiting", batcher.waiting()));
   server->GetHealthCheckService()->SetServingStatus(false);

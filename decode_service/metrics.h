@@ -1,8 +1,6 @@
 // Typed metrics of a decode worker (STYLE item 9; SPEC 6 names).
 #pragma once
 
-#include <grpcpp/grpcpp.h>
-
 #include "common/metrics.h"
 
 namespace yoco {
@@ -41,19 +39,5 @@ struct DecodeMetrics {
   Family<Counter>& requests;
   Gauge &running, &waiting, &kv_usage, &kv_free, &transfer_in_flight, &kv_shared;
 };
-
-inline const char* grpc_code_name(grpc::StatusCode c) {
-  switch (c) {
-    case grpc::StatusCode::OK: return "ok";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "invalid_argument";
-    case grpc::StatusCode::NOT_FOUND: return "not_found";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "resource_exhausted";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "deadline_exceeded";
-    case grpc::StatusCode::CANCELLED: return "cancelled";
-    case grpc::StatusCode::UNAVAILABLE: return "unavailable";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "failed_precondition";
-    default: return "error";
-  }
-}
 
 }  // namespace yoco

@@ -5,7 +5,7 @@
 
 #include "common/checksum.h"
 #include "common/log.h"
-#include "decode_service/grpc_status.h"
+#include "proto/grpc_util.h"
 #include "decode_service/stream_pump.h"
 
 namespace yoco {
@@ -21,11 +21,11 @@ grpc::Status DecodeWorkerService::Decode(grpc::ServerContext* ctx, const interna
                                          grpc::ServerWriter<internal::v1::DecodeEvent>* writer) {
   const auto t0 = Clock::now();
   grpc::Status st = decode(ctx, req, writer);
-  m_.requests.with({grpc_code_name(st.error_code())}).inc();
+  m_.requests.with({grpc_code_label(st.error_code())}).inc();
   m_.e2e.observe(seconds_since(t0));
   if (!st.ok())
     YOCO_LOG(LogLevel::kInfo, "decode request ended",
-             LogFields().kv("request_id", req->request_id()).kv("code", grpc_code_name(st.error_code())).kv("message", st.error_message()));
+             LogFields().kv("request_id", req->request_id()).kv("code", grpc_code_label(st.error_code())).kv("message", st.error_message()));
   return st;
 }
 
@@ -158,9 +158,7 @@ grpc::Status DecodeWorkerService::GetLoad(grpc::ServerContext*, const internal::
   load->set_running(batcher_.running());
   load->set_waiting(batcher_.waiting());
   load->set_reservations(receiver_.in_flight());
-  char fp[32];
-  std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(model_.fingerprint()));
-  load->set_fingerprint(fp);
+  load->set_fingerprint(hex64(model_.fingerprint()));
   load->set_serving(serving_);
   return grpc::Status::OK;
 }

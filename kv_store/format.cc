@@ -98,13 +98,6 @@ void append_u64(std::string& s, uint64_t v) {
   put_u64(s, off, v);
 }
 
-std::string hex64(uint64_t v) {
-  static const char* d = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[i] = d[v & 15];
-  return s;
-}
-
 bool parse_hex64(std::string_view s, uint64_t& out) {
   if (s.size() != 16) return false;
   out = 0;

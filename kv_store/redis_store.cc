@@ -42,37 +42,29 @@ struct Manifest {
   }
 };
 
-void put_le(char* p, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-uint64_t get_le(const char* p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
 
 std::string encode_manifest(const Manifest& m) {
   std::string s(kManifestBytes, '\0');
   std::memcpy(s.data(), kManifestMagic, 8);
-  put_le(s.data() + 8, kManifestVersion, 4);
-  put_le(s.data() + 12, m.chunks, 4);
-  put_le(s.data() + 16, m.total, 8);
-  put_le(s.data() + 24, m.chunk_bytes, 8);
-  put_le(s.data() + 32, m.writer, 8);
-  put_le(s.data() + 40, m.crc, 4);
-  put_le(s.data() + 44, crc32c(s.data(), 44), 4);
+  kv::put_le(s.data() + 8, kManifestVersion, 4);
+  kv::put_le(s.data() + 12, m.chunks, 4);
+  kv::put_le(s.data() + 16, m.total, 8);
+  kv::put_le(s.data() + 24, m.chunk_bytes, 8);
+  kv::put_le(s.data() + 32, m.writer, 8);
+  kv::put_le(s.data() + 40, m.crc, 4);
+  kv::put_le(s.data() + 44, crc32c(s.data(), 44), 4);
   return s;
 }
 
 bool decode_manifest(std::string_view s, uint64_t max_value_bytes, Manifest& m) {
   if (s.size() != kManifestBytes || std::memcmp(s.data(), kManifestMagic, 8) != 0) return false;
-  if (crc32c(s.data(), 44) != get_le(s.data() + 44, 4)) return false;
-  if (get_le(s.data() + 8, 4) != kManifestVersion) return false;
-  m.chunks = static_cast<uint32_t>(get_le(s.data() + 12, 4));
-  m.total = get_le(s.data() + 16, 8);
-  m.chunk_bytes = get_le(s.data() + 24, 8);
-  m.writer = get_le(s.data() + 32, 8);
-  m.crc = static_cast<uint32_t>(get_le(s.data() + 40, 4));
+  if (crc32c(s.data(), 44) != kv::get_le(s.data() + 44, 4)) return false;
+  if (kv::get_le(s.data() + 8, 4) != kManifestVersion) return false;
+  m.chunks = static_cast<uint32_t>(kv::get_le(s.data() + 12, 4));
+  m.total = kv::get_le(s.data() + 16, 8);
+  m.chunk_bytes = kv::get_le(s.data() + 24, 8);
+  m.writer = kv::get_le(s.data() + 32, 8);
+  m.crc = static_cast<uint32_t>(kv::get_le(s.data() + 40, 4));
   if (m.chunk_bytes == 0 || m.chunk_bytes > kMaxChunkBytes || m.total > max_value_bytes) return false;
   return m.chunks == (m.total + m.chunk_bytes - 1) / m.chunk_bytes;
 }

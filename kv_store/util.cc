@@ -31,13 +31,6 @@ uint64_t random64() {
   return st.gen();
 }
 
-std::string hex64(uint64_t v) {
-  static const char* d = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[i] = d[v & 15];
-  return s;
-}
-
 std::string random_hex() { return hex64(random64()); }
 
 Result<int64_t> parse_byte_size(std::string_view text) {

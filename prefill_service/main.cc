@@ -3,27 +3,25 @@
 // and the state into a decode worker's reserved blocks over UCX, and answers Prefill once the
 // decode worker has acknowledged the commit. Serves yoco.internal.v1.PrefillWorker, gRPC health
 // and reflection, /metrics, and drains on SIGTERM.
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <csignal>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <optional>
 #include <thread>
 
+#include "common/checksum.h"
 #include "common/flags.h"
 #include "common/http_server.h"
 #include "common/log.h"
 #include "common/metrics.h"
-#include "decode_service/grpc_status.h"
+#include "common/process.h"
+#include "proto/grpc_util.h"
 #include "kernels/cpu/ops.h"
 #include "kv_store/factory.h"
 #include "prefill_service/scheduler.h"
@@ -33,8 +31,6 @@
 namespace yoco {
 namespace {
 
-std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
 
 // Typed metrics of this worker (STYLE item 9).
 class PrefillMetrics {
@@ -81,7 +77,7 @@ class PrefillMetrics {
   }
 
   void observe_accepted(int64_t tokens) { prompt_tokens_.inc(static_cast<double>(tokens)); }
-  void observe_finished(grpc::StatusCode code) { requests_.with({code_name(code)}).inc(); }
+  void observe_finished(grpc::StatusCode code) { requests_.with({grpc_code_label(code)}).inc(); }
   void observe_outcome(const PrefillOutcome& o) {
     if (o.stats.started) queue_.observe(o.stats.queue_seconds);
     if (o.status.ok()) {
@@ -99,19 +95,6 @@ class PrefillMetrics {
   }
 
  private:
-  static const char* code_name(grpc::StatusCode c) {
-    switch (c) {
-      case grpc::StatusCode::OK: return "ok";
-      case grpc::StatusCode::INVALID_ARGUMENT: return "invalid_argument";
-      case grpc::StatusCode::FAILED_PRECONDITION: return "failed_precondition";
-      case grpc::StatusCode::RESOURCE_EXHAUSTED: return "resource_exhausted";
-      case grpc::StatusCode::DEADLINE_EXCEEDED: return "deadline_exceeded";
-      case grpc::StatusCode::CANCELLED: return "cancelled";
-      case grpc::StatusCode::UNAVAILABLE: return "unavailable";
-      default: return "error";
-    }
-  }
-
   Counter& prompt_tokens_;
   Family<Counter>& requests_;
   Gauge &waiting_, &running_;
@@ -161,11 +144,6 @@ std::string with_redis_password(const std::string& spec, const std::string& pass
   return out;
 }
 
-std::string hex64(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 class PrefillService final : public internal::v1::PrefillWorker::Service {
  public:
@@ -382,8 +360,7 @@ int run(int argc, char** argv) {
   const int64_t drain_seconds = int_flag("drain-seconds", 30, 0, 24 * 3600);
   if (f->has("port-file") && f->get("port-file").empty()) usage_error("--port-file: empty path");
 
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
+  install_shutdown_signal_handlers();  // a SIGTERM while the model loads still drains
   cpu::set_num_threads(lim.threads);
   lim.threads = cpu::num_threads();  // the compute thread sets the same count for itself
 
@@ -406,20 +383,18 @@ int run(int argc, char** argv) {
   std::unique_ptr<KvCache> cache;
   if (f->has("kv-store")) {
     std::string spec = f->get("kv-store");
+    std::string password;
     if (f->has("kv-store-password-env")) {
       const char* pw = std::getenv(f->get("kv-store-password-env").c_str());
       if (!pw) usage_error("--kv-store-password-env: $" + f->get("kv-store-password-env") + " is not set");
-      spec = with_redis_password(spec, pw);
+      password = pw;
+      spec = with_redis_password(spec, password);
     }
     auto s = make_kv_store(spec);
     if (!s.ok()) {
       std::string msg = s.status().message();  // never echo the password
-      if (f->has("kv-store-password-env"))
-        for (const char* pw = std::getenv(f->get("kv-store-password-env").c_str()); pw && *pw;) {
-          const auto at = msg.find(pw);
-          if (at == std::string::npos) break;
-          msg.replace(at, std::strlen(pw), "***");
-        }
+      for (size_t at; !password.empty() && (at = msg.find(password)) != std::string::npos;)
+        msg.replace(at, password.size(), "***");
       usage_error("--kv-store: " + msg);
     }
     store = std::move(s).value();
@@ -448,31 +423,26 @@ int run(int argc, char** argv) {
   }
 
   PrefillService service(**model, **scheduler, metrics, cache.get(), PrefillOptions{lim.chunk_tokens, lim.retention_chunk});
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
+  std::unique_ptr<grpc::Server> server = start_grpc_server(listen, {&service}, &port);
+  if (!server) {
     std::fprintf(stderr, "yoco-prefill: --listen: cannot listen on %s\n", listen.c_str());
     return 1;
   }
-  server->GetHealthCheckService()->SetServingStatus(true);
   YOCO_LOG(LogLevel::kInfo, "yoco-prefill serving",
            LogFields().kv("grpc_port", port).kv("metrics_port", (*http)->port()).kv("model", f->get("model"))
                .kv("fingerprint", hex64((*model)->fingerprint())).kv("chunk_tokens", lim.chunk_tokens)
                .kv("max_active", lim.max_active));
-  if (f->has("port-file")) {  // written whole, then renamed: a reader never sees half a file
-    const std::string pf_path = f->get("port-file");
-    std::ofstream pf(pf_path + ".tmp");
-    pf << "{\"grpc_port\":" << port << ",\"metrics_port\":" << (*http)->port() << "}\n";
-    pf.close();
-    std::rename((pf_path + ".tmp").c_str(), pf_path.c_str());
+  if (f->has("port-file")) {
+    Status st = write_port_file(f->get("port-file"),
+                                Json(Json::Object{{"grpc_port", Json(port)}, {"metrics_port", Json((*http)->port())}}));
+    if (!st.ok()) {
+      std::fprintf(stderr, "yoco-prefill: %s\n", st.message().c_str());
+      return 1;
+    }
   }
 
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  wait_for_shutdown_signal();
   // Graceful: NOT_SERVING at once, refuse new work, finish in-flight jobs, then exit.
   const PrefillSchedulerLoad l = (*scheduler)->load();
   YOCO_LOG(LogLevel::kInfo, "draining",

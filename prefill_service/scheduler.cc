@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/checksum.h"
 #include "kernels/cpu/ops.h"
 
 namespace yoco {
@@ -17,11 +18,6 @@ constexpr std::chrono::seconds kThroughputWindow{10};
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-std::string hex64(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 // The lease is wall clock (it crosses machines); waits here are on the steady clock.
 Clock::time_point lease_on_steady_clock(const ReservationDescriptor& d) {

@@ -1,21 +1,19 @@
 // yoco-router: the cluster's front door. Serves the public yoco.v1 API, finds prefill and
 // decode workers (static lists or DNS names of Kubernetes headless Services), checks their
 // health and load, and drives every request through them (router/service.h).
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <atomic>
-#include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <thread>
 
 #include "common/flags.h"
 #include "common/http_server.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/process.h"
 #include "model/config.h"
+#include "proto/grpc_util.h"
 #include "router/service.h"
 #include "router/workers.h"
 #include "tokenizer/tokenizer.h"
@@ -23,8 +21,6 @@
 namespace yoco {
 namespace {
 
-std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
 
 int fail(const std::string& msg, int code) {
   std::fprintf(stderr, "yoco-router: %s\n", msg.c_str());
@@ -90,29 +86,19 @@ int run(int argc, char** argv) {
   if (!http.ok()) return fail(http.status().message(), 1);
 
   RouterService service(config.value(), tok.get(), prefill, decode, lim, metrics);
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(f->get("listen", "127.0.0.1:0"), grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) return fail("cannot listen on " + f->get("listen", "127.0.0.1:0"), 1);
-  server->GetHealthCheckService()->SetServingStatus(true);
+  std::unique_ptr<grpc::Server> server = start_grpc_server(f->get("listen", "127.0.0.1:0"), {&service}, &port);
+  if (!server) return fail("cannot listen on " + f->get("listen", "127.0.0.1:0"), 1);
   YOCO_LOG(LogLevel::kInfo, "yoco-router serving",
            LogFields().kv("grpc_port", port).kv("metrics_port", (*http)->port()).kv("prefill_healthy", prefill.healthy_count())
                .kv("decode_healthy", decode.healthy_count()));
   if (f->has("port-file")) {
-    const std::string pf = f->get("port-file");
-    std::ofstream out(pf + ".tmp");
-    out << "{\"grpc_port\":" << port << ",\"metrics_port\":" << (*http)->port() << "}\n";
-    out.close();
-    std::rename((pf + ".tmp").c_str(), pf.c_str());
+    Status st = write_port_file(f->get("port-file"),
+                                Json(Json::Object{{"grpc_port", Json(port)}, {"metrics_port", Json((*http)->port())}}));
+    if (!st.ok()) return fail(st.message(), 1);
   }
 
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  wait_for_shutdown_signal();
   // Graceful: NOT_SERVING at once (load balancers stop sending), new requests are refused,
   // in-flight streams finish, then exit.
   YOCO_LOG(LogLevel::kInfo, "draining", LogFields().kv("in_flight", service.in_flight()));

@@ -18,6 +18,7 @@ struct WorkerSnapshot {
   int64_t free_kv_blocks = 0; // decode: blocks free in its pool
   int64_t kv_block_rows = 0;  // decode: rows per block
   int running = 0;            // decode: sequences in the running batch
+  std::string fingerprint;    // the model it reported ("" before its first successful poll)
 };
 
 // Prefill choice: power of two choices on queued tokens — two random healthy workers, the

@@ -6,6 +6,7 @@
 
 #include "common/checksum.h"
 #include "common/log.h"
+#include "proto/grpc_util.h"
 #include "proto/sampling_convert.h"
 #include "router/stop_strings.h"
 #include "yoco/internal/v1/worker.grpc.pb.h"
@@ -36,21 +37,6 @@ RouterMetrics::RouterMetrics(MetricsRegistry& r)
                            .value()) {}
 
 namespace {
-
-const char* code_name(grpc::StatusCode c) {
-  switch (c) {
-    case grpc::StatusCode::OK: return "ok";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "invalid_argument";
-    case grpc::StatusCode::NOT_FOUND: return "not_found";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "resource_exhausted";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "deadline_exceeded";
-    case grpc::StatusCode::CANCELLED: return "cancelled";
-    case grpc::StatusCode::UNAVAILABLE: return "unavailable";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "failed_precondition";
-    case grpc::StatusCode::UNIMPLEMENTED: return "unimplemented";
-    default: return "error";
-  }
-}
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -102,11 +88,11 @@ grpc::Status RouterService::Generate(grpc::ServerContext* ctx, const v1::Generat
                                      grpc::ServerWriter<v1::GenerateResponse>* writer) {
   const auto t0 = Clock::now();
   grpc::Status st = generate(ctx, req, writer);
-  m_.requests.with({code_name(st.error_code())}).inc();
+  m_.requests.with({grpc_code_label(st.error_code())}).inc();
   m_.e2e.observe(since(t0));
   if (!st.ok())
     YOCO_LOG(LogLevel::kInfo, "generate failed",
-             LogFields().kv("request_id", req->request_id()).kv("code", code_name(st.error_code())).kv("message", st.error_message()));
+             LogFields().kv("request_id", req->request_id()).kv("code", grpc_code_label(st.error_code())).kv("message", st.error_message()));
   return st;
 }
 
@@ -174,9 +160,7 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
     std::lock_guard<std::mutex> lock(mu_);
     if (!fwd_sampling.has_seed()) fwd_sampling.set_seed(seeds_());
     if (request_id.empty()) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "req-%016llx", static_cast<unsigned long long>(seeds_()));
-      request_id = buf;
+      request_id = "req-" + hex64(seeds_());
     }
     if (Status a = admission_.try_admit(static_cast<int64_t>(prompt.size())); !a.ok())
       return {grpc::StatusCode::RESOURCE_EXHAUSTED, a.message()};
@@ -304,10 +288,10 @@ grpc::Status RouterService::generate(grpc::ServerContext* ctx, const v1::Generat
     }
 
     // 2. A prefill worker fills the blocks over UCX and returns once the decode worker admitted.
-    const std::string dfp = decode_.fingerprint(daddr);
+    const std::string dfp = decode_snap[*di].fingerprint;
     auto prefill_snap = prefill_.snapshot();
     for (auto& w : prefill_snap)  // never pair workers of different models (llm-d #2433)
-      if (!dfp.empty() && prefill_.fingerprint(w.address) != dfp) w.healthy = false;
+      if (!dfp.empty() && w.fingerprint != dfp) w.healthy = false;
     std::optional<size_t> pi;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -443,25 +427,18 @@ uint64_t RouterService::prefix_hash(std::span<const int32_t> tokens) const {
 
 grpc::Status RouterService::fetch_document(grpc::ServerContext* ctx, const std::string& id,
                                            internal::v1::DocumentRecord* rec) {
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    auto ch = any_prefill_channel();
-    if (!ch) return {grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker to read documents"};
-    auto cctx = grpc::ClientContext::FromServerContext(*ctx);
-    v1::GetDocumentRequest req;
-    req.set_id(id);
-    grpc::Status st = internal::v1::PrefillWorker::NewStub(ch)->GetDocument(cctx.get(), req, rec);
-    if (st.ok() || final_error(st.error_code()) || st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-        client_end(ctx))
-      return st;
-  }
-  return {grpc::StatusCode::UNAVAILABLE, "document lookup failed on 3 attempts"};
+  v1::GetDocumentRequest req;
+  req.set_id(id);
+  return call_prefill_worker(ctx, req, rec, [](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
+    return stub.GetDocument(c, r, out);
+  });
 }
 
-// The document RPCs run on a prefill worker: it owns the KV store client.
+// The document RPCs run on a prefill worker: it owns the KV store client. Up to three workers
+// are tried; answers no other worker would change end the loop.
 template <class Req, class Resp, class Call>
-grpc::Status RouterService::on_prefill_worker(grpc::ServerContext* ctx, const Req& req, Resp* resp, Call call,
-                                              std::optional<uint64_t> affinity) {
-  const auto t0 = Clock::now();
+grpc::Status RouterService::call_prefill_worker(grpc::ServerContext* ctx, const Req& req, Resp* resp, Call call,
+                                                std::optional<uint64_t> affinity) {
   grpc::Status st;
   for (int attempt = 0; attempt < 3; ++attempt) {
     auto ch = any_prefill_channel(attempt == 0 ? affinity : std::nullopt);
@@ -477,7 +454,15 @@ grpc::Status RouterService::on_prefill_worker(grpc::ServerContext* ctx, const Re
         st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED || client_end(ctx))
       break;
   }
-  m_.requests.with({code_name(st.error_code())}).inc();
+  return st;
+}
+
+template <class Req, class Resp, class Call>
+grpc::Status RouterService::on_prefill_worker(grpc::ServerContext* ctx, const Req& req, Resp* resp, Call call,
+                                              std::optional<uint64_t> affinity) {
+  const auto t0 = Clock::now();
+  const grpc::Status st = call_prefill_worker(ctx, req, resp, call, affinity);
+  m_.requests.with({grpc_code_label(st.error_code())}).inc();
   m_.e2e.observe(since(t0));
   return st;
 }
@@ -568,7 +553,7 @@ grpc::Status RouterService::Score(grpc::ServerContext* ctx, const v1::ScoreReque
     return {grpc::StatusCode::UNAVAILABLE, "score failed on 3 attempts"};
   };
   grpc::Status st = run();
-  m_.requests.with({code_name(st.error_code())}).inc();
+  m_.requests.with({grpc_code_label(st.error_code())}).inc();
   m_.e2e.observe(since(t0));
   return st;
 }

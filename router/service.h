@@ -83,6 +83,10 @@ class RouterService final : public v1::Yoco::Service {
   uint64_t prefix_hash(std::span<const int32_t> tokens) const;
   grpc::Status fetch_document(grpc::ServerContext* ctx, const std::string& id, internal::v1::DocumentRecord* rec);
   template <class Req, class Resp, class Call>
+  grpc::Status call_prefill_worker(grpc::ServerContext* ctx, const Req& req, Resp* resp, Call call,
+                                   std::optional<uint64_t> affinity = std::nullopt);
+  // call_prefill_worker, counted in the request metrics.
+  template <class Req, class Resp, class Call>
   grpc::Status on_prefill_worker(grpc::ServerContext* ctx, const Req& req, Resp* resp, Call call,
                                  std::optional<uint64_t> affinity = std::nullopt);
 

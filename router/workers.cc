@@ -71,7 +71,7 @@ void WorkerGroup::poll_all() {
       auto st = internal::v1::PrefillWorker::NewStub(channel(a))->GetLoad(&ctx, req, &load);
       w.snap.healthy = st.ok() && load.serving();
       w.snap.queued_tokens = load.queued_tokens();
-      w.fingerprint = load.fingerprint();
+      w.snap.fingerprint = load.fingerprint();
     } else {
       internal::v1::DecodeLoad load;
       auto st = internal::v1::DecodeWorker::NewStub(channel(a))->GetLoad(&ctx, req, &load);
@@ -79,7 +79,7 @@ void WorkerGroup::poll_all() {
       w.snap.free_kv_blocks = load.free_kv_blocks();
       w.snap.kv_block_rows = load.block_size();
       w.snap.running = load.running();
-      w.fingerprint = load.fingerprint();
+      w.snap.fingerprint = load.fingerprint();
     }
     fresh[a] = std::move(w);
   }
@@ -105,12 +105,6 @@ std::vector<WorkerSnapshot> WorkerGroup::snapshot() const {
     out.push_back(std::move(s));
   }
   return out;
-}
-
-std::string WorkerGroup::fingerprint(const std::string& address) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = workers_.find(address);
-  return it == workers_.end() ? std::string() : it->second.fingerprint;
 }
 
 void WorkerGroup::add_pending(const std::string& address, int64_t n) {

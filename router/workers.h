@@ -42,8 +42,6 @@ class WorkerGroup {
   // Snapshots of every known worker, with local adjustments for work sent since the last poll.
   std::vector<WorkerSnapshot> snapshot() const;
   std::shared_ptr<grpc::Channel> channel(const std::string& address);
-  // The model fingerprint the worker reported ("" before its first successful poll).
-  std::string fingerprint(const std::string& address) const;
 
   // Bookkeeping between polls so a burst of requests spreads instead of herding: added when work
   // is sent, released when it is done (never below zero; each poll starts again from zero).
@@ -56,7 +54,6 @@ class WorkerGroup {
  private:
   struct Worker {
     WorkerSnapshot snap;
-    std::string fingerprint;
     int64_t pending = 0;  // prefill: tokens, decode: blocks, sent since the last poll
   };
   void loop();

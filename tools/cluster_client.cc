@@ -688,51 +688,54 @@ int cmd_cache_doc(int argc, char** argv) {
   return 0;
 }
 
-int cmd_get_doc(int argc, char** argv) {
-  auto f = parse_flags(argc, argv, {"id"}, {});
+// get-doc, list-docs, delete-doc: parse (--id when `needs_id`), connect, one call, print the
+// JSON `call` builds.
+template <class Call>
+int doc_command(int argc, char** argv, bool needs_id, Call call) {
+  auto f = parse_flags(argc, argv, needs_id ? std::set<std::string>{"id"} : std::set<std::string>{}, {});
   if (!f.ok()) return flag_fail(f.status());
-  if (!f->has("id")) return flag_fail(invalid_argument("--id: required"));
+  if (needs_id && !f->has("id")) return flag_fail(invalid_argument("--id: required"));
   auto conn = connect(f.value());
   if (!conn.ok()) return flag_fail(conn.status());
   grpc::ClientContext ctx;
   conn->prepare(ctx);
-  v1::GetDocumentRequest req;
-  req.set_id(f->get("id"));
-  v1::Document doc;
-  if (grpc::Status st = conn->stub->GetDocument(&ctx, req, &doc); !st.ok()) return rpc_fail(st);
-  std::printf("%s\n", document_json(doc).dump().c_str());
+  Json out;
+  if (grpc::Status st = call(*conn->stub, ctx, f->get("id"), out); !st.ok()) return rpc_fail(st);
+  std::printf("%s\n", out.dump().c_str());
   return 0;
+}
+
+int cmd_get_doc(int argc, char** argv) {
+  return doc_command(argc, argv, true, [](auto& stub, grpc::ClientContext& ctx, const std::string& id, Json& out) {
+    v1::GetDocumentRequest req;
+    req.set_id(id);
+    v1::Document doc;
+    grpc::Status st = stub.GetDocument(&ctx, req, &doc);
+    out = document_json(doc);
+    return st;
+  });
 }
 
 int cmd_list_docs(int argc, char** argv) {
-  auto f = parse_flags(argc, argv, {}, {});
-  if (!f.ok()) return flag_fail(f.status());
-  auto conn = connect(f.value());
-  if (!conn.ok()) return flag_fail(conn.status());
-  grpc::ClientContext ctx;
-  conn->prepare(ctx);
-  v1::ListDocumentsResponse resp;
-  if (grpc::Status st = conn->stub->ListDocuments(&ctx, v1::ListDocumentsRequest(), &resp); !st.ok()) return rpc_fail(st);
-  Json::Array docs;
-  for (const auto& d : resp.documents()) docs.push_back(document_json(d));
-  std::printf("%s\n", Json(std::move(docs)).dump().c_str());
-  return 0;
+  return doc_command(argc, argv, false, [](auto& stub, grpc::ClientContext& ctx, const std::string&, Json& out) {
+    v1::ListDocumentsResponse resp;
+    grpc::Status st = stub.ListDocuments(&ctx, v1::ListDocumentsRequest(), &resp);
+    Json::Array docs;
+    for (const auto& d : resp.documents()) docs.push_back(document_json(d));
+    out = Json(std::move(docs));
+    return st;
+  });
 }
 
 int cmd_delete_doc(int argc, char** argv) {
-  auto f = parse_flags(argc, argv, {"id"}, {});
-  if (!f.ok()) return flag_fail(f.status());
-  if (!f->has("id")) return flag_fail(invalid_argument("--id: required"));
-  auto conn = connect(f.value());
-  if (!conn.ok()) return flag_fail(conn.status());
-  grpc::ClientContext ctx;
-  conn->prepare(ctx);
-  v1::DeleteDocumentRequest req;
-  req.set_id(f->get("id"));
-  v1::DeleteDocumentResponse resp;
-  if (grpc::Status st = conn->stub->DeleteDocument(&ctx, req, &resp); !st.ok()) return rpc_fail(st);
-  std::printf("{\"deleted\":%s}\n", resp.deleted() ? "true" : "false");
-  return 0;
+  return doc_command(argc, argv, true, [](auto& stub, grpc::ClientContext& ctx, const std::string& id, Json& out) {
+    v1::DeleteDocumentRequest req;
+    req.set_id(id);
+    v1::DeleteDocumentResponse resp;
+    grpc::Status st = stub.DeleteDocument(&ctx, req, &resp);
+    out = Json(Json::Object{{"deleted", Json(resp.deleted())}});
+    return st;
+  });
 }
 
 int run_cluster_command(const std::string& cmd, int argc, char** argv) {

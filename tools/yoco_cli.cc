@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checksum.h"
 #include "common/flags.h"
 #include "common/json.h"
 #include "kernels/cpu/ops.h"
@@ -128,9 +129,7 @@ int cmd_info(int argc, char** argv) {
   const auto& c = (*m)->config();
   Json::Object o;
   o["config"] = c.to_json();
-  char fp[32];
-  std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>((*m)->fingerprint()));
-  o["fingerprint"] = Json(std::string(fp));
+  o["fingerprint"] = Json(hex64((*m)->fingerprint()));
   o["weight_bytes_f32"] = Json((*m)->weights().bytes());
   o["kv_bytes_per_token_f32"] = Json(static_cast<int64_t>(2) * c.kv_dim() * 4);
   std::cout << Json(std::move(o)).dump() << "\n";

@@ -186,17 +186,7 @@ Status UcxKvReceiver::init() {
     ucp_rkey_buffer_release(buf);
   }
 
-  for (unsigned id : {kAmBegin, kAmState, kAmCommit, kAmAbort, kAmRows}) {
-    ucp_am_handler_param_t hp{};
-    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
-                    UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-    hp.id = id;
-    hp.flags = UCP_AM_FLAG_WHOLE_MSG;
-    hp.cb = on_am;
-    hp.arg = this;
-    ucs_status_t st = ucp_worker_set_am_recv_handler(ucx_->worker(), &hp);
-    if (st != UCS_OK) return ucx_error("ucp_worker_set_am_recv_handler", st);
-  }
+  for (unsigned id : {kAmBegin, kAmState, kAmCommit, kAmAbort, kAmRows}) YOCO_RETURN_IF_ERROR(ucx_->set_am_handler(id, on_am, this));
 
   sockaddr_storage ss{};
   socklen_t len = 0;

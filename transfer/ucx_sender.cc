@@ -163,15 +163,7 @@ class UcxKvSender final : public KvSender {
 
 Status UcxKvSender::init() {
   YOCO_ASSIGN_OR_RETURN(ucx_, UcxWorker::create(opt_.transports, "yoco-kv-sender"));
-  ucp_am_handler_param_t hp{};
-  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
-                  UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-  hp.id = kAmAck;
-  hp.flags = UCP_AM_FLAG_WHOLE_MSG;
-  hp.cb = on_ack;
-  hp.arg = this;
-  const ucs_status_t st = ucp_worker_set_am_recv_handler(ucx_->worker(), &hp);
-  if (st != UCS_OK) return Status(StatusCode::kUnavailable, std::string("ucp_worker_set_am_recv_handler: ") + ucs_status_string(st));
+  YOCO_RETURN_IF_ERROR(ucx_->set_am_handler(kAmAck, on_ack, this));
   ucx_->start([this] { return tick(); });
   return Status::Ok();
 }

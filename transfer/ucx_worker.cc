@@ -179,4 +179,18 @@ bool reap_requests(std::vector<void*>& reqs) {
   return reqs.empty();
 }
 
+Status UcxWorker::set_am_handler(unsigned id, ucp_am_recv_callback_t cb, void* arg) {
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                  UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  hp.id = id;
+  hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+  hp.cb = cb;
+  hp.arg = arg;
+  const ucs_status_t st = ucp_worker_set_am_recv_handler(worker_, &hp);
+  if (st != UCS_OK)
+    return Status(StatusCode::kUnavailable, std::string("ucp_worker_set_am_recv_handler: ") + ucs_status_string(st));
+  return Status::Ok();
+}
+
 }  // namespace yoco::transfer_detail

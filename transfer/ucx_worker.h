@@ -28,6 +28,8 @@ class UcxWorker {
 
   ucp_context_h context() const { return context_; }
   ucp_worker_h worker() const { return worker_; }
+  // Registers `cb(arg, ...)` for active messages with `id`, delivered whole.
+  Status set_am_handler(unsigned id, ucp_am_recv_callback_t cb, void* arg);
 
   // Starts the progress thread; `tick` runs on it after every progress round (timers, deferred
   // work) and returns whether it did anything (then the thread goes round again before sleeping).

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
@@ -19,6 +20,8 @@
 #include <vector>
 
 #include "common/json.h"
+#include "model/generate.h"
+#include "tests/unit/http_get.h"
 #include "tests/unit/test_util.h"
 #include "yoco/v1/yoco.grpc.pb.h"
 
@@ -31,28 +34,6 @@ struct ProcInfo {
 
 inline int port_of(const std::string& addr) { return std::stoi(addr.substr(addr.rfind(':') + 1)); }
 
-// GET on 127.0.0.1:port; the body, or "" on failure.
-inline std::string http_get(int port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  timeval tv{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    if (write(fd, req.data(), req.size()) > 0) {
-      char buf[4096];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
-    }
-  }
-  close(fd);
-  const auto body = out.find("\r\n\r\n");
-  return body == std::string::npos ? "" : out.substr(body + 4);
-}
 
 // The value of an unlabelled sample ("name value") in a Prometheus exposition; NaN if absent.
 inline double metric_value(const std::string& text, const std::string& name) {
@@ -160,6 +141,26 @@ class LocalCluster {
   ProcInfo router_;
   std::vector<ProcInfo> prefill_, decode_;
 };
+
+// Greedy generation of `prompt` in process: what the cluster must reproduce.
+inline std::vector<int32_t> reference(const Model& m, const std::vector<int32_t>& prompt, int max_tokens) {
+  GenerateOptions opt;
+  opt.max_tokens = max_tokens;
+  opt.sampling.temperature = 0;
+  auto r = generate(m, prompt, opt);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? r->tokens : std::vector<int32_t>{};
+}
+
+// A greedy Generate request for token ids, EOS ignored (every run produces max_tokens).
+inline v1::GenerateRequest greedy(const std::vector<int32_t>& prompt, int max_tokens) {
+  v1::GenerateRequest req;
+  for (int32_t t : prompt) req.mutable_tokens()->add_ids(t);
+  req.set_max_tokens(max_tokens);
+  req.mutable_sampling()->set_temperature(0);
+  req.set_ignore_eos(true);
+  return req;
+}
 
 struct Generated {
   std::vector<int32_t> ids;

@@ -28,27 +28,11 @@ namespace {
 
 using std::chrono::milliseconds;
 using test::LocalCluster;
+using test::greedy;
+using test::reference;
 
 const std::string kGret = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco";
 const std::string kYocoU = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco-u";
-
-std::vector<int32_t> reference(const Model& m, const std::vector<int32_t>& prompt, int max_tokens) {
-  GenerateOptions opt;
-  opt.max_tokens = max_tokens;
-  opt.sampling.temperature = 0;
-  auto r = generate(m, prompt, opt);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? r->tokens : std::vector<int32_t>{};
-}
-
-v1::GenerateRequest greedy(const std::vector<int32_t>& prompt, int max_tokens) {
-  v1::GenerateRequest req;
-  for (int32_t t : prompt) req.mutable_tokens()->add_ids(t);
-  req.set_max_tokens(max_tokens);
-  req.mutable_sampling()->set_temperature(0);
-  req.set_ignore_eos(true);
-  return req;
-}
 
 // Mixed lengths 1..~300: several are longer than the 64-token prefill chunk the tests set.
 std::vector<std::vector<int32_t>> prompts(int n, int vocab, uint64_t seed) {
@@ -70,7 +54,7 @@ void expect_pools_idle(const LocalCluster& c, int kv_blocks) {
   for (const auto& d : c.decode()) {
     double free = -1, in_flight = -1;
     for (int i = 0; i < 100; ++i) {
-      const std::string m = test::http_get(test::port_of(d.metrics), "/metrics");
+      const std::string m = test::http_get_body(test::port_of(d.metrics), "/metrics");
       free = test::metric_value(m, "yoco_kv_cache_blocks_free");
       in_flight = test::metric_value(m, "yoco_kv_transfer_in_flight");
       if (free == kv_blocks && in_flight == 0) break;
@@ -122,7 +106,7 @@ TEST_P(ClusterGreedy, TwoPrefillTwoDecodeMatchInProcessEngine) {
   }
   // Both prefill workers shipped KV over UCX, and every block came back.
   for (const auto& p : c.prefill()) {
-    const std::string m = test::http_get(test::port_of(p.metrics), "/metrics");
+    const std::string m = test::http_get_body(test::port_of(p.metrics), "/metrics");
     EXPECT_GT(test::metric_value(m, "yoco_kv_transfer_bytes_total"), 0) << p.grpc;
   }
   expect_pools_idle(c, 1024);
@@ -289,10 +273,10 @@ TEST(Cluster, DecodeWorkerKilledMidStreamMigratesWithIdenticalTokens) {
     EXPECT_EQ(got[i].ids, reference(**model, ps[i], max_tokens)) << "stream " << i;
     EXPECT_EQ(got[i].final.usage().completion_tokens(), static_cast<uint32_t>(max_tokens));
   }
-  const std::string rm = test::http_get(test::port_of(c.router().metrics), "/metrics");
+  const std::string rm = test::http_get_body(test::port_of(c.router().metrics), "/metrics");
   EXPECT_NE(rm.find("yoco_router_retries_total{kind=\"migration\"}"), std::string::npos) << rm;
   // The surviving worker's pool is back to idle.
-  const std::string dm = test::http_get(test::port_of(c.decode()[1].metrics), "/metrics");
+  const std::string dm = test::http_get_body(test::port_of(c.decode()[1].metrics), "/metrics");
   EXPECT_EQ(test::metric_value(dm, "yoco_kv_cache_blocks_free"), 1024);
 }
 
@@ -350,7 +334,7 @@ TEST(Cluster, PrefillWorkerKilledMidTransferIsRetried) {
   int victim = -1;
   for (int i = 0; i < 400 && victim < 0; ++i) {
     for (int p = 0; p < 2; ++p) {
-      const std::string m = test::http_get(test::port_of(c.prefill()[p].metrics), "/metrics");
+      const std::string m = test::http_get_body(test::port_of(c.prefill()[p].metrics), "/metrics");
       if (test::metric_value(m, "yoco_kv_transfer_bytes_total") > 0 || test::metric_value(m, "yoco_requests_running") > 0)
         victim = p;
     }
@@ -362,7 +346,7 @@ TEST(Cluster, PrefillWorkerKilledMidTransferIsRetried) {
   auto g = fut.get();
   ASSERT_TRUE(g.status.ok()) << g.status.error_message() << c.logs();
   EXPECT_EQ(g.ids, reference(**model, prompt, 10));
-  const std::string rm = test::http_get(test::port_of(c.router().metrics), "/metrics");
+  const std::string rm = test::http_get_body(test::port_of(c.router().metrics), "/metrics");
   EXPECT_NE(rm.find("yoco_router_retries_total{kind=\"prefill\"}"), std::string::npos) << rm;
   expect_pools_idle(c, 1024);
 }
@@ -377,7 +361,7 @@ TEST(Cluster, PromtoolAndARealPrometheusScrapeEveryProcess) {
   std::vector<std::string> targets = {c.router().metrics, c.prefill()[0].metrics, c.decode()[0].metrics};
   for (const auto& t : targets) {
     const std::string path = c.state_dir() + "/scrape.txt";
-    test::write_file(path, test::http_get(test::port_of(t), "/metrics"));
+    test::write_file(path, test::http_get_body(test::port_of(t), "/metrics"));
     const std::string cmd = "promtool check metrics < " + path + " > " + path + ".out 2>&1";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << t << ": " << test::read_file(path + ".out");
   }
@@ -408,7 +392,7 @@ TEST(Cluster, PromtoolAndARealPrometheusScrapeEveryProcess) {
   std::string answer;
   for (int i = 0; i < 300 && up < 3; ++i) {
     std::this_thread::sleep_for(milliseconds(100));
-    answer = test::http_get(prom_port, "/api/v1/targets?state=active");
+    answer = test::http_get_body(prom_port, "/api/v1/targets?state=active");
     up = 0;
     for (size_t pos = 0; (pos = answer.find("\"health\":\"up\"", pos)) != std::string::npos; ++pos) ++up;
   }

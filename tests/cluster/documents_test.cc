@@ -17,6 +17,8 @@ namespace {
 
 using std::chrono::milliseconds;
 using test::LocalCluster;
+using test::greedy;
+using test::reference;
 
 const std::string kGret = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco";
 const std::string kYocoU = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco-u";
@@ -78,24 +80,6 @@ struct Case {
 };
 
 class ClusterDocuments : public ::testing::TestWithParam<Case> {};
-
-std::vector<int32_t> reference(const Model& m, const std::vector<int32_t>& prompt, int max_tokens) {
-  GenerateOptions opt;
-  opt.max_tokens = max_tokens;
-  opt.sampling.temperature = 0;
-  auto r = generate(m, prompt, opt);
-  EXPECT_TRUE(r.ok());
-  return r.ok() ? r->tokens : std::vector<int32_t>{};
-}
-
-v1::GenerateRequest greedy(const std::vector<int32_t>& prompt, int max_tokens) {
-  v1::GenerateRequest req;
-  for (int32_t t : prompt) req.mutable_tokens()->add_ids(t);
-  req.set_max_tokens(max_tokens);
-  req.mutable_sampling()->set_temperature(0);
-  req.set_ignore_eos(true);
-  return req;
-}
 
 std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
   std::vector<int32_t> out(n);
@@ -257,7 +241,7 @@ TEST(ClusterStore, RedisFailuresNeverFailARequestAndHitsResume) {
     }
   };
   auto hits = [&] {
-    return test::metric_value(test::http_get(test::port_of(c.prefill()[0].metrics), "/metrics"), "yoco_kv_store_hits_total");
+    return test::metric_value(test::http_get_body(test::port_of(c.prefill()[0].metrics), "/metrics"), "yoco_kv_store_hits_total");
   };
   run_load(6, 100);  // warms the store with the shared prefix
   const double warm_hits = hits();
@@ -290,7 +274,7 @@ TEST(ClusterStore, RedisFailuresNeverFailARequestAndHitsResume) {
   std::this_thread::sleep_for(milliseconds(1500));
   const double before = hits();
   for (int round = 0; round < 8 && hits() <= before; ++round) run_load(4, 500 + 10 * round);
-  EXPECT_GT(hits(), before) << test::http_get(test::port_of(c.prefill()[0].metrics), "/metrics");
+  EXPECT_GT(hits(), before) << test::http_get_body(test::port_of(c.prefill()[0].metrics), "/metrics");
 }
 
 // Corruption of stored blocks and states (bit flips, then truncation): detected, counted,
@@ -336,7 +320,7 @@ TEST(ClusterStore, CorruptedObjectsAreMissesAndOutputStaysCorrect) {
     return n;
   };
   auto corrupt_count = [&] {
-    return test::metric_value(test::http_get(test::port_of(c.prefill()[0].metrics), "/metrics"), "yoco_kv_store_corrupt_total");
+    return test::metric_value(test::http_get_body(test::port_of(c.prefill()[0].metrics), "/metrics"), "yoco_kv_store_corrupt_total");
   };
 
   std::string id = cache_doc();
@@ -402,7 +386,7 @@ TEST(ClusterStore, ConcurrentPromptsShareDecodePoolBlocksOfTheirCommonPrefix) {
     full.insert(full.end(), questions[i].begin(), questions[i].end());
     EXPECT_EQ(got[i].ids, reference(**model, full, max_tokens)) << "question " << i;
   }
-  const std::string m = test::http_get(test::port_of(c.decode()[0].metrics), "/metrics");
+  const std::string m = test::http_get_body(test::port_of(c.decode()[0].metrics), "/metrics");
   EXPECT_EQ(test::metric_value(m, "yoco_kv_blocks_shared_total"), 10) << m;  // the second one's 10 document blocks
   EXPECT_EQ(test::metric_value(m, "yoco_kv_cache_blocks_free"), 256);
   EXPECT_EQ(test::metric_value(m, "yoco_kv_cache_shared_blocks"), 0);

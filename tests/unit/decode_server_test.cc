@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "model/generate.h"
+#include "tests/unit/http_get.h"
 #include "tests/unit/test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "yoco/v1/yoco.grpc.pb.h"
@@ -70,27 +71,6 @@ class Worker {
   std::string port_file_;
   int grpc_port_ = 0, metrics_port_ = 0;
 };
-
-std::string http_get(int port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  timeval tv{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    if (write(fd, req.data(), req.size()) > 0) {
-      char buf[4096];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
-    }
-  }
-  close(fd);
-  return out;
-}
 
 TEST(DecodeServer, GenerateScoreMetricsAndGracefulStop) {
   test::TempDir dir;
@@ -178,7 +158,7 @@ TEST(DecodeServer, GenerateScoreMetricsAndGracefulStop) {
     EXPECT_EQ(out.token_logprobs_size() + 1, out.token_ids_size());
   }
 
-  const std::string metrics = http_get(w.metrics_port(), "/metrics");
+  const std::string metrics = test::http_get(w.metrics_port(), "/metrics");
   EXPECT_NE(metrics.find("yoco_generation_tokens_total 20"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("yoco_kv_cache_blocks_free 256"), std::string::npos);  // blocks back to idle
   EXPECT_NE(metrics.find("yoco_requests_total{status=\"invalid_argument\"} 2"), std::string::npos);

@@ -15,33 +15,13 @@
 
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "tests/unit/http_get.h"
 #include "tests/unit/test_util.h"
 
 namespace yoco {
 namespace {
 
-// GET over a plain socket to 127.0.0.1:port; returns the whole response ("" on failure).
-std::string http_get(uint16_t port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  timeval tv{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[4096];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
-    }
-  }
-  close(fd);
-  return out;
-}
+using test::http_get;
 
 uint16_t free_port() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
