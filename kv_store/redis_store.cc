@@ -1,7 +1,6 @@
 // The hiredis implementation of redis_store.h (built only when hiredis is found).
 #include "kv_store/redis_store.h"
 
-#include <hiredis/hiredis.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "common/checksum.h"
+#include "kv_store/redis_conn.h"
 #include "kv_store/util.h"
 
 namespace yoco {
@@ -69,25 +69,7 @@ bool decode_manifest(std::string_view s, uint64_t max_value_bytes, Manifest& m) 
   return m.chunks == (m.total + m.chunk_bytes - 1) / m.chunk_bytes;
 }
 
-struct ReplyFree {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
-using ReplyPtr = std::unique_ptr<redisReply, ReplyFree>;
-
-timeval to_tv(std::chrono::milliseconds ms) {
-  timeval tv;
-  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
-  return tv;
-}
-
-Status context_error(const redisContext* c, const std::string& what) {
-  const std::string e = c->errstr;
-  const bool timeout = c->err == REDIS_ERR_IO && (e.find("temporarily unavailable") != std::string::npos ||
-                                                  e.find("timed out") != std::string::npos);
-  if (timeout) return kv_deadline_exceeded("redis " + what + ": timed out (" + e + ")");
-  return kv_unavailable("redis " + what + ": " + (e.empty() ? "connection failed" : e));
-}
+using redis::ReplyPtr;
 
 bool is_ok_status(const redisReply* r) {
   return r->type == REDIS_REPLY_STATUS && r->len == 2 && std::memcmp(r->str, "OK", 2) == 0;
@@ -98,45 +80,25 @@ std::string reply_text(const redisReply* r) { return std::string(r->str ? r->str
 // command appended is read (or the connection is broken), so a pooled connection stays in step.
 class Pipeline {
  public:
-  explicit Pipeline(redisContext* c) : c_(c) {}
+  explicit Pipeline(redis::Connection* c) : c_(c) {}
   void add(const std::vector<std::string_view>& args) {
-    argv_.clear();
-    lens_.clear();
-    for (auto a : args) {
-      argv_.push_back(a.data());
-      lens_.push_back(a.size());
-    }
-    if (redisAppendCommandArgv(c_, static_cast<int>(argv_.size()), argv_.data(), lens_.data()) == REDIS_OK) ++n_;
-    else failed_ = true;
+    c_->append(args);
+    ++n_;
   }
   size_t size() const { return n_; }
   Result<std::vector<ReplyPtr>> run(const std::string& what) {
-    std::vector<ReplyPtr> out;
-    out.reserve(n_);
-    for (size_t i = 0; i < n_; ++i) {
-      void* r = nullptr;
-      if (redisGetReply(c_, &r) != REDIS_OK || r == nullptr) return context_error(c_, what);
-      out.emplace_back(static_cast<redisReply*>(r));
-    }
     n_ = 0;
-    if (failed_) return kv_unavailable("redis " + what + ": could not queue a command (out of memory)");
-    return out;
+    return c_->run(what);
   }
 
  private:
-  redisContext* c_;
+  redis::Connection* c_;
   size_t n_ = 0;
-  bool failed_ = false;
-  std::vector<const char*> argv_;
-  std::vector<size_t> lens_;
 };
 
 class RedisStore final : public KvStore {
  public:
-  explicit RedisStore(RedisOptions opt) : opt_(std::move(opt)) {}
-  ~RedisStore() override {
-    for (redisContext* c : idle_) redisFree(c);
-  }
+  RedisStore(RedisOptions opt, std::shared_ptr<redis::TlsContext> tls) : opt_(std::move(opt)), tls_(std::move(tls)) {}
 
   KvGetResult get(std::string_view key) override {
     std::string k(key);
@@ -153,28 +115,28 @@ class RedisStore final : public KvStore {
     return set_op("SREM", set, member);
   }
   Result<std::vector<std::string>> set_members(std::string_view set) override;
-  std::string name() const override { return "redis://" + opt_.host + ":" + std::to_string(opt_.port) + "/" + std::to_string(opt_.db); }
+  std::string name() const override { return std::string(tls_ ? "rediss://" : "redis://") + opt_.host + ":" + std::to_string(opt_.port) + "/" + std::to_string(opt_.db); }
 
  private:
   // A pooled connection, returned on destruction (freed if it broke).
   class Lease {
    public:
-    Lease(RedisStore* s, redisContext* c) : s_(s), c_(c) {}
-    Lease(Lease&& o) noexcept : s_(o.s_), c_(std::exchange(o.c_, nullptr)) {}
+    Lease(RedisStore* s, std::unique_ptr<redis::Connection> c) : s_(s), c_(std::move(c)) {}
+    Lease(Lease&& o) noexcept = default;
     Lease(const Lease&) = delete;
     ~Lease() {
-      if (c_) s_->give_back(c_);
+      if (c_) s_->give_back(std::move(c_));
     }
-    redisContext* get() const { return c_; }
+    redis::Connection* get() const { return c_.get(); }
 
    private:
     RedisStore* s_;
-    redisContext* c_;
+    std::unique_ptr<redis::Connection> c_;
   };
 
   Result<Lease> borrow();
-  void give_back(redisContext* c);
-  Result<redisContext*> connect();
+  void give_back(std::unique_ptr<redis::Connection> c);
+  Result<std::unique_ptr<redis::Connection>> connect();
   Status set_op(const char* cmd, std::string_view set, std::string_view member);
 
   std::string mkey(std::string_view key) const { return opt_.key_prefix + std::string(key); }
@@ -183,22 +145,17 @@ class RedisStore final : public KvStore {
   }
 
   const RedisOptions opt_;
+  const std::shared_ptr<redis::TlsContext> tls_;  // null: plain TCP
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<redisContext*> idle_;
+  std::vector<std::unique_ptr<redis::Connection>> idle_;
   int open_ = 0;
 };
 
-Result<redisContext*> RedisStore::connect() {
-  redisContext* c = redisConnectWithTimeout(opt_.host.c_str(), opt_.port, to_tv(opt_.connect_timeout));
-  if (c == nullptr) return kv_unavailable("redis connect: out of memory");
-  if (c->err) {
-    Status st = context_error(c, "connect to " + opt_.host + ":" + std::to_string(opt_.port));
-    redisFree(c);
-    return st;
-  }
-  redisSetTimeout(c, to_tv(opt_.command_timeout));
-  redisEnableKeepAlive(c);
+Result<std::unique_ptr<redis::Connection>> RedisStore::connect() {
+  YOCO_ASSIGN_OR_RETURN(std::unique_ptr<redis::Connection> conn,
+                        redis::Connection::open(opt_.host, opt_.port, opt_.connect_timeout, opt_.command_timeout, tls_));
+  redis::Connection* c = conn.get();
   Pipeline p(c);
   if (!opt_.password.empty()) {
     if (opt_.user.empty()) p.add({"AUTH", opt_.password});
@@ -220,12 +177,9 @@ Result<redisContext*> RedisStore::connect() {
         st = failed_precondition(std::string("redis ") + (auth ? "AUTH" : "SELECT " + db) + " failed: " + reply_text(r));
       }
     }
-    if (!st.ok()) {
-      redisFree(c);
-      return st;
-    }
+    if (!st.ok()) return st;
   }
-  return c;
+  return conn;
 }
 
 Result<RedisStore::Lease> RedisStore::borrow() {
@@ -237,9 +191,9 @@ Result<RedisStore::Lease> RedisStore::borrow() {
                                   " within " + std::to_string(opt_.command_timeout.count()) + " ms");
   }
   if (!idle_.empty()) {
-    redisContext* c = idle_.back();
+    std::unique_ptr<redis::Connection> c = std::move(idle_.back());
     idle_.pop_back();
-    return Lease(this, c);
+    return Lease(this, std::move(c));
   }
   ++open_;
   lock.unlock();
@@ -250,15 +204,15 @@ Result<RedisStore::Lease> RedisStore::borrow() {
     cv_.notify_one();
     return c.status();
   }
-  return Lease(this, *c);
+  return Lease(this, std::move(*c));
 }
 
-void RedisStore::give_back(redisContext* c) {
-  std::vector<redisContext*> stale;
+void RedisStore::give_back(std::unique_ptr<redis::Connection> c) {
+  std::vector<std::unique_ptr<redis::Connection>> stale;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (c->err == 0) {
-      idle_.push_back(c);
+    if (!c->broken()) {
+      idle_.push_back(std::move(c));
       cv_.notify_one();
       return;
     }
@@ -268,8 +222,7 @@ void RedisStore::give_back(redisContext* c) {
     open_ -= 1 + static_cast<int>(stale.size());
     cv_.notify_all();
   }
-  redisFree(c);
-  for (redisContext* s : stale) redisFree(s);
+  // c and stale close here, outside the lock.
 }
 
 std::vector<KvGetResult> RedisStore::get_many(std::span<const std::string> keys) {
@@ -287,7 +240,7 @@ std::vector<KvGetResult> RedisStore::get_many(std::span<const std::string> keys)
   if (n == 0) return out;
   auto lease = borrow();
   if (!lease.ok()) return fail_all(lease.status());
-  redisContext* c = lease->get();
+  redis::Connection* c = lease->get();
 
   Pipeline manifests(c);
   for (const auto& k : keys) manifests.add({"GET", mkey(k)});
@@ -393,7 +346,7 @@ Status RedisStore::put(std::string_view key, std::string_view value, std::chrono
     stats_.error();
     return lease.status();
   }
-  redisContext* c = lease->get();
+  redis::Connection* c = lease->get();
   Pipeline p(c);
   for (uint32_t i = 0; i < m.chunks; ++i) {
     const std::string ck = chunk_key(key, m.writer, i);
@@ -452,7 +405,7 @@ Status RedisStore::del(std::string_view key) {
     stats_.error();
     return lease.status();
   }
-  redisContext* c = lease->get();
+  redis::Connection* c = lease->get();
   const std::string mk = mkey(key);
   Pipeline p(c);
   p.add({"GET", mk});
@@ -531,11 +484,6 @@ Result<std::vector<std::string>> RedisStore::set_members(std::string_view set) {
 }  // namespace
 
 Result<std::unique_ptr<KvStore>> make_redis_store(const RedisOptions& opt) {
-  if (opt.tls)
-    return kv_unimplemented(
-        "redis kv store: tls requested, but this build's hiredis " + std::to_string(HIREDIS_MAJOR) + "." +
-        std::to_string(HIREDIS_MINOR) +
-        " has no TLS (hiredis_ssl came with 1.0); terminate TLS with a sidecar such as stunnel and use redis:// to it");
   if (opt.host.empty()) return invalid_argument("redis kv store: empty host");
   if (opt.port < 1 || opt.port > 65535) return invalid_argument("redis kv store: port out of range");
   if (opt.pool_size < 1) return invalid_argument("redis kv store: pool size must be at least 1");
@@ -543,12 +491,19 @@ Result<std::unique_ptr<KvStore>> make_redis_store(const RedisOptions& opt) {
     return invalid_argument("redis kv store: chunk_bytes must be in [1, 512MiB]");
   if (opt.command_timeout.count() <= 0 || opt.connect_timeout.count() <= 0)
     return invalid_argument("redis kv store: timeouts must be positive");
+  std::shared_ptr<redis::TlsContext> tls;
+  if (opt.tls) {
+    YOCO_ASSIGN_OR_RETURN(tls, redis::TlsContext::create(opt.tls_options));
+  } else if (!opt.tls_options.ca_file.empty() || !opt.tls_options.cert_file.empty() ||
+             !opt.tls_options.key_file.empty() || !opt.tls_options.server_name.empty() || !opt.tls_options.verify) {
+    return invalid_argument("redis kv store: tls_* options given without tls (use rediss:// or tls=1)");
+  }
   static std::once_flag sigpipe_once;
   std::call_once(sigpipe_once, [] {
     struct sigaction sa;
     if (sigaction(SIGPIPE, nullptr, &sa) == 0 && sa.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   });
-  return std::unique_ptr<KvStore>(new RedisStore(opt));
+  return std::unique_ptr<KvStore>(new RedisStore(opt, std::move(tls)));
 }
 
 }  // namespace yoco

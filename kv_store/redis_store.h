@@ -12,8 +12,10 @@
 // and command timeouts; AUTH (user + password) and SELECT. Not for Redis Cluster (the parts of
 // a value must share a slot; no hash tags are used).
 //
-// Debian 12's hiredis is 0.14, which has no TLS: tls = true is refused (UNIMPLEMENTED); terminate
-// TLS with a sidecar (stunnel, or Redis behind a TLS proxy) and point the URL at it.
+// TLS (rediss://) is OpenSSL on our own socket layer (kv_store/redis_conn.h): hiredis, 0.14 on
+// Debian 12, has no TLS and only parses the replies. The server's certificate is verified against
+// tls_ca (or the system's trust store) and the host name (or tls_server_name); tls_cert + tls_key
+// give a client certificate for servers that require one (Redis's default tls-auth-clients yes).
 #pragma once
 
 #include <chrono>
@@ -26,6 +28,14 @@
 #include "kv_store/store.h"
 
 namespace yoco {
+
+struct RedisTlsOptions {
+  std::string ca_file;      // PEM bundle of trusted CAs; empty: the system's default trust store
+  std::string cert_file;    // client certificate chain (PEM), for servers with tls-auth-clients
+  std::string key_file;     // its private key (PEM, unencrypted)
+  std::string server_name;  // the name the certificate must carry, also sent as SNI; empty: host
+  bool verify = true;       // false: encrypt without checking the server's certificate
+};
 
 struct RedisOptions {
   std::string host = "127.0.0.1";
@@ -40,6 +50,7 @@ struct RedisOptions {
   int64_t max_value_bytes = int64_t{1} << 30;  // larger puts are refused, larger manifests ignored
   std::string key_prefix = "yoco:";
   bool tls = false;
+  RedisTlsOptions tls_options;  // used only with tls
   // make_kv_store wraps the store in a CircuitBreaker with these options unless breaker = false.
   bool breaker = true;
   CircuitBreakerOptions breaker_options;
@@ -47,13 +58,14 @@ struct RedisOptions {
 
 // redis://[user:password@]host[:port][/db][?key=value&...]  (rediss:// sets tls)
 // Query keys: timeout_ms, connect_timeout_ms, pool, chunk_bytes (a size: 1MiB), max_value_bytes,
-// prefix, tls, breaker (0/1), breaker_failures, breaker_slow_ms, breaker_cooldown_ms,
-// breaker_max_cooldown_ms. User and password are %-decoded. INVALID_ARGUMENT names the part.
+// prefix, tls (0/1), tls_ca, tls_cert, tls_key (file paths), tls_server_name, tls_verify (0/1),
+// breaker (0/1), breaker_failures, breaker_slow_ms, breaker_cooldown_ms, breaker_max_cooldown_ms. User and password are %-decoded. INVALID_ARGUMENT names the part.
 Result<RedisOptions> parse_redis_url(std::string_view url);
 
 // A Redis backend without a breaker. Connects lazily: a Redis that is down makes calls fail with
-// UNAVAILABLE, not the construction. UNIMPLEMENTED for tls, or when built without hiredis.
-// Ignores SIGPIPE process-wide if it still has its default action (hiredis 0.14 writes with
+// UNAVAILABLE, not the construction; TLS files are read here (INVALID_ARGUMENT naming the
+// parameter). UNIMPLEMENTED when built without hiredis (or, for tls, without OpenSSL).
+// Ignores SIGPIPE process-wide if it still has its default action (OpenSSL writes with
 // write(2), and a peer that vanished must not kill the process).
 Result<std::unique_ptr<KvStore>> make_redis_store(const RedisOptions& opt);
 

@@ -101,6 +101,15 @@ Result<RedisOptions> parse_redis_url(std::string_view url) {
       auto v = kv::parse_bool(value, "redis url: tls");
       if (!v.ok()) return v.status();
       o.tls = o.tls || *v;
+    } else if (key == "tls_ca" || key == "tls_cert" || key == "tls_key" || key == "tls_server_name") {
+      if (value.empty()) return invalid_argument("redis url: " + key + " is empty");
+      (key == "tls_ca" ? o.tls_options.ca_file : key == "tls_cert" ? o.tls_options.cert_file
+                                                : key == "tls_key" ? o.tls_options.key_file
+                                                                   : o.tls_options.server_name) = value;
+    } else if (key == "tls_verify") {
+      auto v = kv::parse_bool(value, "redis url: tls_verify");
+      if (!v.ok()) return v.status();
+      o.tls_options.verify = *v;
     } else if (key == "breaker") {
       auto v = kv::parse_bool(value, "redis url: breaker");
       if (!v.ok()) return v.status();

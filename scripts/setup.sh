@@ -20,6 +20,7 @@ packages=(
   python3-venv                # build/.venv: tokenizers + tiktoken for the tokenizer reference test
   libucx-dev ucx-utils        # transfer/: the KV transfer engine over UCX; ucx_perftest for bench/
   libhiredis-dev redis-server # kv_store/: the redis backend; its tests start a redis-server
+  libssl-dev openssl          # the redis backend's TLS (rediss://); tests make throwaway certificates
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)

@@ -1,16 +1,18 @@
 // RAG pre-caching through the cluster (issue 5): a cached document + a question generates
 // exactly what the uncached full prompt does, for gRet, SWA and YOCO-U models, with the
-// memory, dir and redis KV stores; ordinary prompts reuse their cached prefix; the document
+// memory, dir and redis KV stores (and redis over TLS); ordinary prompts reuse their cached prefix; the document
 // RPCs' bad inputs get the right status. Real processes on 127.0.0.1, real redis-server.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <optional>
 
 #include "model/generate.h"
 #include "model/random_model.h"
 #include "tests/cluster/cluster_harness.h"
+#include "tests/unit/test_pki.h"
 
 namespace yoco {
 namespace {
@@ -23,11 +25,12 @@ using test::reference;
 const std::string kGret = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco";
 const std::string kYocoU = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco-u";
 
-// A redis-server on a free loopback port for the life of the test.
+// A redis-server on a free loopback port for the life of the test; with a PKI, TLS only and a
+// client certificate required.
 class RedisServer {
  public:
   // port 0: a free one.
-  explicit RedisServer(const std::string& dir, int port = 0) : port_(port) {
+  explicit RedisServer(const std::string& dir, int port = 0, const test::TestPki* tls = nullptr) : port_(port) {
     if (port_ == 0) {
       int fd = socket(AF_INET, SOCK_STREAM, 0);
       sockaddr_in a{};
@@ -43,8 +46,17 @@ class RedisServer {
     if (pid_ == 0) {
       freopen((dir + "/redis.log").c_str(), "w", stdout);
       const std::string port = std::to_string(port_);
-      execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", dir.c_str(), "--enable-debug-command", "local", static_cast<char*>(nullptr));
+      std::vector<std::string> args{"redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
+                                    "--appendonly", "no", "--dir", dir, "--enable-debug-command", "local"};
+      if (tls) {
+        args[2] = "0";
+        args.insert(args.end(), {"--tls-port", port, "--tls-cert-file", tls->server_cert, "--tls-key-file",
+                                 tls->server_key, "--tls-ca-cert-file", tls->ca, "--tls-auth-clients", "yes"});
+      }
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execvp("redis-server", argv.data());
       _exit(127);
     }
     for (int i = 0; i < 100 && !up(); ++i) std::this_thread::sleep_for(milliseconds(50));
@@ -100,6 +112,7 @@ TEST_P(ClusterDocuments, CachedDocumentPlusQuestionEqualsUncachedPrompt) {
   ASSERT_TRUE(model.ok());
   const int vocab = (*model)->config().vocab_size;
 
+  std::optional<test::TestPki> pki;
   std::unique_ptr<RedisServer> redis;
   std::string store;
   int prefill_workers = 2;
@@ -108,10 +121,17 @@ TEST_P(ClusterDocuments, CachedDocumentPlusQuestionEqualsUncachedPrompt) {
     prefill_workers = 1;  // a memory store is per process
   } else if (GetParam().backend == "dir") {
     store = "dir://" + tmp.sub("kv") + "?max_bytes=256MiB";
-  } else {
+  } else if (GetParam().backend == "redis") {
     redis = std::make_unique<RedisServer>(tmp.path());
     ASSERT_TRUE(redis->up()) << test::read_file(tmp.sub("redis.log"));
     store = "redis://127.0.0.1:" + std::to_string(redis->port()) + "/0?timeout_ms=500";
+  } else {  // rediss: TLS with a client certificate, as a managed Redis would be reached
+    pki = test::TestPki::make(tmp.path());
+    ASSERT_TRUE(pki.has_value()) << "openssl could not make the test certificates";
+    redis = std::make_unique<RedisServer>(tmp.path(), 0, &*pki);
+    ASSERT_TRUE(redis->up()) << test::read_file(tmp.sub("redis.log"));
+    store = "rediss://127.0.0.1:" + std::to_string(redis->port()) + "/0?timeout_ms=500&tls_ca=" + pki->ca +
+            "&tls_cert=" + pki->client_cert + "&tls_key=" + pki->client_key;
   }
   LocalCluster c({.model = dir, .prefill = prefill_workers, .decode = 1,
                   .prefill_args = {"--kv-store=" + store, "--kv-block-tokens=32", "--chunk-tokens=64"}});
@@ -395,7 +415,8 @@ TEST(ClusterStore, ConcurrentPromptsShareDecodePoolBlocksOfTheirCommonPrefix) {
 INSTANTIATE_TEST_SUITE_P(ModelsAndStores, ClusterDocuments,
                          ::testing::Values(Case{kGret, "memory"}, Case{kGret, "dir"}, Case{kGret, "redis"},
                                            Case{"tiny-swa", "memory"}, Case{"tiny-swa", "dir"}, Case{"tiny-swa", "redis"},
-                                           Case{kYocoU, "memory"}, Case{kYocoU, "dir"}, Case{kYocoU, "redis"}),
+                                           Case{kYocoU, "memory"}, Case{kYocoU, "dir"}, Case{kYocoU, "redis"},
+                                           Case{kGret, "rediss"}),
                          [](const auto& info) {
                            const std::string& m = info.param.model;
                            const std::string name = m == kGret ? "gret_kjv" : m == kYocoU ? "yocou_kjv" : "tiny_swa";

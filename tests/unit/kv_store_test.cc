@@ -21,6 +21,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -35,6 +36,7 @@
 #include "kv_store/tiered_store.h"
 #include "kv_store/util.h"
 #include "model/safetensors.h"
+#include "tests/unit/test_pki.h"
 #include "tests/unit/test_util.h"
 
 namespace yoco {
@@ -804,12 +806,15 @@ TEST(KvStoreFactory, ParsesSpecsAndNamesTheBadPart) {
   // A password never appears in an error.
   const std::string e = err("redis://user:hunter2@127.0.0.1:6379?bogus=1");
   EXPECT_EQ(e.find("hunter2"), std::string::npos) << e;
-  // TLS is refused, with the way out named.
-  auto tls = make_kv_store("rediss://127.0.0.1:6380");
-  ASSERT_FALSE(tls.ok());
-  EXPECT_EQ(tls.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(tls.status().message().find("stunnel"), std::string::npos) << tls.status().to_string();
-  EXPECT_FALSE(make_kv_store("redis://127.0.0.1:6380?tls=1").ok());
+  // TLS: files are read when the store is made, and a bad one is named.
+  EXPECT_NE(err("rediss://127.0.0.1:6380?tls_ca=" + tmp.sub("none.pem")).find("tls_ca"), std::string::npos);
+  EXPECT_NE(err("rediss://127.0.0.1:6380?tls_cert=" + tmp.sub("c.pem")).find("tls_key"), std::string::npos);
+  EXPECT_NE(err("redis://127.0.0.1:6380?tls_verify=0").find("without tls"), std::string::npos);
+  EXPECT_NE(err("rediss://127.0.0.1:6380?tls_ca=").find("tls_ca"), std::string::npos);
+  // Without a server nothing connects yet: making a TLS store succeeds (system trust store).
+  auto lazy = make_kv_store("rediss://127.0.0.1:6380?breaker=0");
+  ASSERT_TRUE(lazy.ok()) << lazy.status().to_string();
+  EXPECT_EQ((*lazy)->name(), "rediss://127.0.0.1:6380/0");
 }
 
 TEST(KvStoreFactory, RedisUrl) {
@@ -839,6 +844,16 @@ TEST(KvStoreFactory, RedisUrl) {
   EXPECT_EQ(q->port, 6379);
   EXPECT_EQ(q->db, 0);
   EXPECT_TRUE(parse_redis_url("rediss://h")->tls);
+  auto t = parse_redis_url("redis://h?tls=1&tls_ca=/etc/ca.pem&tls_cert=/c.pem&tls_key=/k%20ey.pem&tls_server_name=redis.internal&tls_verify=0");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_TRUE(t->tls);
+  EXPECT_EQ(t->tls_options.ca_file, "/etc/ca.pem");
+  EXPECT_EQ(t->tls_options.cert_file, "/c.pem");
+  EXPECT_EQ(t->tls_options.key_file, "/k ey.pem");
+  EXPECT_EQ(t->tls_options.server_name, "redis.internal");
+  EXPECT_FALSE(t->tls_options.verify);
+  EXPECT_TRUE(parse_redis_url("rediss://h")->tls_options.verify);
+  EXPECT_FALSE(parse_redis_url("rediss://h?tls_verify=maybe").ok());
   EXPECT_FALSE(parse_redis_url("http://h").ok());
   EXPECT_FALSE(parse_redis_url("redis://h:port").ok());
   EXPECT_FALSE(parse_redis_url("redis://h/x").ok());
@@ -1108,9 +1123,11 @@ bool port_accepts(int port) {
 }
 
 // A redis-server on 127.0.0.1 owned by the test: killed by the destructor, also on failure.
+// With a PKI, it listens only on a TLS port and requires a client certificate signed by the CA.
 class RedisServer {
  public:
-  RedisServer(int port, std::string password) : port_(port), password_(std::move(password)) {}
+  RedisServer(int port, std::string password, const test::TestPki* tls = nullptr)
+      : port_(port), password_(std::move(password)), tls_(tls) {}
   ~RedisServer() { stop(); }
 
   bool start() {
@@ -1123,6 +1140,12 @@ class RedisServer {
       ::dup2(null, 2);
       std::vector<std::string> args{bin, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
                                     "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no"};
+      if (tls_) {
+        args[2] = "0";
+        args.insert(args.end(), {"--tls-port", std::to_string(port_), "--tls-cert-file", tls_->server_cert,
+                                 "--tls-key-file", tls_->server_key, "--tls-ca-cert-file", tls_->ca,
+                                 "--tls-auth-clients", "yes"});
+      }
       if (!password_.empty()) {
         args.push_back("--requirepass");
         args.push_back(password_);
@@ -1152,7 +1175,9 @@ class RedisServer {
   // redis-cli's --raw output of one command (tests poke at chunks with it).
   std::string cli(const std::string& command) const {
     std::string cmd = "redis-cli -h 127.0.0.1 -p " + std::to_string(port_) +
-                      (password_.empty() ? "" : " -a " + password_ + " --no-auth-warning") + " --raw " + command + " 2>&1";
+                      (password_.empty() ? "" : " -a " + password_ + " --no-auth-warning") +
+                      (tls_ ? " --tls --cacert " + tls_->ca + " --cert " + tls_->client_cert + " --key " + tls_->client_key : "") +
+                      " --raw " + command + " 2>&1";
     std::string out;
     if (FILE* f = ::popen(cmd.c_str(), "r")) {
       char buf[4096];
@@ -1167,10 +1192,12 @@ class RedisServer {
  private:
   int port_;
   std::string password_;
+  const test::TestPki* tls_;
   pid_t pid_ = -1;
 };
 
-class KvStoreRedis : public ::testing::Test {
+// Every KvStoreRedis case runs twice: over plain TCP and over TLS (with a client certificate).
+class KvStoreRedis : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     if (find_program("redis-server").empty() || find_program("redis-cli").empty())
@@ -1178,10 +1205,22 @@ class KvStoreRedis : public ::testing::Test {
     auto probe = make_redis_store(RedisOptions{});
     if (!probe.ok() && probe.status().code() == StatusCode::kUnimplemented)
       GTEST_SKIP() << "built without hiredis: " << probe.status().message();
-    server_ = std::make_unique<RedisServer>(free_port(), password());
+    if (tls()) {
+      pki_ = shared_pki();
+      ASSERT_TRUE(pki_ != nullptr) << "openssl could not make the test certificates";
+    }
+    server_ = std::make_unique<RedisServer>(free_port(), password(), pki());
     ASSERT_TRUE(server_->start()) << "redis-server did not start";
   }
   virtual std::string password() const { return ""; }
+  virtual bool tls() const { return GetParam(); }
+  const test::TestPki* pki() const { return pki_; }
+  // One PKI for the whole binary (key generation is the slow part).
+  static const test::TestPki* shared_pki() {
+    static test::TempDir dir;
+    static const std::optional<test::TestPki> pki = test::TestPki::make(dir.path());
+    return pki ? &*pki : nullptr;
+  }
 
   RedisOptions options() const {
     RedisOptions o;
@@ -1191,7 +1230,20 @@ class KvStoreRedis : public ::testing::Test {
     o.command_timeout = 200ms;
     o.connect_timeout = 200ms;
     o.pool_size = 3;
+    if (pki_) {
+      o.tls = true;
+      o.tls_options.ca_file = pki_->ca;
+      o.tls_options.cert_file = pki_->client_cert;
+      o.tls_options.key_file = pki_->client_key;
+    }
     return o;
+  }
+  // The store URL the factory takes, with the breaker tuned for tests.
+  std::string url() const {
+    std::string u = std::string(pki_ ? "rediss" : "redis") + "://127.0.0.1:" + std::to_string(server_->port()) +
+                    "?timeout_ms=200&connect_timeout_ms=200&pool=2&breaker_failures=3&breaker_cooldown_ms=400&breaker_slow_ms=1000";
+    if (pki_) u += "&tls_ca=" + pki_->ca + "&tls_cert=" + pki_->client_cert + "&tls_key=" + pki_->client_key;
+    return u;
   }
   std::unique_ptr<KvStore> store(const RedisOptions& o) {
     auto s = make_redis_store(o);
@@ -1220,10 +1272,14 @@ class KvStoreRedis : public ::testing::Test {
     return ks;
   }
 
+  const test::TestPki* pki_ = nullptr;
   std::unique_ptr<RedisServer> server_;
 };
 
-TEST_F(KvStoreRedis, LargeValueRoundTripInChunks) {
+INSTANTIATE_TEST_SUITE_P(Transport, KvStoreRedis, ::testing::Bool(),
+                         [](const auto& info) { return std::string(info.param ? "tls" : "tcp"); });
+
+TEST_P(KvStoreRedis, LargeValueRoundTripInChunks) {
   auto s = store(options());
   ASSERT_TRUE(s);
   const std::string v = random_bytes((64 << 10) * 3 + 12345, 21);  // 4 chunks, binary
@@ -1248,7 +1304,7 @@ TEST_F(KvStoreRedis, LargeValueRoundTripInChunks) {
   EXPECT_EQ(s->stats().corrupt, 0u);
 }
 
-TEST_F(KvStoreRedis, PipelinedGetMany) {
+TEST_P(KvStoreRedis, PipelinedGetMany) {
   auto s = store(options());
   std::vector<std::string> keys;
   std::map<std::string, std::string> vals;
@@ -1277,7 +1333,7 @@ TEST_F(KvStoreRedis, PipelinedGetMany) {
   EXPECT_EQ(server_->cli("SISMEMBER yoco:docs:x doc-2"), "1");
 }
 
-TEST_F(KvStoreRedis, TtlExpiry) {
+TEST_P(KvStoreRedis, TtlExpiry) {
   auto s = store(options());
   ASSERT_TRUE(s->put("short", random_bytes(200000, 5), 1s).ok());
   ASSERT_TRUE(s->put("long", "v", 0s).ok());
@@ -1292,7 +1348,7 @@ TEST_F(KvStoreRedis, TtlExpiry) {
   EXPECT_TRUE(s->get("long")->has_value());
 }
 
-TEST_F(KvStoreRedis, DamagedMissingAndMixedChunksAreMisses) {
+TEST_P(KvStoreRedis, DamagedMissingAndMixedChunksAreMisses) {
   auto s = store(options());
   const size_t n = (64 << 10) * 3 + 100;
   const std::string a = random_bytes(n, 1), b = random_bytes(n, 2);
@@ -1343,7 +1399,7 @@ TEST_F(KvStoreRedis, DamagedMissingAndMixedChunksAreMisses) {
   EXPECT_EQ(**many[1], b);
 }
 
-TEST_F(KvStoreRedis, ThreadsShareTheConnectionPool) {
+TEST_P(KvStoreRedis, ThreadsShareTheConnectionPool) {
   RedisOptions o = options();
   o.pool_size = 2;  // fewer connections than threads: callers wait their turn
   o.command_timeout = 2000ms;
@@ -1365,7 +1421,7 @@ TEST_F(KvStoreRedis, ThreadsShareTheConnectionPool) {
   EXPECT_EQ(s->stats().errors, 0u);
 }
 
-TEST_F(KvStoreRedis, ConcurrentOverwritesLeaveNoOrphanChunks) {
+TEST_P(KvStoreRedis, ConcurrentOverwritesLeaveNoOrphanChunks) {
   auto s = store(options());
   std::vector<std::thread> th;
   for (int t = 0; t < 3; ++t)
@@ -1384,8 +1440,10 @@ class KvStoreRedisAuth : public KvStoreRedis {
  protected:
   std::string password() const override { return "s3cret-pw"; }
 };
+INSTANTIATE_TEST_SUITE_P(Transport, KvStoreRedisAuth, ::testing::Bool(),
+                         [](const auto& info) { return std::string(info.param ? "tls" : "tcp"); });
 
-TEST_F(KvStoreRedisAuth, PasswordRequired) {
+TEST_P(KvStoreRedisAuth, PasswordRequired) {
   auto good = store(options());
   ASSERT_TRUE(good->put("k", "v", 0s).ok());
   EXPECT_EQ(value_of(good->get("k")), "v");
@@ -1404,20 +1462,19 @@ TEST_F(KvStoreRedisAuth, PasswordRequired) {
   none.password.clear();
   EXPECT_FALSE(store(none)->get("k").ok());
   // Through the factory URL, with a database.
-  auto f = make_kv_store("redis://:s3cret-pw@127.0.0.1:" + std::to_string(server_->port()) + "/2");
+  std::string u = url();
+  u.insert(u.find("://") + 3, ":s3cret-pw@");
+  u.insert(u.find('?'), "/2");
+  auto f = make_kv_store(u);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   ASSERT_TRUE((*f)->put("in-db-2", "x", 0s).ok());
   EXPECT_EQ(server_->cli("-n 2 EXISTS yoco:in-db-2"), "1");
   EXPECT_EQ(server_->cli("-n 0 EXISTS yoco:in-db-2"), "0");
 }
 
-std::string breaker_url(int port) {
-  return "redis://127.0.0.1:" + std::to_string(port) +
-         "?timeout_ms=200&connect_timeout_ms=200&pool=2&breaker_failures=3&breaker_cooldown_ms=400&breaker_slow_ms=1000";
-}
 
-TEST_F(KvStoreRedis, BreakerWhenTheServerIsKilledAndRestarted) {
-  auto made = make_kv_store(breaker_url(server_->port()));
+TEST_P(KvStoreRedis, BreakerWhenTheServerIsKilledAndRestarted) {
+  auto made = make_kv_store(url());
   ASSERT_TRUE(made.ok()) << made.status().to_string();
   KvStore& s = **made;
   ASSERT_TRUE(s.put("k", "v", 0s).ok());
@@ -1442,7 +1499,7 @@ TEST_F(KvStoreRedis, BreakerWhenTheServerIsKilledAndRestarted) {
   EXPECT_EQ(s.put("k", "v", 0s).code(), StatusCode::kUnavailable);
   EXPECT_LT(ms_since(t0), 100);
   // Back on the same port: after the cool-down the probe closes the breaker.
-  RedisServer again(server_->port(), "");
+  RedisServer again(server_->port(), "", pki());
   ASSERT_TRUE(again.start());
   std::this_thread::sleep_for(1000ms);  // past a doubled cool-down
   bool closed = false;
@@ -1458,8 +1515,8 @@ TEST_F(KvStoreRedis, BreakerWhenTheServerIsKilledAndRestarted) {
   EXPECT_EQ(again.cli("KEYS 'yoco:__yoco_probe__*'"), "");  // the probe cleaned up
 }
 
-TEST_F(KvStoreRedis, BreakerWhenTheServerIsStoppedAndContinued) {
-  auto made = make_kv_store(breaker_url(server_->port()));
+TEST_P(KvStoreRedis, BreakerWhenTheServerIsStoppedAndContinued) {
+  auto made = make_kv_store(url());
   ASSERT_TRUE(made.ok());
   KvStore& s = **made;
   ASSERT_TRUE(s.put("k", "v", 0s).ok());
@@ -1489,9 +1546,9 @@ TEST_F(KvStoreRedis, BreakerWhenTheServerIsStoppedAndContinued) {
   EXPECT_EQ(s.stats().breaker_open, 0u);
 }
 
-TEST_F(KvStoreRedis, CacheOverTieredMemoryAndRedis) {
+TEST_P(KvStoreRedis, CacheOverTieredMemoryAndRedis) {
   const ModelConfig c = tiny_config(0);
-  auto made = make_kv_store("memory:16MiB," + breaker_url(server_->port()));
+  auto made = make_kv_store("memory:16MiB," + url());
   ASSERT_TRUE(made.ok());
   KvCache cache(**made, cache_options(c, 4));
   auto tokens = iota_tokens(22);
@@ -1500,7 +1557,7 @@ TEST_F(KvStoreRedis, CacheOverTieredMemoryAndRedis) {
   ASSERT_TRUE(rec.ok()) << rec.status().to_string();
   EXPECT_EQ(server_->cli("SISMEMBER yoco:docs:" + fingerprint_hex(kFp) + " " + rec->id), "1");
   // A second process: its own memory tier is empty, redis has everything.
-  auto other = make_kv_store("memory:16MiB," + breaker_url(server_->port()));
+  auto other = make_kv_store("memory:16MiB," + url());
   KvCache cache2(**other, cache_options(c, 4));
   EXPECT_EQ(ok_value(cache2.list_documents()), std::vector<std::string>{rec->id});
   auto doc = cache2.load_document(rec->id);
@@ -1512,6 +1569,88 @@ TEST_F(KvStoreRedis, CacheOverTieredMemoryAndRedis) {
   server_->stop();
   EXPECT_EQ(cache2.longest_cached_prefix(tokens), 5);
   EXPECT_FALSE(cache2.delete_document(rec->id).ok());  // the redis copy could not be deleted: said so
+}
+
+// TLS only: what is verified, and how failures read. The server requires a client certificate.
+class KvStoreRedisTls : public KvStoreRedis {
+ protected:
+  bool tls() const override { return true; }
+  // A store that does not retry through a breaker, so each call shows its own failure.
+  Result<std::unique_ptr<KvStore>> direct(const RedisOptions& o) { return make_redis_store(o); }
+  static Status get_status(KvStore& s) {
+    auto r = s.get("k");
+    return r.ok() ? Status::Ok() : r.status();
+  }
+  // Of a freshly made store (which must be made).
+  static Status get_status(Result<std::unique_ptr<KvStore>> made) {
+    if (!made.ok()) return made.status();
+    return get_status(**made);
+  }
+};
+
+TEST_F(KvStoreRedisTls, VerifiesTheServerCertificateAndName) {
+  auto good = store(options());
+  ASSERT_TRUE(good);
+  ASSERT_TRUE(good->put("k", "v", 0s).ok());
+  // A CA that did not sign the server's certificate.
+  RedisOptions rogue = options();
+  rogue.tls_options.ca_file = pki()->rogue_ca;
+  auto s1 = direct(rogue);
+  ASSERT_TRUE(s1.ok()) << s1.status().to_string();
+  Status st = get_status(**s1);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+  EXPECT_NE(st.message().find("certificate verification failed"), std::string::npos) << st.to_string();
+  // The right CA, but a name the certificate does not carry.
+  RedisOptions other_name = options();
+  other_name.tls_options.server_name = "redis.example.org";
+  st = get_status(direct(other_name));
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+  EXPECT_NE(st.message().find("redis.example.org"), std::string::npos) << st.to_string();
+  // The DNS name in the certificate works (SNI + host check), as does the IP it names.
+  RedisOptions by_name = options();
+  by_name.host = "localhost";
+  by_name.tls_options.server_name = "localhost";
+  EXPECT_EQ(value_of(store(by_name)->get("k")), "v");
+  // tls_verify=0 encrypts without checking: the rogue CA is then accepted.
+  rogue.tls_options.verify = false;
+  EXPECT_EQ(value_of(store(rogue)->get("k")), "v");
+}
+
+TEST_F(KvStoreRedisTls, ClientCertificateIsPresentedAndRequired) {
+  RedisOptions no_cert = options();
+  no_cert.tls_options.cert_file.clear();
+  no_cert.tls_options.key_file.clear();
+  const auto t0 = Clock::now();
+  Status st = get_status(direct(no_cert));
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.to_string();
+  EXPECT_LT(ms_since(t0), 2 * 200 + 300);
+  // A certificate with the wrong key is refused when the store is made, naming tls_key.
+  RedisOptions mismatched = options();
+  mismatched.tls_options.key_file = pki()->server_key;
+  auto bad = direct(mismatched);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("tls_key"), std::string::npos) << bad.status().to_string();
+}
+
+TEST_F(KvStoreRedisTls, PlainClientOnATlsPortAndTlsClientOnAPlainPortFailWithinTheTimeouts) {
+  RedisOptions plain = options();
+  plain.tls = false;
+  plain.tls_options = {};
+  auto t0 = Clock::now();
+  Status st = get_status(direct(plain));
+  EXPECT_FALSE(st.ok());
+  EXPECT_LT(ms_since(t0), 2 * 200 + 300) << st.to_string();
+  RedisServer plain_server(free_port(), "");
+  ASSERT_TRUE(plain_server.start());
+  RedisOptions tls_to_plain = options();
+  tls_to_plain.port = plain_server.port();
+  t0 = Clock::now();
+  st = get_status(direct(tls_to_plain));
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("tls handshake"), std::string::npos) << st.to_string();
+  EXPECT_LT(ms_since(t0), 2 * 200 + 300) << st.to_string();
 }
 
 }  // namespace
