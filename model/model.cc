@@ -35,13 +35,53 @@ std::vector<int64_t> consecutive(int64_t pos0, int n) {
 
 }  // namespace
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& dir, WeightSet set) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir, WeightSet set, const TensorParallel& tp) {
+  if (tp.world != 1) {  // reject a bad split before reading the weights
+    auto c = load_model_config(dir + "/params.json");
+    if (!c.ok()) return c.status();
+    YOCO_RETURN_IF_ERROR(validate_tensor_parallel(c.value(), tp));
+  }
   auto w = load_model_dir(dir, set);
   if (!w.ok()) return w.status();
-  return std::make_unique<Model>(std::move(w).value());
+  if (tp.world == 1 && !tp.comm) return std::make_unique<Model>(std::move(w).value());
+  return create(std::move(w).value(), tp);
 }
 
-Model::Model(LoadedWeights w) : cfg_(w.config), w_(std::move(w.weights)), fingerprint_(w.fingerprint) {}
+Result<std::unique_ptr<Model>> Model::create(LoadedWeights w, const TensorParallel& tp) {
+  YOCO_RETURN_IF_ERROR(validate_tensor_parallel(w.config, tp));
+  shard_weights(w.config, tp, w.weights);
+  return std::unique_ptr<Model>(new Model(std::move(w), tp));
+}
+
+Model::Model(LoadedWeights w) : Model(std::move(w), TensorParallel{}) {}
+
+Model::Model(LoadedWeights w, const TensorParallel& tp)
+    : cfg_(w.config), w_(std::move(w.weights)), fingerprint_(w.fingerprint), tp_(tp), sd_(shard_dims(cfg_, tp.world)) {}
+
+Status Model::agree(const Status& local) const {
+  if (tp_.world == 1) return local;
+  float rejected = local.ok() ? 0.0f : 1.0f;
+  YOCO_RETURN_IF_ERROR(tp_.comm->all_reduce_sum(&rejected, 1));
+  if (!local.ok()) return local;
+  if (rejected > 0)
+    return Status(StatusCode::kCancelled, "tensor parallel: " + std::to_string(static_cast<int>(rejected)) +
+                                              " other rank(s) rejected this call; nothing was computed");
+  return Status::Ok();
+}
+
+Status Model::add_row_parallel(const float* x, const std::vector<float>& w, float* h, int rows, int k) const {
+  const int D = cfg_.dim;
+  if (tp_.world == 1) {
+    cpu::linear(x, w.data(), h, rows, D, k, /*accumulate=*/true);
+    return Status::Ok();
+  }
+  // Sum the partial products first, then add: every rank adds the same bits to the same h.
+  std::vector<float> y(static_cast<size_t>(rows) * D);
+  cpu::linear(x, w.data(), y.data(), rows, D, k);
+  YOCO_RETURN_IF_ERROR(tp_.comm->all_reduce_sum(y.data(), y.size()));
+  cpu::add_inplace(h, y.data(), static_cast<int64_t>(y.size()));
+  return Status::Ok();
+}
 
 Status Model::validate_tokens(std::span<const int32_t> tokens, int64_t start_position, const char* field) const {
   for (size_t i = 0; i < tokens.size(); ++i)
@@ -55,24 +95,27 @@ Status Model::validate_tokens(std::span<const int32_t> tokens, int64_t start_pos
   return Status::Ok();
 }
 
-void Model::ffn(float* h, int rows, const std::vector<float>& norm, const std::vector<float>& w13,
-                const std::vector<float>& w2) const {
-  const int D = cfg_.dim, H = cfg_.hidden_dim;
+Status Model::ffn(float* h, int rows, const std::vector<float>& norm, const std::vector<float>& w13,
+                  const std::vector<float>& w2) const {
+  const int D = cfg_.dim, H = sd_.hidden;
   std::vector<float> x(static_cast<size_t>(rows) * D), u(static_cast<size_t>(rows) * 2 * H),
       act(static_cast<size_t>(rows) * H);
   cpu::rmsnorm(h, D, norm.data(), x.data(), D, rows, D, static_cast<float>(cfg_.norm_eps));
   cpu::linear(x.data(), w13.data(), u.data(), rows, 2 * H, D);
   // SPEC 2.2: fc1 is the activated branch, gate the linear one.
   cpu::silu_mul(u.data(), 2 * H, u.data() + H, 2 * H, act.data(), H, rows, H);
-  cpu::linear(act.data(), w2.data(), h, rows, D, H, /*accumulate=*/true);
+  return add_row_parallel(act.data(), w2, h, rows, H);
 }
 
-void Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& st, const PrefillOptions& opt) const {
-  const int D = cfg_.dim, Hs = cfg_.n_self_heads, hd = cfg_.self_head_dim(), R = cfg_.self_qkv_rows();
+// Per rank: D is the residual width (replicated); Dl = Hs·hd the width of this rank's heads
+// (D with world 1), and R the rows of its fused q|k|v(|g) projection.
+Status Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& st, const PrefillOptions& opt) const {
+  const int D = cfg_.dim, Hs = sd_.self_heads, hd = cfg_.self_head_dim(), Dl = sd_.self_width,
+            R = (cfg_.is_swa() ? 3 : 4) * Dl;
   const float eps = static_cast<float>(cfg_.norm_eps);
   const std::vector<int64_t> positions = consecutive(pos0, n);
   const RopeTable rope(positions.data(), n, hd, cfg_.rope_theta);
-  std::vector<float> x(static_cast<size_t>(n) * D), proj(static_cast<size_t>(n) * R), o(static_cast<size_t>(n) * D);
+  std::vector<float> x(static_cast<size_t>(n) * D), proj(static_cast<size_t>(n) * R), o(static_cast<size_t>(n) * Dl);
   std::vector<float> gt, a, k_all, v_all;
 
   for (int loop = 0; loop < cfg_.n_loops; ++loop) {
@@ -82,8 +125,8 @@ void Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& st,
       cpu::rmsnorm(h, D, L.mixer_norm.data(), x.data(), D, n, D, eps);
       cpu::linear(x.data(), L.wqkvg.data(), proj.data(), n, R, D);
       float* q = proj.data();
-      float* k = proj.data() + D;
-      float* v = proj.data() + 2 * D;
+      float* k = proj.data() + Dl;
+      float* v = proj.data() + 2 * Dl;
       cpu::rope_apply(q, R, n, Hs, hd, rope.cos.data(), rope.sin.data());
       cpu::rope_apply(k, R, n, Hs, hd, rope.cos.data(), rope.sin.data());
 
@@ -95,49 +138,51 @@ void Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& st,
         for (int t = 0; t < n; ++t)
           for (int hh = 0; hh < Hs; ++hh) a[static_cast<size_t>(hh) * n + t] = logsigmoid(gt[static_cast<size_t>(t) * Hs + hh]) * inv_tau;
         const float kscale = 1.0f / std::sqrt(static_cast<float>(hd));
-        for (int t = 0; t < n; ++t) cpu::scale_inplace(k + static_cast<int64_t>(t) * R, kscale, D);
+        for (int t = 0; t < n; ++t) cpu::scale_inplace(k + static_cast<int64_t>(t) * R, kscale, Dl);
 #pragma omp parallel for schedule(dynamic)
         for (int hh = 0; hh < Hs; ++hh)
           cpu::retention_chunkwise(q + hh * hd, R, k + hh * hd, R, v + hh * hd, R, a.data() + static_cast<size_t>(hh) * n, n,
                                    hd, opt.retention_chunk, S.s.data() + static_cast<size_t>(hh) * hd * hd,
-                                   o.data() + hh * hd, D);
+                                   o.data() + hh * hd, Dl);
         cpu::rmsnorm(o.data(), hd, nullptr, o.data(), hd, n * Hs, hd, eps);  // per-head, no weight
-        cpu::silu_mul(proj.data() + 3 * D, R, o.data(), D, o.data(), D, n, D);
+        cpu::silu_mul(proj.data() + 3 * Dl, R, o.data(), Dl, o.data(), Dl, n, Dl);
       } else {
         // Keys: the ring's rows (positions pos0 − count ..) followed by this chunk's rows.
         const int cnt = S.count, total = cnt + n;
-        k_all.resize(static_cast<size_t>(total) * D);
-        v_all.resize(static_cast<size_t>(total) * D);
+        k_all.resize(static_cast<size_t>(total) * Dl);
+        v_all.resize(static_cast<size_t>(total) * Dl);
         for (int i = 0; i < cnt; ++i) {
-          std::memcpy(&k_all[static_cast<size_t>(i) * D], &S.k[static_cast<size_t>(S.ring_index(i)) * D], D * 4);
-          std::memcpy(&v_all[static_cast<size_t>(i) * D], &S.v[static_cast<size_t>(S.ring_index(i)) * D], D * 4);
+          std::memcpy(&k_all[static_cast<size_t>(i) * Dl], &S.k[static_cast<size_t>(S.ring_index(i)) * Dl], Dl * 4);
+          std::memcpy(&v_all[static_cast<size_t>(i) * Dl], &S.v[static_cast<size_t>(S.ring_index(i)) * Dl], Dl * 4);
         }
         for (int t = 0; t < n; ++t) {
-          std::memcpy(&k_all[static_cast<size_t>(cnt + t) * D], k + static_cast<int64_t>(t) * R, D * 4);
-          std::memcpy(&v_all[static_cast<size_t>(cnt + t) * D], v + static_cast<int64_t>(t) * R, D * 4);
+          std::memcpy(&k_all[static_cast<size_t>(cnt + t) * Dl], k + static_cast<int64_t>(t) * R, Dl * 4);
+          std::memcpy(&v_all[static_cast<size_t>(cnt + t) * Dl], v + static_cast<int64_t>(t) * R, Dl * 4);
         }
-        cpu::AttentionArgs args{q, R, k_all.data(), D, v_all.data(), D, o.data(), D, n, total, Hs, Hs, hd,
+        cpu::AttentionArgs args{q, R, k_all.data(), Dl, v_all.data(), Dl, o.data(), Dl, n, total, Hs, Hs, hd,
                                 pos0, pos0 - cnt, cfg_.sliding_window, 1.0f / std::sqrt(static_cast<float>(hd))};
         cpu::attention(args);
         // Every row goes through the ring (not just the last W) so that the row of position p
         // lands in slot p mod W: the layout depends on the position alone.
         for (int t = 0; t < n; ++t)
-          S.ring_push(&k_all[static_cast<size_t>(cnt + t) * D], &v_all[static_cast<size_t>(cnt + t) * D], D);
+          S.ring_push(&k_all[static_cast<size_t>(cnt + t) * Dl], &v_all[static_cast<size_t>(cnt + t) * Dl], Dl);
       }
-      cpu::linear(o.data(), L.wo.data(), h, n, D, D, /*accumulate=*/true);
-      ffn(h, n, L.final_norm, L.w13, L.w2);
+      YOCO_RETURN_IF_ERROR(add_row_parallel(o.data(), L.wo, h, n, Dl));
+      YOCO_RETURN_IF_ERROR(ffn(h, n, L.final_norm, L.w13, L.w2));
     }
   }
+  return Status::Ok();
 }
 
-void Model::self_decoder_step(float* h, std::span<SequenceState* const> states) const {
+Status Model::self_decoder_step(float* h, std::span<SequenceState* const> states) const {
   const int B = static_cast<int>(states.size());
-  const int D = cfg_.dim, Hs = cfg_.n_self_heads, hd = cfg_.self_head_dim(), R = cfg_.self_qkv_rows();
+  const int D = cfg_.dim, Hs = sd_.self_heads, hd = cfg_.self_head_dim(), Dl = sd_.self_width,
+            R = (cfg_.is_swa() ? 3 : 4) * Dl;
   const float eps = static_cast<float>(cfg_.norm_eps);
   std::vector<int64_t> positions(B);
   for (int b = 0; b < B; ++b) positions[b] = states[b]->position;
   const RopeTable rope(positions.data(), B, hd, cfg_.rope_theta);
-  std::vector<float> x(static_cast<size_t>(B) * D), proj(static_cast<size_t>(B) * R), o(static_cast<size_t>(B) * D),
+  std::vector<float> x(static_cast<size_t>(B) * D), proj(static_cast<size_t>(B) * R), o(static_cast<size_t>(B) * Dl),
       gt(static_cast<size_t>(B) * Hs);
 
   for (int loop = 0; loop < cfg_.n_loops; ++loop) {
@@ -147,15 +192,15 @@ void Model::self_decoder_step(float* h, std::span<SequenceState* const> states) 
       cpu::rmsnorm(h, D, L.mixer_norm.data(), x.data(), D, B, D, eps);
       cpu::linear(x.data(), L.wqkvg.data(), proj.data(), B, R, D);
       float* q = proj.data();
-      float* k = proj.data() + D;
-      float* v = proj.data() + 2 * D;
+      float* k = proj.data() + Dl;
+      float* v = proj.data() + 2 * Dl;
       cpu::rope_apply(q, R, B, Hs, hd, rope.cos.data(), rope.sin.data());
       cpu::rope_apply(k, R, B, Hs, hd, rope.cos.data(), rope.sin.data());
       if (!cfg_.is_swa()) {
         cpu::linear(x.data(), L.wgt.data(), gt.data(), B, Hs, D);
         const float inv_tau = 1.0f / static_cast<float>(cfg_.gate_logit_normalizer);
         const float kscale = 1.0f / std::sqrt(static_cast<float>(hd));
-        for (int b = 0; b < B; ++b) cpu::scale_inplace(k + static_cast<int64_t>(b) * R, kscale, D);
+        for (int b = 0; b < B; ++b) cpu::scale_inplace(k + static_cast<int64_t>(b) * R, kscale, Dl);
 #pragma omp parallel for schedule(static) if (worth_threads(static_cast<int64_t>(B) * Hs * hd * hd))
         for (int bh = 0; bh < B * Hs; ++bh) {
           const int b = bh / Hs, hh = bh % Hs;
@@ -163,36 +208,38 @@ void Model::self_decoder_step(float* h, std::span<SequenceState* const> states) 
           const int64_t row = static_cast<int64_t>(b) * R + hh * hd;
           cpu::retention_recurrent(q + row, R, k + row, R, v + row, R, &a, 1, hd,
                                    states[b]->self[si].s.data() + static_cast<size_t>(hh) * hd * hd,
-                                   o.data() + static_cast<size_t>(b) * D + hh * hd, D);
+                                   o.data() + static_cast<size_t>(b) * Dl + hh * hd, Dl);
         }
         cpu::rmsnorm(o.data(), hd, nullptr, o.data(), hd, B * Hs, hd, eps);
-        cpu::silu_mul(proj.data() + 3 * D, R, o.data(), D, o.data(), D, B, D);
+        cpu::silu_mul(proj.data() + 3 * Dl, R, o.data(), Dl, o.data(), Dl, B, Dl);
       } else {
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel for schedule(static) if (B > 1 && worth_threads(static_cast<int64_t>(B) * cfg_.sliding_window * D))
+#pragma omp parallel for schedule(static) if (B > 1 && worth_threads(static_cast<int64_t>(B) * cfg_.sliding_window * Dl))
         for (int b = 0; b < B; ++b) {
           SelfLayerState& S = states[b]->self[si];
           // The ring holds W rows, so after inserting this token it is exactly the window.
-          S.ring_push(k + static_cast<int64_t>(b) * R, v + static_cast<int64_t>(b) * R, D);
+          S.ring_push(k + static_cast<int64_t>(b) * R, v + static_cast<int64_t>(b) * R, Dl);
           // Age order (oldest first) in up to two runs, so the result does not depend on
           // where the ring happens to start (a restored state starts at 0).
           const int first = std::min(S.count, S.capacity - S.head);
-          const float* kb[2] = {S.k.data() + static_cast<size_t>(S.head) * D, S.k.data()};
-          const float* vb[2] = {S.v.data() + static_cast<size_t>(S.head) * D, S.v.data()};
+          const float* kb[2] = {S.k.data() + static_cast<size_t>(S.head) * Dl, S.k.data()};
+          const float* vb[2] = {S.v.data() + static_cast<size_t>(S.head) * Dl, S.v.data()};
           const int rows[2] = {first, S.count - first};
           cpu::KvBlocks kv{kb, vb, S.capacity, S.count, rows};
-          cpu::decode_attention(q + static_cast<int64_t>(b) * R, kv, o.data() + static_cast<size_t>(b) * D, Hs, Hs, hd,
+          cpu::decode_attention(q + static_cast<int64_t>(b) * R, kv, o.data() + static_cast<size_t>(b) * Dl, Hs, Hs, hd,
                                 scale);
         }
       }
-      cpu::linear(o.data(), L.wo.data(), h, B, D, D, /*accumulate=*/true);
-      ffn(h, B, L.final_norm, L.w13, L.w2);
+      YOCO_RETURN_IF_ERROR(add_row_parallel(o.data(), L.wo, h, B, Dl));
+      YOCO_RETURN_IF_ERROR(ffn(h, B, L.final_norm, L.w13, L.w2));
     }
   }
+  return Status::Ok();
 }
 
+// This rank's KV heads only: no communication (the input h is replicated).
 void Model::global_kv(const float* h, int n, const int64_t* positions, float* k_out, float* v_out) const {
-  const int D = cfg_.dim, KV = cfg_.kv_dim();
+  const int D = cfg_.dim, KV = sd_.kv_dim;
   std::vector<float> x(static_cast<size_t>(n) * D), kv(static_cast<size_t>(n) * 2 * KV);
   cpu::rmsnorm(h, D, w_.kv_norm.data(), x.data(), D, n, D, static_cast<float>(cfg_.norm_eps));
   cpu::linear(x.data(), w_.wkv.data(), kv.data(), n, 2 * KV, D);
@@ -202,17 +249,18 @@ void Model::global_kv(const float* h, int n, const int64_t* positions, float* k_
   }
   if (cfg_.cross_decoder_rope) {
     const RopeTable rope(positions, n, cfg_.cross_head_dim(), cfg_.rope_theta);
-    cpu::rope_apply(k_out, KV, n, cfg_.n_attn_kv_heads, cfg_.cross_head_dim(), rope.cos.data(), rope.sin.data());
+    cpu::rope_apply(k_out, KV, n, sd_.attn_kv_heads, cfg_.cross_head_dim(), rope.cos.data(), rope.sin.data());
   }
 }
 
-void Model::cross_decoder(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
-                          bool chunk_of_one_sequence, float* logits) const {
-  const int D = cfg_.dim, Ha = cfg_.n_attn_heads, KVh = cfg_.n_attn_kv_heads, hdc = cfg_.cross_head_dim(),
-            KV = cfg_.kv_dim();
+Status Model::cross_decoder(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
+                            bool chunk_of_one_sequence, float* logits) const {
+  // Per rank: Ha query heads that read exactly its KVh kv heads (GQA groups stay whole).
+  const int D = cfg_.dim, Ha = sd_.attn_heads, KVh = sd_.attn_kv_heads, hdc = cfg_.cross_head_dim(),
+            KV = sd_.kv_dim, Dq = sd_.attn_width;
   const float eps = static_cast<float>(cfg_.norm_eps);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hdc));
-  std::vector<float> x(static_cast<size_t>(rows) * D), q(static_cast<size_t>(rows) * D), o(static_cast<size_t>(rows) * D);
+  std::vector<float> x(static_cast<size_t>(rows) * D), q(static_cast<size_t>(rows) * Dq), o(static_cast<size_t>(rows) * Dq);
   std::unique_ptr<RopeTable> rope;
   if (cfg_.cross_decoder_rope) rope = std::make_unique<RopeTable>(positions, rows, hdc, cfg_.rope_theta);
   int64_t attended_rows = 0;
@@ -220,12 +268,12 @@ void Model::cross_decoder(float* h, int rows, const int64_t* positions, std::spa
 
   for (const CrossLayerWeights& L : w_.cross_layers) {
     cpu::rmsnorm(h, D, L.mixer_norm.data(), x.data(), D, rows, D, eps);
-    cpu::linear(x.data(), L.wq.data(), q.data(), rows, D, D);
-    if (rope) cpu::rope_apply(q.data(), D, rows, Ha, hdc, rope->cos.data(), rope->sin.data());
+    cpu::linear(x.data(), L.wq.data(), q.data(), rows, Dq, D);
+    if (rope) cpu::rope_apply(q.data(), Dq, rows, Ha, hdc, rope->cos.data(), rope->sin.data());
     if (chunk_of_one_sequence) {
       const SequenceState& st = *states[0];
       YOCO_CHECK(!st.pages);  // the full forward runs on a fresh contiguous state
-      cpu::AttentionArgs args{q.data(), D, st.k.data(), KV, st.v.data(), KV, o.data(), D, rows,
+      cpu::AttentionArgs args{q.data(), Dq, st.k.data(), KV, st.v.data(), KV, o.data(), Dq, rows,
                               static_cast<int>(positions[rows - 1] + 1), Ha, KVh, hdc, positions[0], 0, 0, scale};
       cpu::attention(args);
     } else {
@@ -240,34 +288,36 @@ void Model::cross_decoder(float* h, int rows, const int64_t* positions, std::spa
           vb.push_back(st.v_row(r, KV));
         }
         cpu::KvBlocks kv{kb.data(), vb.data(), kKvChunkRows, n};
-        cpu::decode_attention(q.data() + static_cast<size_t>(b) * D, kv, o.data() + static_cast<size_t>(b) * D, Ha, KVh,
-                              hdc, scale);
+        cpu::decode_attention(q.data() + static_cast<size_t>(b) * Dq, kv, o.data() + static_cast<size_t>(b) * Dq, Ha,
+                              KVh, hdc, scale);
       }
     }
-    cpu::linear(o.data(), L.wo.data(), h, rows, D, D, /*accumulate=*/true);
-    ffn(h, rows, L.final_norm, L.w13, L.w2);
+    YOCO_RETURN_IF_ERROR(add_row_parallel(o.data(), L.wo, h, rows, Dq));
+    YOCO_RETURN_IF_ERROR(ffn(h, rows, L.final_norm, L.w13, L.w2));
   }
+  // The output head is replicated: every rank computes the same full logits.
   cpu::rmsnorm(h, D, w_.final_norm.data(), x.data(), D, rows, D, eps);
   cpu::linear(x.data(), w_.output_matrix(), logits, rows, cfg_.vocab_size, D);
+  return Status::Ok();
 }
 
 Status Model::make_room(SequenceState& st, int64_t rows) const {
   const int64_t need = st.position + rows;
   if (st.pages) {
-    if (st.pages->kv_dim != cfg_.kv_dim() || st.pages->block_size % kKvChunkRows != 0)
+    if (st.pages->kv_dim != sd_.kv_dim || st.pages->block_size % kKvChunkRows != 0)
       return invalid_argument("KV pages do not match the model (kv_dim or block size)");
     if (st.pages->capacity() < need)
       return Status(StatusCode::kResourceExhausted, "KV pool: the sequence needs " + std::to_string(need) +
                                                         " rows, its blocks hold " + std::to_string(st.pages->capacity()));
     return Status::Ok();
   }
-  st.k.resize(static_cast<size_t>(need) * cfg_.kv_dim());
-  st.v.resize(static_cast<size_t>(need) * cfg_.kv_dim());
+  st.k.resize(static_cast<size_t>(need) * sd_.kv_dim);
+  st.v.resize(static_cast<size_t>(need) * sd_.kv_dim);
   return Status::Ok();
 }
 
 void Model::store_kv_rows(SequenceState& st, int64_t pos0, int n, const float* k, const float* v) const {
-  const int KV = cfg_.kv_dim();
+  const int KV = sd_.kv_dim;
   for (int r = 0; r < n; ++r) {
     std::memcpy(st.k_row(pos0 + r, KV), k + static_cast<size_t>(r) * KV, KV * 4);
     std::memcpy(st.v_row(pos0 + r, KV), v + static_cast<size_t>(r) * KV, KV * 4);
@@ -275,11 +325,13 @@ void Model::store_kv_rows(SequenceState& st, int64_t pos0, int n, const float* k
 }
 
 Status Model::prefill(SequenceState& st, std::span<const int32_t> tokens, const PrefillOptions& opt) const {
-  if (opt.chunk_tokens <= 0) return invalid_argument("chunk_tokens must be > 0");
-  if (opt.retention_chunk <= 0) return invalid_argument("retention_chunk must be > 0");
-  YOCO_RETURN_IF_ERROR(validate_tokens(tokens, st.position));
-  YOCO_RETURN_IF_ERROR(make_room(st, static_cast<int64_t>(tokens.size())));
-  const int D = cfg_.dim, KV = cfg_.kv_dim();
+  YOCO_RETURN_IF_ERROR(agree([&]() -> Status {
+    if (opt.chunk_tokens <= 0) return invalid_argument("chunk_tokens must be > 0");
+    if (opt.retention_chunk <= 0) return invalid_argument("retention_chunk must be > 0");
+    YOCO_RETURN_IF_ERROR(validate_tokens(tokens, st.position));
+    return make_room(st, static_cast<int64_t>(tokens.size()));
+  }()));
+  const int D = cfg_.dim, KV = sd_.kv_dim;
   std::vector<float> h, k, v;
   for (size_t off = 0; off < tokens.size(); off += opt.chunk_tokens) {
     const int n = static_cast<int>(std::min<size_t>(opt.chunk_tokens, tokens.size() - off));
@@ -288,7 +340,7 @@ Status Model::prefill(SequenceState& st, std::span<const int32_t> tokens, const 
     k.resize(static_cast<size_t>(n) * KV);
     v.resize(static_cast<size_t>(n) * KV);
     cpu::embed(w_.embed.data(), D, tokens.data() + off, n, std::sqrt(static_cast<float>(D)), h.data());
-    self_decoder_chunk(h.data(), n, pos0, st, opt);
+    YOCO_RETURN_IF_ERROR(self_decoder_chunk(h.data(), n, pos0, st, opt));
     const std::vector<int64_t> positions = consecutive(pos0, n);
     global_kv(h.data(), n, positions.data(), k.data(), v.data());
     store_kv_rows(st, pos0, n, k.data(), v.data());
@@ -299,32 +351,37 @@ Status Model::prefill(SequenceState& st, std::span<const int32_t> tokens, const 
 }
 
 Status Model::logits(std::span<SequenceState* const> states, float* out) const {
-  if (!has_cross_decoder()) return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
   const int B = static_cast<int>(states.size()), D = cfg_.dim;
+  YOCO_RETURN_IF_ERROR(agree([&]() -> Status {
+    if (!has_cross_decoder()) return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
+    for (int b = 0; b < B; ++b)
+      if (states[b]->position <= 0 || static_cast<int>(states[b]->last_hidden.size()) != D)
+        return failed_precondition("sequence " + std::to_string(b) + " has consumed no tokens");
+    return Status::Ok();
+  }()));
   std::vector<float> h(static_cast<size_t>(B) * D);
   std::vector<int64_t> positions(B);
   for (int b = 0; b < B; ++b) {
-    const SequenceState& st = *states[b];
-    if (st.position <= 0 || static_cast<int>(st.last_hidden.size()) != D)
-      return failed_precondition("sequence " + std::to_string(b) + " has consumed no tokens");
-    std::memcpy(&h[static_cast<size_t>(b) * D], st.last_hidden.data(), D * 4);
-    positions[b] = st.position - 1;
+    std::memcpy(&h[static_cast<size_t>(b) * D], states[b]->last_hidden.data(), D * 4);
+    positions[b] = states[b]->position - 1;
   }
-  cross_decoder(h.data(), B, positions.data(), states, false, out);
-  return Status::Ok();
+  return cross_decoder(h.data(), B, positions.data(), states, false, out);
 }
 
 Status Model::decode_step(std::span<SequenceState* const> states, std::span<const int32_t> tokens, float* out) const {
-  if (!has_cross_decoder()) return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
-  if (tokens.size() != states.size()) return invalid_argument("decode_step: one token per sequence");
-  const int B = static_cast<int>(states.size()), D = cfg_.dim, KV = cfg_.kv_dim();
-  for (int b = 0; b < B; ++b) YOCO_RETURN_IF_ERROR(validate_tokens(tokens.subspan(b, 1), states[b]->position));
-  for (int b = 0; b < B; ++b)
-    if (states[b]->pages && states[b]->pages->capacity() < states[b]->position + 1)
-      return Status(StatusCode::kResourceExhausted, "sequence " + std::to_string(b) + ": its KV blocks are full");
+  const int B = static_cast<int>(states.size()), D = cfg_.dim, KV = sd_.kv_dim;
+  YOCO_RETURN_IF_ERROR(agree([&]() -> Status {
+    if (!has_cross_decoder()) return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
+    if (tokens.size() != states.size()) return invalid_argument("decode_step: one token per sequence");
+    for (int b = 0; b < B; ++b) YOCO_RETURN_IF_ERROR(validate_tokens(tokens.subspan(b, 1), states[b]->position));
+    for (int b = 0; b < B; ++b)
+      if (states[b]->pages && states[b]->pages->capacity() < states[b]->position + 1)
+        return Status(StatusCode::kResourceExhausted, "sequence " + std::to_string(b) + ": its KV blocks are full");
+    return Status::Ok();
+  }()));
   std::vector<float> h(static_cast<size_t>(B) * D), k(static_cast<size_t>(B) * KV), v(static_cast<size_t>(B) * KV);
   cpu::embed(w_.embed.data(), D, tokens.data(), B, std::sqrt(static_cast<float>(D)), h.data());
-  self_decoder_step(h.data(), states);
+  YOCO_RETURN_IF_ERROR(self_decoder_step(h.data(), states));
   std::vector<int64_t> positions(B);
   for (int b = 0; b < B; ++b) positions[b] = states[b]->position;
   global_kv(h.data(), B, positions.data(), k.data(), v.data());
@@ -338,15 +395,16 @@ Status Model::decode_step(std::span<SequenceState* const> states, std::span<cons
     st.last_hidden.assign(h.begin() + static_cast<ptrdiff_t>(b) * D, h.begin() + static_cast<ptrdiff_t>(b + 1) * D);
     st.position += 1;
   }
-  cross_decoder(h.data(), B, positions.data(), states, false, out);
-  return Status::Ok();
+  return cross_decoder(h.data(), B, positions.data(), states, false, out);
 }
 
 Status Model::forward(std::span<const int32_t> tokens, const LogitsSink& sink, const PrefillOptions& opt) const {
-  if (!has_cross_decoder()) return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
-  if (opt.chunk_tokens <= 0 || opt.retention_chunk <= 0) return invalid_argument("chunk sizes must be > 0");
-  YOCO_RETURN_IF_ERROR(validate_tokens(tokens, 0));
-  const int D = cfg_.dim, KV = cfg_.kv_dim(), V = cfg_.vocab_size;
+  YOCO_RETURN_IF_ERROR(agree([&]() -> Status {
+    if (!has_cross_decoder()) return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
+    if (opt.chunk_tokens <= 0 || opt.retention_chunk <= 0) return invalid_argument("chunk sizes must be > 0");
+    return validate_tokens(tokens, 0);
+  }()));
+  const int D = cfg_.dim, KV = sd_.kv_dim, V = cfg_.vocab_size;
   // Bound the logits buffer (rows × vocab) to ~256 MB whatever the vocabulary.
   const int chunk = std::max(1, std::min(opt.chunk_tokens, (1 << 26) / V));
   SequenceState st = new_sequence();
@@ -358,20 +416,21 @@ Status Model::forward(std::span<const int32_t> tokens, const LogitsSink& sink, c
     h.resize(static_cast<size_t>(n) * D);
     logits.resize(static_cast<size_t>(n) * V);
     cpu::embed(w_.embed.data(), D, tokens.data() + off, n, std::sqrt(static_cast<float>(D)), h.data());
-    self_decoder_chunk(h.data(), n, pos0, st, opt);
+    YOCO_RETURN_IF_ERROR(self_decoder_chunk(h.data(), n, pos0, st, opt));
     st.k.resize(static_cast<size_t>(pos0 + n) * KV);
     st.v.resize(static_cast<size_t>(pos0 + n) * KV);
     const std::vector<int64_t> positions = consecutive(pos0, n);
     global_kv(h.data(), n, positions.data(), st.k.data() + pos0 * KV, st.v.data() + pos0 * KV);
     st.position += n;
-    cross_decoder(h.data(), n, positions.data(), one, true, logits.data());
+    YOCO_RETURN_IF_ERROR(cross_decoder(h.data(), n, positions.data(), one, true, logits.data()));
     sink(pos0, n, logits.data());
   }
   return Status::Ok();
 }
 
 Result<std::vector<float>> Model::score(std::span<const int32_t> tokens, const PrefillOptions& opt) const {
-  if (tokens.size() < 2) return invalid_argument("tokens: scoring needs at least 2 tokens");
+  // A rejected call still takes part in the one agreement its peers' forward() makes.
+  if (tokens.size() < 2) return agree(invalid_argument("tokens: scoring needs at least 2 tokens"));
   std::vector<float> out(tokens.size() - 1);
   const int V = cfg_.vocab_size;
   Status st = forward(

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "model/config.h"
 #include "model/state.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 
 namespace yoco {
@@ -26,17 +27,31 @@ struct PrefillOptions {
   int retention_chunk = 64;  // C of the chunkwise gated-retention form
 };
 
+// Tensor parallelism (model/tensor_parallel.h): a Model built with world N > 1 is one rank of
+// N. It holds its slice of the weights, its states hold only its heads (and its KV heads of
+// the global cache), and every call that computes (prefill, logits, decode_step, forward,
+// score) is a collective: each rank makes the same calls in the same order with the same
+// tokens, one call at a time. Every rank returns the same full logits. A call whose arguments
+// some rank rejects fails on every rank (CANCELLED on the others) before anything is
+// computed, and the group stays usable; a collective that fails (the group was aborted)
+// leaves the states the call touched unusable.
 class Model {
  public:
-  static Result<std::unique_ptr<Model>> load(const std::string& dir, WeightSet set = WeightSet::kFull);
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, WeightSet set = WeightSet::kFull,
+                                             const TensorParallel& tp = {});
+  // Keeps tp.rank's slice of the loaded full-model weights.
+  static Result<std::unique_ptr<Model>> create(LoadedWeights w, const TensorParallel& tp);
   explicit Model(LoadedWeights w);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
   uint64_t fingerprint() const { return fingerprint_; }
   bool has_cross_decoder() const { return w_.set == WeightSet::kFull; }
+  const TensorParallel& tensor_parallel() const { return tp_; }
+  // This rank's sizes; kv_dim is the width of the K/V rows its states and KV pool hold.
+  const ShardDims& shard() const { return sd_; }
 
-  SequenceState new_sequence() const { return make_sequence_state(cfg_); }
+  SequenceState new_sequence() const { return make_sequence_state(cfg_, tp_.world); }
 
   // Every id in [0, vocab) and the sequence stays within max_seq_len; errors name `field`.
   Status validate_tokens(std::span<const int32_t> tokens, int64_t start_position, const char* field = "tokens") const;
@@ -60,27 +75,34 @@ class Model {
   Result<std::vector<float>> score(std::span<const int32_t> tokens, const PrefillOptions& opt = {}) const;
 
  private:
-  struct Rope;
+  Model(LoadedWeights w, const TensorParallel& tp);
+  // With world > 1: every rank learns whether any rank rejected its arguments, so that all
+  // of them go on to the collectives or none does. Returns `local` unchanged with world 1.
+  Status agree(const Status& local) const;
+  // h += x·Wᵀ for a row-parallel W [dim, k] (this rank's input columns), summed over ranks.
+  Status add_row_parallel(const float* x, const std::vector<float>& w, float* h, int rows, int k) const;
   // Self-decoder over `n` rows of h (one sequence, consecutive positions from pos0).
-  void self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& st, const PrefillOptions& opt) const;
+  Status self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& st, const PrefillOptions& opt) const;
   // Self-decoder for one new token per sequence.
-  void self_decoder_step(float* h, std::span<SequenceState* const> states) const;
+  Status self_decoder_step(float* h, std::span<SequenceState* const> states) const;
   // z = RMSNorm_kv(h), K/V rows for `n` rows (RoPE on K at `positions`).
   void global_kv(const float* h, int n, const int64_t* positions, float* k_out, float* v_out) const;
   // Cross-decoder on h [rows, dim] then the output head: logits [rows, vocab].
   // Mode decode: row b is one query per state. Mode chunk: consecutive queries of one state.
-  void cross_decoder(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
-                     bool chunk_of_one_sequence, float* logits) const;
+  Status cross_decoder(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
+                       bool chunk_of_one_sequence, float* logits) const;
   // Room for `rows` more K/V rows: contiguous states grow; paged states must already own
   // the blocks (RESOURCE_EXHAUSTED otherwise, before anything is consumed).
   Status make_room(SequenceState& st, int64_t rows) const;
   void store_kv_rows(SequenceState& st, int64_t pos0, int n, const float* k, const float* v) const;
-  void ffn(float* h, int rows, const std::vector<float>& norm, const std::vector<float>& w13,
-           const std::vector<float>& w2) const;
+  Status ffn(float* h, int rows, const std::vector<float>& norm, const std::vector<float>& w13,
+             const std::vector<float>& w2) const;
 
   ModelConfig cfg_;
   ModelWeights w_;
   uint64_t fingerprint_ = 0;
+  TensorParallel tp_;
+  ShardDims sd_;
 };
 
 }  // namespace yoco

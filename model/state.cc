@@ -89,17 +89,17 @@ int64_t SequenceState::self_state_bytes() const {
   return n + static_cast<int64_t>(last_hidden.size()) * 4;
 }
 
-SequenceState make_sequence_state(const ModelConfig& c) {
+SequenceState make_sequence_state(const ModelConfig& c, int tp_world) {
   SequenceState st;
   st.self.resize(static_cast<size_t>(c.n_loops) * c.n_self_layers);
-  const int hd = c.self_head_dim();
+  const int hd = c.self_head_dim(), heads = c.n_self_heads / tp_world, width = heads * hd;
   for (auto& s : st.self) {
     if (c.is_swa()) {
       s.capacity = c.sliding_window;
-      s.k.assign(static_cast<size_t>(s.capacity) * c.dim, 0.0f);
-      s.v.assign(static_cast<size_t>(s.capacity) * c.dim, 0.0f);
+      s.k.assign(static_cast<size_t>(s.capacity) * width, 0.0f);
+      s.v.assign(static_cast<size_t>(s.capacity) * width, 0.0f);
     } else {
-      s.s.assign(static_cast<size_t>(c.n_self_heads) * hd * hd, 0.0f);
+      s.s.assign(static_cast<size_t>(heads) * hd * hd, 0.0f);
     }
   }
   return st;

@@ -66,7 +66,9 @@ struct SequenceState {
   int64_t self_state_bytes() const;
 };
 
-SequenceState make_sequence_state(const ModelConfig& c);
+// A tensor-parallel rank (world > 1) holds only its heads: n_self_heads / world retention
+// states, window rows of dim / world values. Its global K/V rows are kv_dim / world wide.
+SequenceState make_sequence_state(const ModelConfig& c, int tp_world = 1);
 
 // Hand-off format, version 1. Little-endian:
 //   header  magic "YOCOSEQ1", u32 version, u32 header bytes, u64 model fingerprint,
@@ -86,6 +88,7 @@ struct StateBlobOptions {
   KvDType kv_dtype = KvDType::kF32;
 };
 
+// For whole-model states (tensor-parallel world 1); a rank's shard has other shapes.
 std::vector<uint8_t> serialize_state(const SequenceState& st, const ModelConfig& c, uint64_t fingerprint,
                                      const StateBlobOptions& opt = {});
 
