@@ -4,6 +4,7 @@
 # and the bytes the store keeps per document token against a Transformer of the same size.
 # Model: the small-gret random preset (~50M parameters). One prefill + one decode worker, one
 # thread each, on loopback. Usage: bench/doc_ttft.sh [backends...] (default: memory dir redis)
+# Backend rediss: Redis over TLS with a client certificate (throwaway PKI made with openssl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BACKENDS=${*:-memory dir redis}
@@ -27,6 +28,19 @@ for backend in $BACKENDS; do
       pids+=($!)
       sleep 0.5
       store="redis://127.0.0.1:$port/0?timeout_ms=2000" ;;
+    rediss)
+      port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      (cd "$work" && printf 'subjectAltName=IP:127.0.0.1\n' > san.ext &&
+        openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=bench-ca -keyout ca.key -out ca.crt &&
+        for n in server client; do
+          openssl req -newkey rsa:2048 -nodes -subj /CN=$n -keyout $n.key -out $n.csr &&
+            openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile san.ext -out $n.crt
+        done) >/dev/null 2>&1
+      redis-server --port 0 --tls-port "$port" --tls-cert-file "$work/server.crt" --tls-key-file "$work/server.key" \
+        --tls-ca-cert-file "$work/ca.crt" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" >"$work/rediss.log" 2>&1 &
+      pids+=($!)
+      sleep 0.5
+      store="rediss://127.0.0.1:$port/0?timeout_ms=2000&tls_ca=$work/ca.crt&tls_cert=$work/client.crt&tls_key=$work/client.key" ;;
   esac
   state="$work/cluster-$backend"
   python3 deploy/local/cluster.py --bin-dir build --model "$work/model" --state-dir "$state" --threads 1 \
