@@ -37,7 +37,7 @@ inline __nv_bfloat16* as_bf16(uint16_t* p) { return reinterpret_cast<__nv_bfloat
 // A device buffer of at least `bytes` that belongs to (current device, stream, slot) and is reused
 // by later calls on that stream (kernels on one stream are ordered, so reuse is safe). Growing
 // frees the old buffer (cudaFree synchronizes the device). slot separates users.
-enum class ScratchSlot { kGemmWorkspace, kAttentionPartials };
+enum class ScratchSlot { kGemmWorkspace, kAttentionPartials, kSamplingKeys };
 Result<void*> scratch(void* stream, ScratchSlot slot, size_t bytes);
 
 }  // namespace yoco::cuda::detail

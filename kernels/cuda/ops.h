@@ -3,7 +3,8 @@
 // and streams as void* (a cudaStream_t; null = the legacy default stream).
 //
 // Conventions follow kernels/cpu/ops.h (the oracle): row-major, weights PyTorch [out, in]
-// (y = x·Wᵀ), "ld" = row stride in elements. All math is fp32; bf16 is a storage format only.
+// (y = x·Wᵀ), "ld" = row stride in elements. Math is fp32 and bf16 a storage format, except the
+// ops that say they round their matmul inputs to bf16 for the tensor cores (fp32 accumulation).
 // Every op is asynchronous on `stream`; a Status reports argument errors and launch errors,
 // not faults that happen later on the device (check those with a stream synchronize).
 #pragma once
@@ -116,5 +117,140 @@ struct RetentionStepArgs {
   float gate_logit_normalizer = 16.f;  // τ
 };
 Status retention_decode_step(const RetentionStepArgs& args, void* stream);
+
+// --- retention_prefill.cu ------------------------------------------------------------
+// Gated-retention prefill of one sequence's chunk of n tokens, the GPU twin of the chunkwise
+// form (SPEC 2.3, cpu::retention_chunkwise as model.cc's self_decoder_chunk uses it): per head h,
+// with a_t = logsigmoid(gt[t, h]) / gate_logit_normalizer, k'_t = k_t · k_scale and, inside each
+// chunk of C tokens, b_i the running sum of a (in token order, as the CPU forms it),
+//   o_i = Σ_{j≤i} (q_i·k'_j) exp(b_i − b_j) v_j + exp(b_i) q_i S_prev,
+//   S_next = exp(b_C) S_prev + Σ_j k'_jᵀ v_j exp(b_C − b_j).
+// Chunks start at token 0 of the call; state is read from and written back to `state`
+// ([n_heads, hd, hd] fp32, row = key dim, col = value dim, one sequence), so two calls of n1 and
+// n2 tokens equal one call of n1 + n2 (up to rounding; the chunk boundaries differ).
+// q, k, v: row t, head h at base + t·ld + h·head_dim (post-RoPE, k NOT yet scaled); gt: [n, ldg];
+// out: [n, ldo]. The per-head RMSNorm and the silu(g) gate that follow are separate ops.
+// Precision: q, k', v, the masked decay matrix P and the bf16 copy of S_prev enter bf16
+// tensor-core products (mma.sync m16n8k16, fp32 accumulation); the gate, the cumulative decays,
+// the decay factors and the carried state S stay fp32 (SPEC 2.5). Expect ~2^-8 relative error
+// against the fp32 CPU op, not ~1e-6.
+// Limits: head_dim ≤ 256 (padded inside to 32/64/128/256), chunk ∈ {32, 64} (0 = 64), sm_80+.
+struct RetentionPrefillArgs {
+  const float* q = nullptr;
+  int ldq = 0;
+  const float* k = nullptr;
+  int ldk = 0;
+  const float* v = nullptr;
+  int ldv = 0;
+  const float* gt = nullptr;  // gate logits x·W_gt, [n, ldg]
+  int ldg = 0;
+  float* state = nullptr;  // [n_heads, head_dim, head_dim], read and updated
+  float* out = nullptr;
+  int ldo = 0;
+  int n = 0, n_heads = 0, head_dim = 0;
+  int chunk = 0;                       // C; 0 = 64
+  float k_scale = 1.f;                 // hd^(−1/2) for SPEC 2.3
+  float gate_logit_normalizer = 16.f;  // τ
+};
+Status retention_prefill(const RetentionPrefillArgs& args, void* stream);
+
+// --- swa.cu --------------------------------------------------------------------------
+// Sliding-window attention (SPEC 2.3) over a per-sequence window ring: the GPU layout of
+// SelfLayerState's ring. A ring is [window, n_kv_heads·head_dim] fp32 for K and the same for V;
+// the post-RoPE row of position p lives in row p % window (the layout depends on the position
+// alone, so a restored state needs no rotation). Before a call that starts at position pos0 the
+// ring must hold positions max(0, pos0 − window + 1) .. pos0 − 1 (every earlier row went through
+// it, as the CPU model's ring_push does, or a restored state was written there).
+// Query at position p sees keys p − window < j ≤ p; query head h reads kv head
+// h / (n_q_heads / n_kv_heads); scores scaled by `scale` (1/sqrt(hd)).
+
+// Prefill of one sequence's n queries at positions pos0 .. pos0 + n − 1 against the ring's older
+// keys and this call's own k/v rows, then the call's last min(n, window) k/v rows are written
+// into the ring (a second kernel on the same stream, after the attention has read the ring), so
+// consecutive calls resume exactly like one call (up to rounding).
+// Flash-attention style: a block per (64 queries, query head); q·kᵀ and p·v on bf16 tensor cores
+// (mma.sync m16n8k16, fp32 accumulation), the online softmax in fp32 registers; q, k, v and
+// the softmax weights are rounded to bf16 for the products (expect ~2^-8 relative error).
+// Limits: head_dim ≤ 256, sm_80+.
+struct SwaPrefillArgs {
+  const float* q = nullptr;  // [n, n_q_heads·head_dim], row stride ldq
+  int ldq = 0;
+  const float* k = nullptr;  // [n, n_kv_heads·head_dim] this call's keys (post-RoPE), stride ldk
+  int ldk = 0;
+  const float* v = nullptr;
+  int ldv = 0;
+  float* k_ring = nullptr;  // [window, n_kv_heads·head_dim], read, then updated
+  float* v_ring = nullptr;
+  float* out = nullptr;  // [n, n_q_heads·head_dim], stride ldo
+  int ldo = 0;
+  int n = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0, window = 0;
+  int64_t pos0 = 0;
+  float scale = 0.f;
+};
+Status swa_prefill(const SwaPrefillArgs& args, void* stream);
+
+// One decode step for a batch: sequence b's token at position positions[b] attends keys
+// max(0, pos − window + 1) .. pos, where key pos is this step's k/v row (read from k and v) and
+// the older ones come from its ring; the step's k/v row is then stored in ring row pos % window
+// (a row no query of this step reads, so one kernel does both). fp32 throughout (CUDA cores):
+// within ~1e-5 of cpu::decode_attention over the same window. One block per (sequence, kv head),
+// the GQA group sharing every K/V read.
+// Limits: head_dim ≤ 256, n_q_heads / n_kv_heads ≤ 16.
+struct SwaDecodeArgs {
+  const float* q = nullptr;  // [batch, n_q_heads·head_dim], stride ldq
+  int ldq = 0;
+  const float* k = nullptr;  // [batch, n_kv_heads·head_dim] this step's keys (post-RoPE)
+  int ldk = 0;
+  const float* v = nullptr;
+  int ldv = 0;
+  float* const* k_rings = nullptr;  // device array of `batch` ring pointers (see above)
+  float* const* v_rings = nullptr;
+  const int64_t* positions = nullptr;  // device [batch]: position of this step's token (≥ 0)
+  float* out = nullptr;                // [batch, n_q_heads·head_dim], stride ldo
+  int ldo = 0;
+  int batch = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0, window = 0;
+  float scale = 0.f;
+};
+Status swa_decode(const SwaDecodeArgs& args, void* stream);
+
+// --- sampling.cu ---------------------------------------------------------------------
+// Token sampling on the device, model/sampler.cc's Sampler::sample without the penalties (apply
+// those to the logits first): temperature 0 is greedy (argmax, lowest index on ties); otherwise
+// candidates sorted by logit (ties: lower index first), cut to top_k (0 = off), probabilities
+// exp((l − max) / T) normalized over them in double, then top-p (smallest prefix whose mass
+// reaches top_p), then min-p (keep while prob ≥ min_p · prob[0]), then one draw r = U · mass
+// walking the kept prefix in order.
+// Randomness: each row carries model/sampler.cc's xoshiro256** state (4 × u64, seeded by the same
+// splitmix64 expansion, see sampling_rng_init) and a non-greedy row makes exactly one draw per
+// call, as the CPU sampler does. So U is bit-identical to the CPU's; the probabilities are the
+// same formulas but the normalizer and the prefix sums are added in a different order (a tree,
+// not a loop), so the token equals the CPU sampler's except when the draw or the top-p cut falls
+// within ~1e-15 (relative) of a boundary between two candidates. A row's token is a function of
+// (logits, params, seed, number of earlier draws) alone, never of the batch it runs in.
+// Parameters are NOT validated on the device: check them with SamplingParams::validate.
+struct SamplingRow {
+  float temperature = 1.0f;  // 0: greedy
+  int top_k = 0;             // 0 or ≥ vocab: off
+  float top_p = 1.0f;        // (0, 1]
+  float min_p = 0.0f;        // [0, 1]
+};
+struct SampleArgs {
+  const float* logits = nullptr;  // [batch, ld] fp32 (columns 0..vocab−1 used); not modified
+  int64_t ld = 0;
+  int batch = 0, vocab = 0;
+  const SamplingRow* params = nullptr;  // device [batch]
+  uint64_t* rng_states = nullptr;       // device [batch, 4]; advanced by one draw per non-greedy row
+  int32_t* tokens = nullptr;            // device [batch] out
+};
+// Sorts every row (cub radix sort of (row, logit, index) keys in a per-stream scratch buffer of
+// 16·batch·vocab bytes plus cub's temporary storage, so not under graph capture on first use).
+// Limits: batch·vocab < 2^31 and ⌈log2 batch⌉ + ⌈log2 vocab⌉ ≤ 32 (split bigger batches).
+// Logits must not be NaN (−inf is fine: a masked token).
+Status sample_tokens(const SampleArgs& args, void* stream);
+// argmax per row (lowest index on ties): what sample_tokens does for temperature 0, without the sort.
+Status sample_greedy(const float* logits, int64_t ld, int batch, int vocab, int32_t* tokens, void* stream);
+// states[b] = the xoshiro256** state of model/sampler.cc's Rng(seeds[b]) after draws[b] draws
+// (draws may be null = 0; ≥ 0): what Sampler::replay leaves after that many non-greedy tokens.
+Status sampling_rng_init(const uint64_t* seeds, const int64_t* draws, uint64_t* states, int batch, void* stream);
 
 }  // namespace yoco::cuda
