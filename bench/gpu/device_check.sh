@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# For a lent GPU machine (the device tool; see /work/.library/device/METHOD.md): builds the
+# kernels, the engine, their tests and benches with CMake + CUDA only (no Debian -dev packages
+# there except GoogleTest, carried as .debs in .deps/ and unpacked into a private prefix), runs
+# every `gpu`-labelled test, then the benches. Logs and tables go under $OUT.
+#
+# Here, once:  mkdir -p .deps && (cd .deps && apt-get download libgtest-dev libgmock-dev)
+#              (.deps/ is listed in .git/info/exclude)
+# Then:        run(command="bench/gpu/device_check.sh all", carry=[".deps"], timeout_s=600)
+# Modes: tests (build + ctest -L gpu), bench (build + benches), all (both). Extra arguments are
+# passed to cuda_ops_bench (e.g. --sections decode,retention).
+set -uo pipefail
+mode=${1:-all}
+shift || true
+OUT=${OUT:-/tmp/yoco-gpu-out}
+mkdir -p "$OUT"
+prefix=/tmp/yoco-deps
+for f in .deps/*.deb; do dpkg -x "$f" "$prefix" || exit 1; done
+{ nvidia-smi; nvcc --version; cmake --version | head -1; g++ --version | head -1; } >"$OUT/device.txt" 2>&1
+head -12 "$OUT/device.txt"
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DYOCO_CUDA=ON -DYOCO_CUDA_ARCHS=90a \
+  -DYOCO_TRANSFER=OFF -DYOCO_TOKENIZER=OFF -DYOCO_KV_STORE=OFF -DYOCO_CPU_BLAS=OFF \
+  -DGTest_DIR="$prefix/usr/lib/x86_64-linux-gnu/cmake/GTest" >"$OUT/configure.log" 2>&1 ||
+  { tail -40 "$OUT/configure.log"; exit 1; }
+start=$(date +%s)
+ninja -C build-gpu -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" -A3 "$OUT/build.log" | head -60; exit 1; }
+echo "build: $(($(date +%s) - start)) s"
+rc=0
+if [[ $mode == tests || $mode == all ]]; then
+  ctest --test-dir build-gpu -L gpu --output-on-failure -j4 --timeout 300 >"$OUT/ctest-gpu.log" 2>&1 || rc=1
+  grep -E "tests passed|tests failed|Failed|\(Failed\)|\(Timeout\)|SKIPPED" "$OUT/ctest-gpu.log" | head -40
+  # The skip count must be zero on a device: a skipped GPU test here would be a silent pass.
+  if grep -q "Skipped" "$OUT/ctest-gpu.log"; then echo "WARNING: gpu tests skipped on a device"; rc=1; fi
+fi
+if [[ $mode == bench || $mode == all ]]; then
+  build-gpu/bench/cuda_ops_bench "$@" 2>&1 | tee "$OUT/cuda_ops_bench.txt" || rc=1
+  if [[ -x build-gpu/bench/cuda_engine_bench ]]; then
+    build-gpu/bench/cuda_engine_bench 2>&1 | tee "$OUT/cuda_engine_bench.txt" || rc=1
+  fi
+fi
+exit $rc
