@@ -230,4 +230,18 @@ Status decode_attention_paged(const PagedDecodeArgs& a, void* stream) {
   return detail::launch_status("decode_attention_paged (combine)");
 }
 
+Status decode_attention_paged_reserve(const PagedDecodeArgs& a, void* stream) {
+  auto bad = [](const char* what) { return invalid_argument(std::string("decode_attention_paged_reserve: ") + what); };
+  if (a.batch < 0 || a.n_q_heads <= 0 || a.head_dim <= 0 || a.max_length < 0 || a.split_keys < 0)
+    return bad("batch, max_length, split_keys >= 0 and n_q_heads, head_dim > 0 required");
+  if (a.batch == 0) return Status::Ok();
+  // The same sizes as decode_attention_paged above.
+  const int split_keys = a.split_keys > 0 ? a.split_keys : kDefaultSplitKeys;
+  const int64_t n_splits = std::max<int64_t>(1, (a.max_length + split_keys - 1) / split_keys);
+  const int64_t slots = static_cast<int64_t>(a.batch) * a.n_q_heads * n_splits;
+  const size_t bytes =
+      static_cast<size_t>(slots) * a.head_dim * sizeof(float) + static_cast<size_t>(slots) * 2 * sizeof(float);
+  return detail::scratch(stream, detail::ScratchSlot::kAttentionPartials, bytes).status();
+}
+
 }  // namespace yoco::cuda

@@ -52,4 +52,24 @@ Result<void*> scratch(void* stream, ScratchSlot slot, size_t bytes) {
 }
 
 }  // namespace detail
+
+Status release_scratch(void* stream) {
+  int dev = 0;
+  if (Status st = detail::cuda_status(cudaGetDevice(&dev), "cudaGetDevice"); !st.ok()) return st;
+  std::lock_guard<std::mutex> lock(detail::g_scratch_mu);
+  Status result = Status::Ok();
+  for (auto it = detail::g_scratch.begin(); it != detail::g_scratch.end();) {
+    if (std::get<0>(it->first) == dev && std::get<1>(it->first) == stream) {
+      if (it->second.ptr) {
+        Status st = detail::cuda_status(cudaFree(it->second.ptr), "cudaFree(scratch)");
+        if (!st.ok() && result.ok()) result = st;
+      }
+      it = detail::g_scratch.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return result;
+}
+
 }  // namespace yoco::cuda

@@ -20,6 +20,10 @@ enum class DType { kF32, kBF16 };
 
 // Number of usable CUDA devices (0 when there is no driver or no device).
 int device_count();
+// Frees the scratch buffers the ops keep for `stream` on the current device (gemm workspace,
+// attention partials, sampling keys). Call it before destroying a stream, after its work has
+// finished (e.g. a cudaStreamSynchronize); a later op on that stream allocates afresh.
+Status release_scratch(void* stream);
 
 // --- gemm.cu -------------------------------------------------------------------------
 // C[m,n] = alpha · A[m,k] · B[n,k]ᵀ + beta · C, through cuBLASLt: A and B bf16 row-major
@@ -89,6 +93,11 @@ struct PagedDecodeArgs {
 };
 // Limits: head_dim ≤ 256, n_q_heads / n_kv_heads ≤ 16. A sequence of length 0 gets zeros.
 Status decode_attention_paged(const PagedDecodeArgs& args, void* stream);
+// Sizes the scratch decode_attention_paged keeps per stream for calls with up to args.batch
+// sequences and args.max_length keys (other fields: n_q_heads, head_dim, split_keys), so that
+// such calls never reallocate it: a CUDA graph that captured them keeps valid pointers. Allocates
+// (not under capture).
+Status decode_attention_paged_reserve(const PagedDecodeArgs& args, void* stream);
 
 // --- retention.cu --------------------------------------------------------------------
 // One gated-retention decode step for a batch (SPEC 2.3, as model.cc's decode path around
@@ -252,5 +261,51 @@ Status sample_greedy(const float* logits, int64_t ld, int batch, int vocab, int3
 // states[b] = the xoshiro256** state of model/sampler.cc's Rng(seeds[b]) after draws[b] draws
 // (draws may be null = 0; ≥ 0): what Sampler::replay leaves after that many non-greedy tokens.
 Status sampling_rng_init(const uint64_t* seeds, const int64_t* draws, uint64_t* states, int batch, void* stream);
+
+// --- engine_ops.cu -------------------------------------------------------------------
+// The glue of the GPU engine (model/cuda_engine.h): fp32 activations into the bf16 inputs of
+// gemm_bf16 (math fp32, one round-to-nearest-even at the store), rows between per-sequence slots
+// and the batch, K/V rows into the paged pool, seeded random weights for benchmarks.
+
+// y[r] = bf16(x[r] / sqrt(mean(x²) + eps) · w) (w may be null): rmsnorm's statistics and
+// reduction order, stored as the bf16 A operand of the gemm that follows. x fp32 [rows, dim].
+Status rmsnorm_to_bf16(const float* x, const float* w, uint16_t* y, int rows, int dim, float eps, void* stream);
+// out[r, i] = bf16(silu(a[r, i]) · b[r, i]), strided as silu_mul: the SwiGLU of the fp32 fc1|gate
+// product (silu_mul_to_bf16(u, 2H, u + H, 2H, act, H, rows, H)) and gRet's silu(g) ⊙ o gate.
+Status silu_mul_to_bf16(const float* a, int lda, const float* b, int ldb, uint16_t* out, int ldo, int rows, int cols,
+                        void* stream);
+// y[r, i] = bf16(x[r, i]) over rows × cols, strided.
+Status convert_to_bf16(const float* x, int ldx, uint16_t* y, int ldy, int rows, int cols, void* stream);
+// Row (dst_rows ? dst_rows[r] : r) of dst = row (src_rows ? src_rows[r] : r) of src, `cols` fp32
+// values each, for r < rows: gathers per-sequence rows into a batch and scatters them back.
+// The index arrays are device int32 and NOT checked on the device; destination rows must be
+// distinct.
+Status copy_rows(const float* src, int64_t lds, const int32_t* src_rows, float* dst, int64_t ldd,
+                 const int32_t* dst_rows, int rows, int cols, void* stream);
+// Writes K/V rows into the paged pool of decode_attention_paged: row r (k + r·ldk, v + r·ldv,
+// kv_dim values) goes to position positions[r] of the sequence whose block table is row
+// (row_tables ? row_tables[r] : 0) of block_tables [tables, max_blocks], i.e. to row
+// positions[r] % block_size of pool block table[positions[r] / block_size]. A row whose position
+// or block falls outside [0, max_blocks · block_size) or [0, n_blocks) is skipped (the caller
+// validates; this only keeps a bad table from writing outside the pool). Destinations of one
+// call must be distinct.
+struct KvAppendArgs {
+  const float* k = nullptr;
+  int ldk = 0;
+  const float* v = nullptr;
+  int ldv = 0;
+  float* k_pool = nullptr;  // [n_blocks, block_size, kv_dim] fp32
+  float* v_pool = nullptr;
+  const int32_t* block_tables = nullptr;  // device [tables, max_blocks]
+  int max_blocks = 0;
+  const int32_t* row_tables = nullptr;  // device [rows] or null (every row uses table 0)
+  const int64_t* positions = nullptr;   // device [rows]
+  int rows = 0, kv_dim = 0, block_size = 0, n_blocks = 0;
+};
+Status kv_append_paged(const KvAppendArgs& args, void* stream);
+// y[i] = mean + stddev · N(0, 1) for i < n (fp32 or bf16): Box-Muller on two 24-bit uniforms from
+// splitmix64(seed ^ splitmix64(i)), so element i depends on (seed, i) alone, never on the launch
+// shape. For benchmark weights too big to generate on the host; not the host generator's values.
+Status fill_normal(void* y, DType type, int64_t n, uint64_t seed, float mean, float stddev, void* stream);
 
 }  // namespace yoco::cuda

@@ -1,0 +1,242 @@
+// GPU engine benchmark (model/cuda_engine.h): self-decoder prefill time and achieved TFLOP/s over
+// prompt lengths, decode-step time over batch sizes and contexts with the bytes-moved roofline.
+// Prints a short table (never asserts speed). Weights: --model DIR (uploaded from the CPU loader)
+// or --preset NAME, generated on the device (cuda::fill_normal), so yoco-3b needs no host copy.
+//   cuda_engine_bench [--preset yoco-3b | --model DIR] [--prefill-lens 1024,4096,16384]
+//                     [--chunk-tokens 4096] [--decode-batches 1,8,16,32,64]
+//                     [--decode-contexts 1024,8192] [--decode-steps 16] [--repeats 3]
+//                     [--peak-gbps 3350] [--device 0]
+// Timing is wall clock around the engine's synchronous calls, after one warm-up call per shape
+// (cuBLASLt heuristics and scratch allocation happen there); decode leaves the logits on the
+// device (no host copy). L2 is not flushed: the weights of every benchmark preset are far larger.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/flags.h"
+#include "kernels/cuda/ops.h"
+#include "model/cuda_engine.h"
+#include "model/model.h"
+#include "model/random_model.h"
+
+using namespace yoco;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int vocab, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(g() % vocab);
+  return t;
+}
+
+int die(const Status& s) {
+  std::fprintf(stderr, "cuda_engine_bench: %s\n", s.to_string().c_str());
+  return 2;
+}
+
+// FLOPs (2 per multiply-add) of a self-decoder prefill of n tokens in calls of `chunk` tokens.
+struct PrefillFlops {
+  double proj = 0, mixer = 0;
+};
+PrefillFlops prefill_flops(const ModelConfig& c, int64_t n, int chunk, int retention_chunk) {
+  const double D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), hd = c.self_head_dim(), Hs = c.n_self_heads;
+  const double P = c.self_qkv_rows() + (c.is_swa() ? 0 : Hs);
+  const double layers = static_cast<double>(c.n_loops) * c.n_self_layers;
+  PrefillFlops f;
+  f.proj = static_cast<double>(n) * (layers * (2 * D * P + 2 * D * D + 6 * D * H) + 2 * D * 2 * KV);
+  for (int64_t off = 0; off < n; off += chunk) {
+    const int64_t m = std::min<int64_t>(chunk, n - off);
+    if (!c.is_swa()) {
+      // Chunkwise retention as executed: per chunk of cc tokens and head, q·kᵀ and P·v over the
+      // whole cc×cc block (4·cc²·hd) plus the cross term q·S and the update kᵀv (4·cc·hd²).
+      for (int64_t t = 0; t < m; t += retention_chunk) {
+        const double cc = static_cast<double>(std::min<int64_t>(retention_chunk, m - t));
+        f.mixer += layers * Hs * (4 * cc * cc * hd + 4 * cc * hd * hd);
+      }
+    } else {
+      // Useful SWA work: the query at position p sees min(p + 1, W) keys (q·kᵀ and p·v).
+      const int64_t W = c.sliding_window;
+      double keys = 0;
+      for (int64_t p = off; p < off + m; ++p) keys += static_cast<double>(std::min<int64_t>(p + 1, W));
+      f.mixer += layers * Hs * 4 * hd * keys;
+    }
+  }
+  return f;
+}
+
+// Bytes one decode step must move at least: every bf16 matrix it uses once (the self-decoder's
+// once per loop), the K/V rows attended (fp32), and the self-decoder state read (+ written).
+struct DecodeBytes {
+  double weights = 0, kv = 0, state = 0;
+};
+DecodeBytes decode_bytes(const ModelConfig& c, int batch, int64_t context) {
+  const double D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), hd = c.self_head_dim(), Hs = c.n_self_heads,
+               V = c.vocab_size;
+  const double P = c.self_qkv_rows() + (c.is_swa() ? 0 : Hs);
+  const double self_layer = 2 * (P * D + D * D + 3 * H * D);
+  const double cross_layer = 2 * (D * D + D * D + 3 * H * D);
+  DecodeBytes b;
+  b.weights = static_cast<double>(c.n_loops) * c.n_self_layers * self_layer + 2 * (2 * KV * D) +
+              c.n_cross_layers() * cross_layer + 2 * V * D;
+  b.kv = static_cast<double>(batch) * static_cast<double>(context + 1) * 2 * KV * 4;
+  const double per_state = c.is_swa() ? 2.0 * std::min<int64_t>(context + 1, c.sliding_window) * D * 4  // read
+                                      : 2.0 * Hs * hd * hd * 4;                                         // read + write
+  b.state = static_cast<double>(batch) * c.n_loops * c.n_self_layers * per_state;
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto f = Flags::parse(argc, argv, 1,
+                        {"model", "preset", "prefill-lens", "chunk-tokens", "decode-batches", "decode-contexts",
+                         "decode-steps", "repeats", "peak-gbps", "device", "seed"});
+  if (!f.ok()) return die(f.status());
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr, "cuda_engine_bench: no CUDA device\n");
+    return 1;
+  }
+  auto lens = f->has("prefill-lens") ? f->get_int_list("prefill-lens")
+                                     : Result<std::vector<int64_t>>(std::vector<int64_t>{1024, 4096, 16384});
+  auto batches = f->has("decode-batches") ? f->get_int_list("decode-batches")
+                                          : Result<std::vector<int64_t>>(std::vector<int64_t>{1, 8, 16, 32, 64});
+  auto contexts = f->has("decode-contexts") ? f->get_int_list("decode-contexts")
+                                            : Result<std::vector<int64_t>>(std::vector<int64_t>{1024, 8192});
+  auto chunk = f->get_int("chunk-tokens", 4096);
+  auto steps = f->get_int("decode-steps", 16);
+  auto repeats = f->get_int("repeats", 3);
+  auto peak = f->get_double("peak-gbps", 3350);
+  auto device = f->get_int("device", 0);
+  auto seed = f->get_int("seed", 1);
+  for (const Status* s : {&lens.status(), &batches.status(), &contexts.status(), &chunk.status(), &steps.status(),
+                          &repeats.status(), &peak.status(), &device.status(), &seed.status()})
+    if (!s->ok()) return die(*s);
+  if (chunk.value() <= 0 || steps.value() <= 0 || repeats.value() <= 0)
+    return die(invalid_argument("--chunk-tokens, --decode-steps and --repeats must be > 0"));
+  for (const auto* list : {&lens.value(), &batches.value(), &contexts.value()})
+    for (int64_t v : *list)
+      if (v <= 0) return die(invalid_argument("lengths, batches and contexts must be > 0"));
+
+  const int64_t max_len = *std::max_element(lens->begin(), lens->end());
+  const int64_t max_ctx = *std::max_element(contexts->begin(), contexts->end());
+  const int64_t max_batch = *std::max_element(batches->begin(), batches->end());
+  const int64_t extra = 2 + steps.value();  // warm-up + timed steps past the context
+  CudaEngineOptions opt;
+  opt.device = static_cast<int>(device.value());
+  opt.max_batch = static_cast<int>(max_batch);
+  opt.max_sequences = static_cast<int>(max_batch) + 1;
+  opt.max_chunk_tokens = static_cast<int>(chunk.value());
+  opt.max_context = std::max(max_len, max_ctx + extra);
+  opt.kv_block_size = 64;
+  const int64_t per_seq = (max_ctx + extra + opt.kv_block_size - 1) / opt.kv_block_size;
+  opt.kv_blocks =
+      static_cast<int>(std::max((max_len + opt.kv_block_size - 1) / opt.kv_block_size, per_seq * max_batch) + 1);
+
+  std::unique_ptr<Model> host_model;
+  Result<std::unique_ptr<CudaEngine>> eng = internal_error("unset");
+  std::string name;
+  if (f->has("model")) {
+    name = f->get("model");
+    auto m = Model::load(name);
+    if (!m.ok()) return die(m.status());
+    host_model = std::move(m).value();
+    eng = CudaEngine::create(*host_model, opt);
+  } else {
+    name = f->get("preset", "yoco-3b");
+    auto cfg = find_preset(name);
+    if (!cfg.ok()) return die(cfg.status());
+    eng = CudaEngine::create_random(cfg.value(), static_cast<uint64_t>(seed.value()), opt);
+  }
+  if (!eng.ok()) return die(eng.status());
+  CudaEngine& e = **eng;
+  const ModelConfig& c = e.config();
+  const int V = c.vocab_size;
+
+  std::printf("%s: dim %d, %d self layers x %d loops + %d cross layers, %s, heads %d/%d/%d, hidden %d, vocab %d\n",
+              name.c_str(), c.dim, c.n_self_layers, c.n_loops, c.n_cross_layers(),
+              c.is_swa() ? ("SWA " + std::to_string(c.sliding_window)).c_str() : "gRet", c.n_self_heads, c.n_attn_heads,
+              c.n_attn_kv_heads, c.hidden_dim, V);
+  std::printf("weights on device: %.2f GB (bf16 matrices, fp32 norms); KV pool %d blocks x %d rows\n\n",
+              e.weight_bytes() / 1e9, opt.kv_blocks, opt.kv_block_size);
+
+  // --- prefill ---------------------------------------------------------------------------------
+  std::printf("prefill (self-decoder + global K/V, early exit; calls of %lld tokens, retention chunk %d)\n",
+              static_cast<long long>(chunk.value()), opt.retention_chunk);
+  std::printf(
+      "  FLOPs = n * [Ls*T*(2*D*P + 2*D^2 + 6*D*H) + 4*D*KV]   (projections, FFN, global K/V; P = q|k|v(|g|gt) "
+      "rows)\n");
+  std::printf("        + %s\n\n",
+              c.is_swa()
+                  ? "Ls*T*Hs*4*hd*sum_p min(p+1, W)   (SWA: q.k and p.v over the window)"
+                  : "Ls*T*Hs*sum_chunks (4*C^2*hd + 4*C*hd^2)   (chunkwise gRet as executed, C x C blocks whole)");
+  std::printf("  %8s %10s %12s %10s %10s %10s\n", "tokens", "ms", "tokens/s", "TFLOP", "TFLOP/s", "mixer %");
+  for (int64_t n : lens.value()) {
+    const auto toks = random_tokens(n, V, static_cast<uint32_t>(n));
+    double best = 1e30;
+    for (int r = 0; r <= repeats.value(); ++r) {  // r = 0: warm-up
+      auto id = e.new_sequence();
+      if (!id.ok()) return die(id.status());
+      const auto t0 = clock_type::now();
+      if (Status s = e.prefill(id.value(), toks, static_cast<int>(chunk.value())); !s.ok()) return die(s);
+      const double t = seconds_since(t0);
+      if (r > 0) best = std::min(best, t);
+      if (Status s = e.release(id.value()); !s.ok()) return die(s);
+    }
+    const PrefillFlops fl = prefill_flops(c, n, static_cast<int>(chunk.value()), opt.retention_chunk);
+    const double total = fl.proj + fl.mixer;
+    std::printf("  %8lld %10.2f %12.0f %10.3f %10.1f %10.1f\n", static_cast<long long>(n), best * 1e3, n / best,
+                total / 1e12, total / best / 1e12, 100 * fl.mixer / total);
+  }
+
+  // --- decode ----------------------------------------------------------------------------------
+  std::printf("\ndecode step (self-decoder step + 1 K/V row + cross-decoder + output head; equal contexts)\n");
+  std::printf("  bytes = weights (bf16, self-decoder once per loop) + B*(ctx+1)*2*KV*4 (fp32 K/V read)\n");
+  std::printf("        + B*Ls*T*%s; roofline = bytes / %.0f GB/s\n\n",
+              c.is_swa() ? "2*min(ctx+1,W)*D*4 (window read)" : "2*Hs*hd^2*4 (S read + write)", peak.value());
+  std::printf("  %6s %8s %10s %12s %10s %10s %10s %12s %10s\n", "batch", "context", "ms/step", "tokens/s", "weights MB",
+              "KV MB", "state MB", "roofline ms", "% roof");
+  for (int64_t ctx : contexts.value()) {
+    // One sequence prefilled to ctx, then copied: download once, upload per batch slot.
+    auto base_id = e.new_sequence();
+    if (!base_id.ok()) return die(base_id.status());
+    if (Status s = e.prefill(base_id.value(), random_tokens(ctx, V, 7), static_cast<int>(chunk.value())); !s.ok())
+      return die(s);
+    SequenceState base;
+    if (Status s = e.download(base_id.value(), base); !s.ok()) return die(s);
+    if (Status s = e.release(base_id.value()); !s.ok()) return die(s);
+    for (int64_t b : batches.value()) {
+      std::vector<CudaEngine::SeqId> ids;
+      for (int64_t i = 0; i < b; ++i) {
+        auto id = e.upload(base);
+        if (!id.ok()) return die(id.status());
+        ids.push_back(id.value());
+      }
+      std::vector<int32_t> toks(static_cast<size_t>(b));
+      for (int64_t i = 0; i < b; ++i) toks[i] = static_cast<int32_t>((i * 131 + 7) % V);
+      if (Status s = e.decode_step(ids, toks, nullptr); !s.ok()) return die(s);  // warm-up
+      const auto t0 = clock_type::now();
+      for (int64_t st = 0; st < steps.value(); ++st)
+        if (Status s = e.decode_step(ids, toks, nullptr); !s.ok()) return die(s);
+      const double t = seconds_since(t0) / steps.value();
+      const DecodeBytes by = decode_bytes(c, static_cast<int>(b), ctx + 1 + steps.value() / 2);
+      const double bytes = by.weights + by.kv + by.state;
+      const double roof = bytes / (peak.value() * 1e9);
+      std::printf("  %6lld %8lld %10.3f %12.0f %10.1f %10.1f %10.1f %12.3f %10.1f\n", static_cast<long long>(b),
+                  static_cast<long long>(ctx), t * 1e3, b / t, by.weights / 1e6, by.kv / 1e6, by.state / 1e6,
+                  roof * 1e3, 100 * roof / t);
+      for (auto id : ids)
+        if (Status s = e.release(id); !s.ok()) return die(s);
+    }
+  }
+  return 0;
+}

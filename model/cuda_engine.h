@@ -1,0 +1,117 @@
+// The YOCO engine on one CUDA device: the GPU twin of yoco::Model's serving path (prefill =
+// self-decoder only with early exit, batched decode steps, next-token logits), built on the ops of
+// kernels/cuda/ops.h. Plain C++: this header never includes CUDA headers (STYLE item 2); the
+// target yoco_engine_cuda exists only with YOCO_CUDA.
+//
+// Numerics (SPEC 2.5): matrices live on the device as bf16 and every projection is a bf16 ×
+// bf16 GEMM with fp32 accumulation (its activation input rounded to bf16 once, by a fused
+// rmsnorm/silu/convert op); the residual stream, norms, gate log-decays, the gRet state S, the
+// SWA window and the global K/V cache stay fp32. Chunkwise retention and SWA prefill use bf16
+// tensor cores inside; decode steps are fp32 apart from the GEMMs. The order of operations is
+// model.cc's, so a state moves between the CPU Model and this engine at any point
+// (upload/download) and decoding goes on within bf16 tolerance.
+//
+// State on the device, per sequence (a slot): the self-decoder state of every (loop, layer):
+// gRet S [n_self_heads, hd, hd] fp32 or the SWA ring [window, dim] fp32 for K and for V (the row
+// of position p in row p % window, as SelfLayerState and ops.h's swa_* ops), and last_hidden
+// [dim]; the global K/V rows in a paged pool [blocks, block_size, kv_dim] fp32 for K and for V
+// (decode_attention_paged's layout) with a block table per sequence. The position lives on the
+// host.
+//
+// Not thread-safe: one caller at a time. Every call is synchronous (it returns after the device
+// finished, with the device's errors reported). A call that fails its argument checks (including
+// RESOURCE_EXHAUSTED for slots or KV blocks) changes nothing; a call that fails on the device
+// after the checks leaves the sequences it touched unusable (release them).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "common/status.h"
+#include "model/config.h"
+#include "model/state.h"
+
+namespace yoco {
+
+class Model;
+
+struct CudaEngineOptions {
+  int device = 0;
+  int max_sequences = 64;      // device state slots (each holds every (loop, layer) state)
+  int max_batch = 64;          // sequences per decode_step / logits call
+  int max_chunk_tokens = 512;  // most tokens per prefill pass (activations are sized for it)
+  int64_t max_context = 8192;  // longest sequence (sizes the block tables); ≤ max_seq_len applies too
+  int kv_blocks = 1024;        // global K/V pool blocks
+  int kv_block_size = 64;      // rows per block: a multiple of kKvChunkRows (32)
+  int retention_chunk = 64;    // C of the chunkwise gRet prefill: 32 or 64
+  // decode_step replays a CUDA graph per (batch size, attention length bucket): the first step
+  // of a shape runs eagerly, the second captures, later ones replay. Results are bitwise those
+  // of the eager path (the paged attention's empty splits contribute nothing).
+  bool cuda_graphs = false;
+};
+
+class CudaEngine {
+ public:
+  using SeqId = int32_t;
+
+  // Uploads a whole-model (tensor-parallel world 1) Model's weights. A prefill-only weight set
+  // (WeightSet::kPrefill) gives an engine whose logits/decode_step fail FAILED_PRECONDITION.
+  static Result<std::unique_ptr<CudaEngine>> create(const Model& model, const CudaEngineOptions& opt = {});
+  // Random weights generated on the device (cuda::fill_normal; N(0, 1/fan_in) matrices, norms
+  // N(1, 0.05²), the host generator's distribution, not its values): for benchmarks of models too
+  // big to generate on the host. Untied output head unless config.tie_embeddings is true.
+  static Result<std::unique_ptr<CudaEngine>> create_random(const ModelConfig& config, uint64_t seed,
+                                                           const CudaEngineOptions& opt = {});
+  ~CudaEngine();
+  CudaEngine(const CudaEngine&) = delete;
+  CudaEngine& operator=(const CudaEngine&) = delete;
+
+  const ModelConfig& config() const;
+  const CudaEngineOptions& options() const;
+  bool has_cross_decoder() const;
+  int free_blocks() const;
+  int free_sequences() const;
+  int64_t weight_bytes() const;  // device bytes of the weights (bf16 matrices + fp32 norms)
+
+  // A fresh sequence (position 0, zero state, no KV blocks). RESOURCE_EXHAUSTED when every slot
+  // is taken.
+  Result<SeqId> new_sequence();
+  // Frees the slot and its KV blocks. NOT_FOUND for an unknown id.
+  Status release(SeqId id);
+  // Tokens consumed, or −1 for an unknown id.
+  int64_t position(SeqId id) const;
+
+  // Consumes `tokens` into the sequence, chunk_tokens at a time (0 = max_chunk_tokens; at most
+  // max_chunk_tokens); resumable. Self-decoder only (early exit): writes the state, the K/V rows
+  // and last_hidden. The KV blocks for all tokens are reserved first: RESOURCE_EXHAUSTED (nothing
+  // consumed) when the pool cannot hold them.
+  Status prefill(SeqId id, std::span<const int32_t> tokens, int chunk_tokens = 0);
+
+  // Next-token logits [B, vocab] for each sequence (cross-decoder at position − 1), into host
+  // `out`; out null: they stay in device_logits().
+  Status logits(std::span<const SeqId> ids, float* out);
+
+  // One token per sequence (any lengths, distinct ids, B ≤ max_batch): self-decoder step, one
+  // K/V row, cross-decoder; next-token logits [B, vocab] into host `out` (or device_logits() when
+  // out is null). RESOURCE_EXHAUSTED (nothing changed) when the pool lacks a block some sequence
+  // needs for its new row.
+  Status decode_step(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* out);
+
+  // The device buffer [max_batch, vocab] fp32 the last logits/decode_step wrote (rows 0..B−1).
+  const float* device_logits() const;
+
+  // A new sequence holding a copy of a CPU state (contiguous or paged K/V rows; world 1), e.g.
+  // one prefilled by the CPU Model or restored by deserialize_state. Checks every shape.
+  Result<SeqId> upload(const SequenceState& st);
+  // The sequence's state as the CPU Model holds it: contiguous K/V rows (k, v of `position`
+  // rows), the self-decoder states, last_hidden. `out` is replaced.
+  Status download(SeqId id, SequenceState& out) const;
+
+ private:
+  struct Impl;
+  explicit CudaEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace yoco
