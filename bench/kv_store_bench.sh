@@ -9,12 +9,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-(cd "$work" && printf 'subjectAltName=IP:127.0.0.1\n' > san.ext &&
-  openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=bench-ca -keyout ca.key -out ca.crt &&
-  for n in server client; do
-    openssl req -newkey rsa:2048 -nodes -subj /CN=$n -keyout $n.key -out $n.csr &&
-      openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile san.ext -out $n.crt
-  done) >/dev/null 2>&1
+bench/make_pki.sh "$work"
 plain=$(free_port)
 tls=$(free_port)
 redis-server --port "$plain" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" >"$work/plain.log" 2>&1 &
