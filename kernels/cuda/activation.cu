@@ -10,8 +10,8 @@ constexpr int kThreads = 256;
 
 // Grid-stride loops over a rows × cols view: simple and bandwidth-bound already; later, vectorized
 // (8 × bf16) loads when the strides allow.
-template <class T>
-__global__ void silu_mul_kernel(const T* a, int lda, const T* b, int ldb, T* out, int ldo, int rows, int cols) {
+template <class TIn, class TOut>
+__global__ void silu_mul_kernel(const TIn* a, int lda, const TIn* b, int ldb, TOut* out, int ldo, int rows, int cols) {
   const int64_t total = static_cast<int64_t>(rows) * cols;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -45,9 +45,9 @@ unsigned grid_for(int64_t total) {
   return static_cast<unsigned>(blocks < 65536 ? blocks : 65536);  // grid-stride covers the rest
 }
 
-template <class T>
-Status launch_silu_mul(const char* op, const T* a, int lda, const T* b, int ldb, T* out, int ldo, int rows, int cols,
-                       void* stream) {
+template <class TIn, class TOut>
+Status launch_silu_mul(const char* op, const TIn* a, int lda, const TIn* b, int ldb, TOut* out, int ldo, int rows,
+                       int cols, void* stream) {
   const std::string o(op);
   if (rows < 0 || cols < 0) return invalid_argument(o + ": rows and cols must be >= 0");
   if (rows == 0 || cols == 0) return Status::Ok();
@@ -57,7 +57,7 @@ Status launch_silu_mul(const char* op, const T* a, int lda, const T* b, int ldb,
   if (lda < cols) return invalid_argument(o + ": lda must be >= cols");
   if (ldb < cols) return invalid_argument(o + ": ldb must be >= cols");
   if (ldo < cols) return invalid_argument(o + ": ldo must be >= cols");
-  silu_mul_kernel<T><<<grid_for(static_cast<int64_t>(rows) * cols), kThreads, 0, detail::as_stream(stream)>>>(
+  silu_mul_kernel<TIn, TOut><<<grid_for(static_cast<int64_t>(rows) * cols), kThreads, 0, detail::as_stream(stream)>>>(
       a, lda, b, ldb, out, ldo, rows, cols);
   return detail::launch_status(op);
 }
@@ -73,6 +73,11 @@ Status silu_mul_bf16(const uint16_t* a, int lda, const uint16_t* b, int ldb, uin
                      void* stream) {
   return launch_silu_mul("silu_mul_bf16", detail::as_bf16(a), lda, detail::as_bf16(b), ldb, detail::as_bf16(out), ldo,
                          rows, cols, stream);
+}
+
+Status silu_mul_to_bf16(const float* a, int lda, const float* b, int ldb, uint16_t* out, int ldo, int rows, int cols,
+                        void* stream) {
+  return launch_silu_mul("silu_mul_to_bf16", a, lda, b, ldb, detail::as_bf16(out), ldo, rows, cols, stream);
 }
 
 Status embed(const void* table, DType table_type, int dim, const int32_t* ids, int n, float scale, float* out,

@@ -15,42 +15,6 @@ unsigned grid_for(int64_t total) {
   return static_cast<unsigned>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
 }
 
-// One block per row, as rmsnorm.cu's kernel (same reduction order), storing bf16.
-__global__ void rmsnorm_to_bf16_kernel(const float* __restrict__ x, const float* __restrict__ w,
-                                       __nv_bfloat16* __restrict__ y, int dim, float eps) {
-  const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
-  __nv_bfloat16* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
-  float ss = 0.f;
-  for (int i = threadIdx.x; i < dim; i += kThreads) {
-    const float v = xr[i];
-    ss += v * v;
-  }
-  __shared__ float warp_sums[kThreads / 32];
-  for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    ss = threadIdx.x < kThreads / 32 ? warp_sums[threadIdx.x] : 0.f;
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if (threadIdx.x == 0) warp_sums[0] = ss;
-  }
-  __syncthreads();
-  const float inv = rsqrtf(warp_sums[0] / static_cast<float>(dim) + eps);
-  for (int i = threadIdx.x; i < dim; i += kThreads) yr[i] = __float2bfloat16_rn(xr[i] * inv * (w ? w[i] : 1.f));
-}
-
-__global__ void silu_mul_to_bf16_kernel(const float* a, int lda, const float* b, int ldb, __nv_bfloat16* out, int ldo,
-                                        int rows, int cols) {
-  const int64_t total = static_cast<int64_t>(rows) * cols;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols;
-    const float x = a[r * lda + c];
-    const float y = b[r * ldb + c];
-    out[r * ldo + c] = __float2bfloat16_rn(x / (1.0f + expf(-x)) * y);  // expf: as activation.cu
-  }
-}
-
 __global__ void convert_to_bf16_kernel(const float* __restrict__ x, int ldx, __nv_bfloat16* __restrict__ y, int ldy,
                                        int rows, int cols) {
   const int64_t total = static_cast<int64_t>(rows) * cols;
@@ -114,29 +78,6 @@ __global__ void fill_normal_kernel(T* y, int64_t n, uint64_t seed, float mean, f
 }
 
 }  // namespace
-
-Status rmsnorm_to_bf16(const float* x, const float* w, uint16_t* y, int rows, int dim, float eps, void* stream) {
-  if (rows < 0) return invalid_argument("rmsnorm_to_bf16: rows must be >= 0");
-  if (dim <= 0) return invalid_argument("rmsnorm_to_bf16: dim must be > 0");
-  if (rows == 0) return Status::Ok();
-  if (!x) return invalid_argument("rmsnorm_to_bf16: x is null");
-  if (!y) return invalid_argument("rmsnorm_to_bf16: y is null");
-  rmsnorm_to_bf16_kernel<<<rows, kThreads, 0, detail::as_stream(stream)>>>(x, w, as_bf16(y), dim, eps);
-  return detail::launch_status("rmsnorm_to_bf16");
-}
-
-Status silu_mul_to_bf16(const float* a, int lda, const float* b, int ldb, uint16_t* out, int ldo, int rows, int cols,
-                        void* stream) {
-  const char* op = "silu_mul_to_bf16";
-  auto bad = [&](const char* what) { return invalid_argument(std::string(op) + ": " + what); };
-  if (rows < 0 || cols < 0) return bad("rows and cols must be >= 0");
-  if (rows == 0 || cols == 0) return Status::Ok();
-  if (!a || !b || !out) return bad("a, b and out must be set");
-  if (lda < cols || ldb < cols || ldo < cols) return bad("lda, ldb and ldo must be >= cols");
-  silu_mul_to_bf16_kernel<<<grid_for(static_cast<int64_t>(rows) * cols), kThreads, 0, detail::as_stream(stream)>>>(
-      a, lda, b, ldb, as_bf16(out), ldo, rows, cols);
-  return detail::launch_status(op);
-}
 
 Status convert_to_bf16(const float* x, int ldx, uint16_t* y, int ldy, int rows, int cols, void* stream) {
   const char* op = "convert_to_bf16";

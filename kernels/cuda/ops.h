@@ -267,11 +267,12 @@ Status sampling_rng_init(const uint64_t* seeds, const int64_t* draws, uint64_t* 
 // gemm_bf16 (math fp32, one round-to-nearest-even at the store), rows between per-sequence slots
 // and the batch, K/V rows into the paged pool, seeded random weights for benchmarks.
 
-// y[r] = bf16(x[r] / sqrt(mean(x²) + eps) · w) (w may be null): rmsnorm's statistics and
-// reduction order, stored as the bf16 A operand of the gemm that follows. x fp32 [rows, dim].
+// y[r] = bf16(x[r] / sqrt(mean(x²) + eps) · w) (w may be null): rmsnorm's kernel (rmsnorm.cu)
+// with an fp32 input and a bf16 output, the A operand of the gemm that follows. x fp32 [rows, dim].
 Status rmsnorm_to_bf16(const float* x, const float* w, uint16_t* y, int rows, int dim, float eps, void* stream);
-// out[r, i] = bf16(silu(a[r, i]) · b[r, i]), strided as silu_mul: the SwiGLU of the fp32 fc1|gate
-// product (silu_mul_to_bf16(u, 2H, u + H, 2H, act, H, rows, H)) and gRet's silu(g) ⊙ o gate.
+// out[r, i] = bf16(silu(a[r, i]) · b[r, i]): silu_mul's kernel (activation.cu) storing bf16, for
+// the SwiGLU of the fp32 fc1|gate product (silu_mul_to_bf16(u, 2H, u + H, 2H, act, H, rows, H))
+// and gRet's silu(g) ⊙ o gate.
 Status silu_mul_to_bf16(const float* a, int lda, const float* b, int ldb, uint16_t* out, int ldo, int rows, int cols,
                         void* stream);
 // y[r, i] = bf16(x[r, i]) over rows × cols, strided.

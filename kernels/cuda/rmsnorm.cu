@@ -9,11 +9,11 @@ using detail::store_f;
 // One block per row; the sum of squares is reduced in fp32 across the block. T is the storage type
 // of x and y (float or bf16); statistics and the scaling are fp32. Later: vectorized loads and a
 // warp per row when dim is small (the per-head gRet norm, dim = hd).
-template <int kThreads, class T>
-__global__ void rmsnorm_kernel(const T* x, const float* __restrict__ w, T* y, int dim, float eps) {  // y may be x
+template <int kThreads, class TIn, class TOut>
+__global__ void rmsnorm_kernel(const TIn* x, const float* __restrict__ w, TOut* y, int dim, float eps) {  // y may be x
   const int row = blockIdx.x;
-  const T* xr = x + static_cast<int64_t>(row) * dim;
-  T* yr = y + static_cast<int64_t>(row) * dim;
+  const TIn* xr = x + static_cast<int64_t>(row) * dim;
+  TOut* yr = y + static_cast<int64_t>(row) * dim;
   float ss = 0.f;
   for (int i = threadIdx.x; i < dim; i += kThreads) {
     const float v = load_f(xr + i);
@@ -33,14 +33,14 @@ __global__ void rmsnorm_kernel(const T* x, const float* __restrict__ w, T* y, in
   for (int i = threadIdx.x; i < dim; i += kThreads) store_f(yr + i, load_f(xr + i) * inv * (w ? w[i] : 1.f));
 }
 
-template <class T>
-Status launch(const char* op, const T* x, const float* w, T* y, int rows, int dim, float eps, void* stream) {
+template <class TIn, class TOut>
+Status launch(const char* op, const TIn* x, const float* w, TOut* y, int rows, int dim, float eps, void* stream) {
   if (rows < 0) return invalid_argument(std::string(op) + ": rows must be >= 0");
   if (dim <= 0) return invalid_argument(std::string(op) + ": dim must be > 0");
   if (rows == 0) return Status::Ok();
   if (!x) return invalid_argument(std::string(op) + ": x is null");
   if (!y) return invalid_argument(std::string(op) + ": y is null");
-  rmsnorm_kernel<256, T><<<rows, 256, 0, detail::as_stream(stream)>>>(x, w, y, dim, eps);
+  rmsnorm_kernel<256, TIn, TOut><<<rows, 256, 0, detail::as_stream(stream)>>>(x, w, y, dim, eps);
   return detail::launch_status(op);
 }
 
@@ -52,6 +52,10 @@ Status rmsnorm(const float* x, const float* w, float* y, int rows, int dim, floa
 
 Status rmsnorm_bf16(const uint16_t* x, const float* w, uint16_t* y, int rows, int dim, float eps, void* stream) {
   return launch("rmsnorm_bf16", detail::as_bf16(x), w, detail::as_bf16(y), rows, dim, eps, stream);
+}
+
+Status rmsnorm_to_bf16(const float* x, const float* w, uint16_t* y, int rows, int dim, float eps, void* stream) {
+  return launch("rmsnorm_to_bf16", x, w, detail::as_bf16(y), rows, dim, eps, stream);
 }
 
 }  // namespace yoco::cuda
