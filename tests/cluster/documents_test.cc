@@ -46,13 +46,11 @@ class RedisServer {
     if (pid_ == 0) {
       freopen((dir + "/redis.log").c_str(), "w", stdout);
       const std::string port = std::to_string(port_);
-      std::vector<std::string> args{"redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
-                                    "--appendonly", "no", "--dir", dir, "--enable-debug-command", "local"};
-      if (tls) {
-        args[2] = "0";
-        args.insert(args.end(), {"--tls-port", port, "--tls-cert-file", tls->server_cert, "--tls-key-file",
-                                 tls->server_key, "--tls-ca-cert-file", tls->ca, "--tls-auth-clients", "yes"});
-      }
+      std::vector<std::string> args{"redis-server", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                    "--dir", dir, "--enable-debug-command", "local"};
+      const std::vector<std::string> listen =
+          tls ? tls->redis_server_args(port_) : std::vector<std::string>{"--port", port};
+      args.insert(args.end(), listen.begin(), listen.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -130,8 +128,7 @@ TEST_P(ClusterDocuments, CachedDocumentPlusQuestionEqualsUncachedPrompt) {
     ASSERT_TRUE(pki.has_value()) << "openssl could not make the test certificates";
     redis = std::make_unique<RedisServer>(tmp.path(), 0, &*pki);
     ASSERT_TRUE(redis->up()) << test::read_file(tmp.sub("redis.log"));
-    store = "rediss://127.0.0.1:" + std::to_string(redis->port()) + "/0?timeout_ms=500&tls_ca=" + pki->ca +
-            "&tls_cert=" + pki->client_cert + "&tls_key=" + pki->client_key;
+    store = "rediss://127.0.0.1:" + std::to_string(redis->port()) + "/0?timeout_ms=500&" + pki->redis_url_query();
   }
   LocalCluster c({.model = dir, .prefill = prefill_workers, .decode = 1,
                   .prefill_args = {"--kv-store=" + store, "--kv-block-tokens=32", "--chunk-tokens=64"}});

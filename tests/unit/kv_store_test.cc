@@ -1138,14 +1138,11 @@ class RedisServer {
       int null = ::open("/dev/null", O_WRONLY);
       ::dup2(null, 1);
       ::dup2(null, 2);
-      std::vector<std::string> args{bin, "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save", "",
-                                    "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no"};
-      if (tls_) {
-        args[2] = "0";
-        args.insert(args.end(), {"--tls-port", std::to_string(port_), "--tls-cert-file", tls_->server_cert,
-                                 "--tls-key-file", tls_->server_key, "--tls-ca-cert-file", tls_->ca,
-                                 "--tls-auth-clients", "yes"});
-      }
+      std::vector<std::string> args{bin, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                    "--daemonize", "no", "--protected-mode", "no"};
+      const std::vector<std::string> listen =
+          tls_ ? tls_->redis_server_args(port_) : std::vector<std::string>{"--port", std::to_string(port_)};
+      args.insert(args.end(), listen.begin(), listen.end());
       if (!password_.empty()) {
         args.push_back("--requirepass");
         args.push_back(password_);
@@ -1242,7 +1239,7 @@ class KvStoreRedis : public ::testing::TestWithParam<bool> {
   std::string url() const {
     std::string u = std::string(pki_ ? "rediss" : "redis") + "://127.0.0.1:" + std::to_string(server_->port()) +
                     "?timeout_ms=200&connect_timeout_ms=200&pool=2&breaker_failures=3&breaker_cooldown_ms=400&breaker_slow_ms=1000";
-    if (pki_) u += "&tls_ca=" + pki_->ca + "&tls_cert=" + pki_->client_cert + "&tls_key=" + pki_->client_key;
+    if (pki_) u += "&" + pki_->redis_url_query();
     return u;
   }
   std::unique_ptr<KvStore> store(const RedisOptions& o) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace yoco::test {
 
@@ -15,6 +16,15 @@ struct TestPki {
   std::string server_cert, server_key;
   std::string client_cert, client_key;
   std::string rogue_ca, rogue_server_cert, rogue_server_key;  // signed by rogue_ca
+
+  // redis-server arguments that replace the plain port by a TLS port requiring a client
+  // certificate signed by the CA (Redis's default tls-auth-clients yes, said explicitly).
+  std::vector<std::string> redis_server_args(int port) const {
+    return {"--port", "0", "--tls-port", std::to_string(port), "--tls-cert-file", server_cert, "--tls-key-file",
+            server_key, "--tls-ca-cert-file", ca, "--tls-auth-clients", "yes"};
+  }
+  // The store URL's TLS parameters for a client presenting the client certificate.
+  std::string redis_url_query() const { return "tls_ca=" + ca + "&tls_cert=" + client_cert + "&tls_key=" + client_key; }
 
   // nullopt when `openssl` is missing or fails (the caller skips or fails with a message).
   static std::optional<TestPki> make(const std::string& dir) {
