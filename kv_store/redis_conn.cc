@@ -26,6 +26,7 @@ namespace yoco::redis {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr size_t kKeepOutputBytes = size_t{4} << 20;
 
 std::string errno_text(int e) { return std::strerror(e); }
 
@@ -291,6 +292,8 @@ Status Connection::write_all(const std::string& what) {
     return fail(kv_unavailable("redis " + what + ": write: " + errno_text(errno)));
   }
   out_.clear();
+  // A pooled connection keeps its buffer, but not one a single large put grew.
+  if (out_.capacity() > kKeepOutputBytes) std::string().swap(out_);
   return Status::Ok();
 }
 

@@ -76,26 +76,6 @@ bool is_ok_status(const redisReply* r) {
 }
 std::string reply_text(const redisReply* r) { return std::string(r->str ? r->str : "", r->str ? r->len : 0); }
 
-// Commands appended to a connection's output buffer, then all replies read back in order. Every
-// command appended is read (or the connection is broken), so a pooled connection stays in step.
-class Pipeline {
- public:
-  explicit Pipeline(redis::Connection* c) : c_(c) {}
-  void add(const std::vector<std::string_view>& args) {
-    c_->append(args);
-    ++n_;
-  }
-  size_t size() const { return n_; }
-  Result<std::vector<ReplyPtr>> run(const std::string& what) {
-    n_ = 0;
-    return c_->run(what);
-  }
-
- private:
-  redis::Connection* c_;
-  size_t n_ = 0;
-};
-
 class RedisStore final : public KvStore {
  public:
   RedisStore(RedisOptions opt, std::shared_ptr<redis::TlsContext> tls) : opt_(std::move(opt)), tls_(std::move(tls)) {}
@@ -156,15 +136,14 @@ Result<std::unique_ptr<redis::Connection>> RedisStore::connect() {
   YOCO_ASSIGN_OR_RETURN(std::unique_ptr<redis::Connection> conn,
                         redis::Connection::open(opt_.host, opt_.port, opt_.connect_timeout, opt_.command_timeout, tls_));
   redis::Connection* c = conn.get();
-  Pipeline p(c);
   if (!opt_.password.empty()) {
-    if (opt_.user.empty()) p.add({"AUTH", opt_.password});
-    else p.add({"AUTH", opt_.user, opt_.password});
+    if (opt_.user.empty()) c->append({"AUTH", opt_.password});
+    else c->append({"AUTH", opt_.user, opt_.password});
   }
   const std::string db = std::to_string(opt_.db);
-  if (opt_.db != 0) p.add({"SELECT", db});
-  if (p.size() > 0) {
-    auto replies = p.run("connection setup");
+  if (opt_.db != 0) c->append({"SELECT", db});
+  if (c->pending() > 0) {
+    auto replies = c->run("connection setup");
     Status st;
     if (!replies.ok()) {
       st = replies.status();
@@ -241,10 +220,8 @@ std::vector<KvGetResult> RedisStore::get_many(std::span<const std::string> keys)
   auto lease = borrow();
   if (!lease.ok()) return fail_all(lease.status());
   redis::Connection* c = lease->get();
-
-  Pipeline manifests(c);
-  for (const auto& k : keys) manifests.add({"GET", mkey(k)});
-  auto r1 = manifests.run("GET");
+  for (const auto& k : keys) c->append({"GET", mkey(k)});
+  auto r1 = c->run("GET");
   if (!r1.ok()) return fail_all(r1.status());
 
   struct Found {
@@ -261,7 +238,6 @@ std::vector<KvGetResult> RedisStore::get_many(std::span<const std::string> keys)
   std::vector<std::optional<KvGetResult>> res(n);
   std::vector<Found> found;
   std::vector<Damaged> damaged;
-  Pipeline chunks(c);
   for (size_t i = 0; i < n; ++i) {
     const redisReply* r = (*r1)[i].get();
     if (r->type == REDIS_REPLY_NIL) {
@@ -272,16 +248,16 @@ std::vector<KvGetResult> RedisStore::get_many(std::span<const std::string> keys)
       res[i].emplace(kv_unavailable("redis GET " + keys[i] + ": " + reply_text(r)));
       continue;
     }
-    Found f{i, {}, reply_text(r), chunks.size()};
+    Found f{i, {}, reply_text(r), c->pending()};
     if (!decode_manifest(f.raw, static_cast<uint64_t>(opt_.max_value_bytes), f.m)) {
       damaged.push_back({i, std::move(f.raw), std::nullopt});
       continue;
     }
-    for (uint32_t j = 0; j < f.m.chunks; ++j) chunks.add({"GET", chunk_key(keys[i], f.m.writer, j)});
+    for (uint32_t j = 0; j < f.m.chunks; ++j) c->append({"GET", chunk_key(keys[i], f.m.writer, j)});
     found.push_back(std::move(f));
   }
-  if (chunks.size() > 0) {
-    auto r2 = chunks.run("GET chunks");
+  if (c->pending() > 0) {
+    auto r2 = c->run("GET chunks");
     if (!r2.ok()) return fail_all(r2.status());
     for (auto& f : found) {
       std::string value;
@@ -300,7 +276,6 @@ std::vector<KvGetResult> RedisStore::get_many(std::span<const std::string> keys)
     for (auto& f : found) res[f.index].emplace(KvValue(std::string()));  // empty values
   }
   if (!damaged.empty()) {
-    Pipeline cleanup(c);
     for (const auto& d : damaged) {
       std::vector<std::string> ks{mkey(keys[d.index])};
       if (d.m)
@@ -309,11 +284,11 @@ std::vector<KvGetResult> RedisStore::get_many(std::span<const std::string> keys)
       std::vector<std::string_view> args{"EVAL", kDeleteIfSame, nkeys};
       for (const auto& k : ks) args.push_back(k);
       args.push_back(d.raw);
-      cleanup.add(args);
+      c->append(args);
       stats_.corrupt();
       res[d.index].emplace(kv_miss());
     }
-    (void)cleanup.run("delete damaged");  // best effort; a broken connection is dropped by the lease
+    (void)c->run("delete damaged");  // best effort; a broken connection is dropped by the lease
   }
   for (size_t i = 0; i < n; ++i) {
     KvGetResult& r = *res[i];
@@ -347,20 +322,19 @@ Status RedisStore::put(std::string_view key, std::string_view value, std::chrono
     return lease.status();
   }
   redis::Connection* c = lease->get();
-  Pipeline p(c);
   for (uint32_t i = 0; i < m.chunks; ++i) {
     const std::string ck = chunk_key(key, m.writer, i);
     const std::string_view part = value.substr(static_cast<size_t>(i * m.chunk_bytes), m.chunk_len(i));
-    if (ttl.count() > 0) p.add({"SET", ck, part, "PX", px});
-    else p.add({"SET", ck, part});
+    if (ttl.count() > 0) c->append({"SET", ck, part, "PX", px});
+    else c->append({"SET", ck, part});
   }
   // SET ... GET (Redis 6.2+) swaps the manifest and names the one it replaced in one step, so
   // of two concurrent writers each removes exactly the chunks it displaced.
   std::vector<std::string_view> set_manifest{"SET", mk, manifest};
   if (ttl.count() > 0) set_manifest.insert(set_manifest.end(), {"PX", px});
   set_manifest.push_back("GET");
-  p.add(set_manifest);
-  auto replies = p.run("put " + std::string(key));
+  c->append(set_manifest);
+  auto replies = c->run("put " + std::string(key));
   if (!replies.ok()) {
     stats_.error();
     return replies.status();
@@ -375,9 +349,8 @@ Status RedisStore::put(std::string_view key, std::string_view value, std::chrono
   if (old->type == REDIS_REPLY_ERROR) {
     // A server before 6.2 (no SET ... GET): a plain SET; displaced chunks are left to their TTL.
     set_manifest.pop_back();
-    Pipeline plain(c);
-    plain.add(set_manifest);
-    auto r = plain.run("put " + std::string(key));
+    c->append(set_manifest);
+    auto r = c->run("put " + std::string(key));
     if (!r.ok() || !is_ok_status((*r)[0].get())) {
       stats_.error();
       return r.ok() ? kv_unavailable("redis SET: " + reply_text((*r)[0].get())) : r.status();
@@ -391,9 +364,8 @@ Status RedisStore::put(std::string_view key, std::string_view value, std::chrono
     for (uint32_t j = 0; j < om.chunks; ++j) ks.push_back(chunk_key(key, om.writer, j));
     std::vector<std::string_view> args{"DEL"};
     for (const auto& k : ks) args.push_back(k);
-    Pipeline d(c);
-    d.add(args);
-    (void)d.run("delete replaced chunks");
+    c->append(args);
+    (void)c->run("delete replaced chunks");
   }
   stats_.written(value.size());
   return Status::Ok();
@@ -407,9 +379,8 @@ Status RedisStore::del(std::string_view key) {
   }
   redis::Connection* c = lease->get();
   const std::string mk = mkey(key);
-  Pipeline p(c);
-  p.add({"GET", mk});
-  auto r = p.run("del " + std::string(key));
+  c->append({"GET", mk});
+  auto r = c->run("del " + std::string(key));
   if (!r.ok()) {
     stats_.error();
     return r.status();
@@ -422,9 +393,8 @@ Status RedisStore::del(std::string_view key) {
     for (uint32_t j = 0; j < m.chunks; ++j) ks.push_back(chunk_key(key, m.writer, j));
   std::vector<std::string_view> args{"DEL"};
   for (const auto& k : ks) args.push_back(k);
-  Pipeline d(c);
-  d.add(args);
-  auto dr = d.run("del " + std::string(key));
+  c->append(args);
+  auto dr = c->run("del " + std::string(key));
   if (!dr.ok()) {
     stats_.error();
     return dr.status();
@@ -442,9 +412,9 @@ Status RedisStore::set_op(const char* cmd, std::string_view set, std::string_vie
     stats_.error();
     return lease.status();
   }
-  Pipeline p(lease->get());
-  p.add({cmd, mkey(set), member});
-  auto r = p.run(cmd);
+  redis::Connection* c = lease->get();
+  c->append({cmd, mkey(set), member});
+  auto r = c->run(cmd);
   if (!r.ok()) {
     stats_.error();
     return r.status();
@@ -462,9 +432,9 @@ Result<std::vector<std::string>> RedisStore::set_members(std::string_view set) {
     stats_.error();
     return lease.status();
   }
-  Pipeline p(lease->get());
-  p.add({"SMEMBERS", mkey(set)});
-  auto r = p.run("SMEMBERS");
+  redis::Connection* c = lease->get();
+  c->append({"SMEMBERS", mkey(set)});
+  auto r = c->run("SMEMBERS");
   if (!r.ok()) {
     stats_.error();
     return r.status();
