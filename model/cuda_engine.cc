@@ -740,6 +740,22 @@ int64_t CudaEngine::position(SeqId id) const {
   return impl_->slots[id].position;
 }
 
+int64_t CudaEngine::capacity(SeqId id) const {
+  if (!impl_->check_id(id, "id").ok()) return -1;
+  return static_cast<int64_t>(impl_->slots[id].blocks.size()) * impl_->opt.kv_block_size;
+}
+
+Status CudaEngine::reserve(SeqId id, int64_t rows) {
+  Impl& m = *impl_;
+  YOCO_RETURN_IF_ERROR(m.check_id(id, "reserve"));
+  if (rows < 0 || rows > m.limit())
+    return invalid_argument("rows: " + std::to_string(rows) + " is outside [0, the engine's context " +
+                            std::to_string(m.limit()) + "]");
+  const SeqId one[1] = {id};
+  const int64_t need[1] = {rows};
+  return m.reserve(one, need);
+}
+
 Result<CudaEngine::SeqId> CudaEngine::new_sequence() {
   Impl& m = *impl_;
   for (size_t i = 0; i < m.slots.size(); ++i) {

@@ -81,6 +81,11 @@ class CudaEngine {
   Status release(SeqId id);
   // Tokens consumed, or −1 for an unknown id.
   int64_t position(SeqId id) const;
+  // Rows the sequence's KV blocks hold (≥ position), or −1 for an unknown id.
+  int64_t capacity(SeqId id) const;
+  // Grows the sequence's KV blocks to hold `rows` rows (never shrinks). RESOURCE_EXHAUSTED
+  // (nothing taken) when the pool lacks the blocks; INVALID_ARGUMENT past the engine's context.
+  Status reserve(SeqId id, int64_t rows);
 
   // Consumes `tokens` into the sequence, chunk_tokens at a time (0 = max_chunk_tokens; at most
   // max_chunk_tokens); resumable. Self-decoder only (early exit): writes the state, the K/V rows

@@ -343,6 +343,13 @@ TEST_P(CudaEngineTest, FullPoolIsResourceExhaustedAndChangesNothing) {
   const SeqId A = gpu->new_sequence().value();
   ASSERT_OK(gpu->prefill(A, pa, 64));  // 3 blocks
   EXPECT_EQ(gpu->free_blocks(), 1);
+  EXPECT_EQ(gpu->capacity(A), 96);
+  EXPECT_EQ(gpu->reserve(A, 160).code(), StatusCode::kResourceExhausted);  // needs 2 more
+  EXPECT_EQ(gpu->capacity(A), 96);
+  EXPECT_EQ(gpu->free_blocks(), 1);
+  EXPECT_EQ(gpu->reserve(A, -1).code(), StatusCode::kInvalidArgument);
+  ASSERT_OK(gpu->reserve(A, 50));  // never shrinks
+  EXPECT_EQ(gpu->capacity(A), 96);
   const SeqId ia[1] = {A};
   std::vector<float> la0 = nan_logits(1, V), la1 = nan_logits(1, V);
   ASSERT_OK(gpu->logits(ia, la0.data()));
