@@ -976,7 +976,7 @@ Result<CudaEngine::SeqId> CudaEngine::upload(const SequenceState& st) {
   return id;
 }
 
-Status CudaEngine::download(SeqId id, SequenceState& out) const {
+Status CudaEngine::download(SeqId id, SequenceState& out, bool with_kv) const {
   const Impl& m = *impl_;
   YOCO_RETURN_IF_ERROR(m.check_id(id, "download"));
   const Slot& slot = m.slots[id];
@@ -1008,19 +1008,39 @@ Status CudaEngine::download(SeqId id, SequenceState& out) const {
     YOCO_RETURN_IF_ERROR(down(st.last_hidden.data(), m.last_hidden.as<float>() + static_cast<size_t>(id) * m.D,
                               static_cast<size_t>(m.D) * 4));
   }
-  st.k.resize(static_cast<size_t>(n) * m.KV);
-  st.v.resize(st.k.size());
-  const int bs = m.opt.kv_block_size;
-  for (size_t bi = 0; static_cast<int64_t>(bi) * bs < n; ++bi) {
-    const int64_t r0 = static_cast<int64_t>(bi) * bs, rows = std::min<int64_t>(bs, n - r0);
-    const size_t off = static_cast<size_t>(slot.blocks[bi]) * bs * m.KV;
-    YOCO_RETURN_IF_ERROR(
-        down(st.k.data() + r0 * m.KV, m.k_pool.as<float>() + off, static_cast<size_t>(rows) * m.KV * 4));
-    YOCO_RETURN_IF_ERROR(
-        down(st.v.data() + r0 * m.KV, m.v_pool.as<float>() + off, static_cast<size_t>(rows) * m.KV * 4));
+  if (with_kv) {
+    st.k.resize(static_cast<size_t>(n) * m.KV);
+    st.v.resize(st.k.size());
+    YOCO_RETURN_IF_ERROR(read_rows(id, 0, n, st.k.data(), st.v.data()));
   }
   out = std::move(st);
   return Status::Ok();
+}
+
+Status CudaEngine::read_rows(SeqId id, int64_t first, int64_t n, float* k, float* v) const {
+  const Impl& m = *impl_;
+  YOCO_RETURN_IF_ERROR(m.check_id(id, "read_rows"));
+  const Slot& slot = m.slots[id];
+  if (first < 0 || n < 0 || first + n > slot.position)
+    return invalid_argument("rows: [" + std::to_string(first) + ", " + std::to_string(first + n) +
+                            ") is outside the sequence's " + std::to_string(slot.position) + " rows");
+  if (n == 0) return Status::Ok();
+  YOCO_RETURN_IF_ERROR(cuda_check(cudaSetDevice(m.opt.device), "cudaSetDevice"));
+  const int bs = m.opt.kv_block_size;
+  for (int64_t r = first; r < first + n;) {
+    const int64_t in_block = r % bs, rows = std::min<int64_t>(bs - in_block, first + n - r);
+    const size_t off = (static_cast<size_t>(slot.blocks[r / bs]) * bs + in_block) * m.KV;
+    const size_t bytes = static_cast<size_t>(rows) * m.KV * 4;
+    // Pageable destinations: each copy returns once complete (ordered after earlier work).
+    YOCO_RETURN_IF_ERROR(cuda_check(
+        cudaMemcpyAsync(k + (r - first) * m.KV, m.k_pool.as<float>() + off, bytes, cudaMemcpyDeviceToHost, m.stream),
+        "read_rows"));
+    YOCO_RETURN_IF_ERROR(cuda_check(
+        cudaMemcpyAsync(v + (r - first) * m.KV, m.v_pool.as<float>() + off, bytes, cudaMemcpyDeviceToHost, m.stream),
+        "read_rows"));
+    r += rows;
+  }
+  return m.finish("read_rows");
 }
 
 }  // namespace yoco

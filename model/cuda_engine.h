@@ -110,8 +110,11 @@ class CudaEngine {
   // one prefilled by the CPU Model or restored by deserialize_state. Checks every shape.
   Result<SeqId> upload(const SequenceState& st);
   // The sequence's state as the CPU Model holds it: contiguous K/V rows (k, v of `position`
-  // rows), the self-decoder states, last_hidden. `out` is replaced.
-  Status download(SeqId id, SequenceState& out) const;
+  // rows; none without with_kv), the self-decoder states, last_hidden. `out` is replaced.
+  Status download(SeqId id, SequenceState& out, bool with_kv = true) const;
+  // Host copies of K/V rows [first, first + n) (post-RoPE K), [n, kv_dim] each: a prefill
+  // worker ships each chunk's rows while the sequence stays on the device.
+  Status read_rows(SeqId id, int64_t first, int64_t n, float* k, float* v) const;
 
  private:
   struct Impl;

@@ -444,6 +444,20 @@ TEST_P(CudaEngineTest, PrefillOnlyWeightsGiveTheSameState) {
   const SeqId ip[1] = {p};
   std::vector<float> out(full->config().vocab_size);
   EXPECT_EQ(gp->logits(ip, out.data()).code(), StatusCode::kFailedPrecondition);
+
+  // read_rows (rows crossing block edges) and a download without rows: the same bytes.
+  const int KV = full->config().kv_dim();
+  std::vector<float> k(40 * KV), v(40 * KV);
+  ASSERT_OK(gp->read_rows(p, 5, 40, k.data(), v.data()));
+  EXPECT_EQ(0, std::memcmp(k.data(), sp.k.data() + 5 * KV, k.size() * 4));
+  EXPECT_EQ(0, std::memcmp(v.data(), sp.v.data() + 5 * KV, v.size() * 4));
+  EXPECT_EQ(gp->read_rows(p, 70, 8, k.data(), v.data()).code(), StatusCode::kInvalidArgument);
+  SequenceState no_rows;
+  ASSERT_OK(gp->download(p, no_rows, /*with_kv=*/false));
+  EXPECT_TRUE(no_rows.k.empty() && no_rows.v.empty());
+  no_rows.k = sp.k;
+  no_rows.v = sp.v;
+  expect_same_state(no_rows, sp);
 }
 
 // decode_step through CUDA graphs (eager once per shape, then captured, then replayed) gives the
