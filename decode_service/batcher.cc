@@ -9,8 +9,12 @@
 
 namespace yoco {
 
-ContinuousBatcher::ContinuousBatcher(const Model& model, KvPool& pool, BatcherLimits limits)
-    : model_(model), pool_(pool), limits_(limits) {}
+ContinuousBatcher::ContinuousBatcher(const Model& model, KvPool& pool, BatcherLimits limits, Engine* engine)
+    : model_(model),
+      pool_(pool),
+      limits_(limits),
+      own_engine_(engine ? nullptr : make_cpu_engine(model, &pool)),
+      engine_(engine ? *engine : *own_engine_) {}
 
 ContinuousBatcher::~ContinuousBatcher() { stop(/*drain=*/false); }
 
@@ -105,8 +109,11 @@ int64_t ContinuousBatcher::preemptions() const {
 }
 
 void ContinuousBatcher::finish(SeqPtr s, std::string reason, Status status) {
-  if (s->state && s->state->pages) pool_.release(*s->state->pages);
-  s->state.reset();
+  if (s->seq >= 0) (void)engine_.release(s->seq);  // ours and valid: cannot fail
+  s->seq = -1;
+  // A shipped state never admitted still holds its host blocks.
+  if (s->req.state && s->req.state->pages) pool_.release(*s->req.state->pages);
+  s->req.state.reset();
   FinishInfo info;
   info.reason = std::move(reason);
   info.status = std::move(status);
@@ -159,8 +166,16 @@ bool ContinuousBatcher::admit(Seq& s) {
   s.logits.assign(V, 0.0f);
   if (!s.queue_seconds) s.queue_seconds = std::chrono::duration<double>(Clock::now() - s.submitted).count();
   if (s.req.state && s.generated.empty()) {
-    // Shipped state: the prompt was prefilled elsewhere; its rows are already in our blocks.
-    s.state = std::move(s.req.state);
+    // Shipped state: the prompt was prefilled elsewhere; its rows are already in our blocks
+    // (a device engine copies them up and gives the host blocks back).
+    auto id = engine_.adopt(*s.req.state);
+    if (!id.ok()) {
+      if (id.status().code() == StatusCode::kResourceExhausted) return false;  // waits for room
+      s.logits.clear();
+      s.cancelled = true;
+      return true;
+    }
+    s.seq = *id;
     s.req.state.reset();
   } else {
     // Local prefill of everything consumed so far: the prompt, plus the generated tokens
@@ -169,21 +184,25 @@ bool ContinuousBatcher::admit(Seq& s) {
     std::vector<int32_t> consumed = s.req.prompt;
     consumed.insert(consumed.end(), s.req.generated_before.begin(), s.req.generated_before.end());
     consumed.insert(consumed.end(), s.generated.begin(), s.generated.end());
-    SequenceState st = model_.new_sequence();
-    st.pages = pool_.new_pages();
-    if (!pool_.reserve(*st.pages, static_cast<int64_t>(consumed.size()) + limits_.reserve_ahead_rows).ok()) return false;
-    Status ps = model_.prefill(st, consumed, limits_.prefill);
+    SequenceState fresh = model_.new_sequence();
+    auto id = engine_.adopt(fresh);
+    if (!id.ok()) return false;  // no free sequence slot: waits
+    const int64_t rows = static_cast<int64_t>(consumed.size());
+    if (!engine_.reserve(*id, rows + limits_.reserve_ahead_rows).ok() && !engine_.reserve(*id, rows).ok()) {
+      (void)engine_.release(*id);
+      return false;
+    }
+    Status ps = engine_.prefill(*id, consumed, limits_.prefill);
     if (!ps.ok()) {
-      pool_.release(*st.pages);
-      s.state.reset();
+      (void)engine_.release(*id);
       s.logits.clear();
       s.cancelled = true;  // reported as an error by the caller
       return true;
     }
-    s.state = std::move(st);
+    s.seq = *id;
   }
-  SequenceState* one[1] = {&*s.state};
-  Status ls = model_.logits(one, s.logits.data());
+  const Engine::SeqId one[1] = {s.seq};
+  Status ls = engine_.logits(one, s.logits.data());
   if (!ls.ok()) s.cancelled = true;
   return true;
 }
@@ -191,8 +210,8 @@ bool ContinuousBatcher::admit(Seq& s) {
 void ContinuousBatcher::preempt_newest() {
   SeqPtr victim = std::move(running_.back());
   running_.pop_back();
-  if (victim->state && victim->state->pages) pool_.release(*victim->state->pages);
-  victim->state.reset();
+  if (victim->seq >= 0) (void)engine_.release(victim->seq);
+  victim->seq = -1;
   ++victim->preemptions;
   ++preemptions_;
   waiting_.push_front(std::move(victim));  // first in line to be recomputed
@@ -289,13 +308,12 @@ void ContinuousBatcher::loop() {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto it = running_.begin(); it != running_.end();) {
         Seq& s = **it;
-        KvPages& pages = *s.state->pages;
-        bool ok = pages.capacity() > s.state->position ||
-                  pool_.reserve(pages, s.state->position + 1 + limits_.reserve_ahead_rows).ok() ||
-                  pool_.reserve(pages, s.state->position + 1).ok();
+        const int64_t pos = engine_.position(s.seq);
+        bool ok = engine_.capacity(s.seq) > pos || engine_.reserve(s.seq, pos + 1 + limits_.reserve_ahead_rows).ok() ||
+                  engine_.reserve(s.seq, pos + 1).ok();
         while (!ok && running_.back().get() != &s) {
           preempt_newest();
-          ok = pool_.reserve(pages, s.state->position + 1).ok();
+          ok = engine_.reserve(s.seq, pos + 1).ok();
         }
         if (!ok) {  // this sequence is the newest left: it yields
           preempt_newest();
@@ -307,14 +325,14 @@ void ContinuousBatcher::loop() {
     }
     if (batch.empty()) continue;
 
-    std::vector<SequenceState*> states;
+    std::vector<Engine::SeqId> ids;
     std::vector<int32_t> inputs;
     for (Seq* s : batch) {
-      states.push_back(&*s->state);
+      ids.push_back(s->seq);
       inputs.push_back(s->next_input);
     }
     logits.resize(batch.size() * static_cast<size_t>(model_.config().vocab_size));
-    Status st = model_.decode_step(states, inputs, logits.data());
+    Status st = engine_.decode_step(ids, inputs, logits.data());
     std::vector<SeqPtr> finished;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -4,6 +4,8 @@
 // whatever its length, samples, and streams each token through the request's callback.
 // When the pool runs dry the newest sequence is preempted: its blocks are freed and it is
 // re-queued to be recomputed from prompt + generated tokens, continuing the same stream.
+// The model runs behind model/engine.h: the CPU Model over the host pool, or a CUDA engine
+// (shipped states arrive in the host pool and move to the device when admitted).
 #pragma once
 
 #include <chrono>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/engine.h"
 #include "model/kv_pool.h"
 #include "model/model.h"
 #include "model/sampler.h"
@@ -75,7 +78,9 @@ struct BatcherLimits {
 
 class ContinuousBatcher {
  public:
-  ContinuousBatcher(const Model& model, KvPool& pool, BatcherLimits limits);
+  // `engine` null: a CPU engine over `pool`. Otherwise it must have been made with `pool` (shipped
+  // states arrive there) and must outlive the batcher, which is its only caller.
+  ContinuousBatcher(const Model& model, KvPool& pool, BatcherLimits limits, Engine* engine = nullptr);
   ~ContinuousBatcher();
 
   // Queues a request; RESOURCE_EXHAUSTED when the queue is full, INVALID_ARGUMENT for bad
@@ -101,7 +106,7 @@ class ContinuousBatcher {
     DecodeRequest req;
     std::unique_ptr<Sampler> sampler;
     std::vector<int32_t> generated;
-    std::optional<SequenceState> state;  // set while admitted
+    Engine::SeqId seq = -1;              // the engine's sequence while admitted (≥ 0)
     int32_t next_input = -1;             // the sampled token the next step consumes
     std::vector<float> logits;           // logits awaiting sampling (after prefill)
     bool cancelled = false;
@@ -120,6 +125,8 @@ class ContinuousBatcher {
   const Model& model_;
   KvPool& pool_;
   const BatcherLimits limits_;
+  std::unique_ptr<Engine> own_engine_;  // the CPU engine when none was given
+  Engine& engine_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -261,6 +261,36 @@ TEST_P(BatcherTest, CancellationAndDeadlinesFreeBlocks) {
   b.stop(false);
 }
 
+// A shipped state whose request ends before admission gives its pool blocks back.
+TEST_P(BatcherTest, ShippedStateNeverAdmittedFreesItsBlocks) {
+  auto pool = KvPool::create(16, 32, model_->config().kv_dim());
+  ASSERT_TRUE(pool.ok());
+  auto engine = make_cpu_engine(*model_, pool->get());
+  ContinuousBatcher b(*model_, **pool, BatcherLimits{}, engine.get());
+  std::vector<Outcome> outs(2);
+  Collector c;
+  DecodeRequest shipped[2] = {request(0, 40, 5), request(1, 40, 5)};
+  for (auto& r : shipped) {
+    SequenceState st = model_->new_sequence();
+    st.pages = (*pool)->new_pages();
+    ASSERT_TRUE((*pool)->reserve(*st.pages, 40).ok());
+    ASSERT_TRUE(model_->prefill(st, r.prompt).ok());
+    r.state = std::move(st);
+  }
+  EXPECT_EQ((*pool)->free_blocks(), 12);
+  shipped[0].deadline = Clock::now() - std::chrono::seconds(1);  // ends in the queue
+  const std::vector<int32_t> want = reference(shipped[1]);
+  ASSERT_TRUE(b.submit(c.wire(shipped[0], &outs[0])).ok());
+  ASSERT_TRUE(b.submit(c.wire(shipped[1], &outs[1])).ok());
+  b.start();
+  ASSERT_TRUE(c.wait_all(outs, std::chrono::seconds(30)));
+  EXPECT_EQ(outs[0].info.reason, "deadline");
+  EXPECT_EQ(outs[1].info.reason, "length");
+  EXPECT_EQ(outs[1].tokens, want);
+  EXPECT_EQ((*pool)->free_blocks(), 16);
+  b.stop(true);
+}
+
 TEST_P(BatcherTest, BoundedQueueAndBadRequests) {
   auto pool = KvPool::create(4, 32, model_->config().kv_dim());
   ASSERT_TRUE(pool.ok());

@@ -1,0 +1,79 @@
+// The serving engines behind one narrow interface (STYLE item 2), so the prefill and decode
+// workers run on the CPU or a CUDA device by flag (`--device cpu|cuda`):
+//   cpu   yoco::Model; sequence states in host memory, the global K/V rows contiguous or in the
+//         worker's host KvPool;
+//   cuda  yoco::CudaEngine; states and a paged K/V pool in device memory.
+// Workers hold sequences by handle. Host SequenceStates cross the edge in both directions: a
+// fresh, cache-restored or shipped state goes in (adopt), K/V rows and the self-decoder state come
+// out to be shipped or stored (read_rows, snapshot). So the transfer path and the KV store stay
+// in host memory and the hand-off format does not change with the device.
+//
+// Not thread-safe: one caller thread (a worker's compute or batcher thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+#include "model/config.h"
+#include "model/cuda_engine.h"  // plain C++: CudaEngineOptions
+#include "model/kv_pool.h"
+#include "model/model.h"
+#include "model/state.h"
+
+namespace yoco {
+
+class Engine {
+ public:
+  using SeqId = int32_t;
+  virtual ~Engine() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual std::string device() const = 0;  // "cpu", "cuda:0", ...
+
+  // Takes a host state: a fresh Model::new_sequence(), one restored from the KV store, or one
+  // shipped into the host KvPool the engine was made with (its pages then belong to the engine).
+  // The CPU engine moves it out of `st`. A device engine copies it, gives the pages of a paged
+  // state back to the pool (st.pages is cleared) and leaves the rest of `st` as it was (a caller
+  // may keep contiguous rows as its host mirror). On an error `st` is unchanged;
+  // RESOURCE_EXHAUSTED when sequence slots or K/V blocks run out.
+  virtual Result<SeqId> adopt(SequenceState& st) = 0;
+  // Frees the sequence and its K/V blocks. NOT_FOUND for an unknown id.
+  virtual Status release(SeqId id) = 0;
+
+  virtual int64_t position(SeqId id) const = 0;  // tokens consumed; −1 for an unknown id
+  // Rows the sequence's K/V storage holds without growing (contiguous host rows: unbounded).
+  virtual int64_t capacity(SeqId id) const = 0;
+  // Grows the sequence's K/V storage to `rows` rows, all or nothing (RESOURCE_EXHAUSTED).
+  virtual Status reserve(SeqId id, int64_t rows) = 0;
+
+  // Self-decoder over more tokens (early exit), resumable; Model::prefill's contract.
+  virtual Status prefill(SeqId id, std::span<const int32_t> tokens, const PrefillOptions& opt) = 0;
+  // Next-token logits [B, vocab] into host `out`.
+  virtual Status logits(std::span<const SeqId> ids, float* out) = 0;
+  // One token per sequence; next-token logits [B, vocab] into host `out`.
+  virtual Status decode_step(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* out) = 0;
+
+  // Host copies of K/V rows [first, first + n), [n, kv_dim] each.
+  virtual Status read_rows(SeqId id, int64_t first, int64_t n, float* k, float* v) const = 0;
+  // The state without K/V rows (position, self-decoder states, last_hidden): what
+  // serialize_state needs with include_kv = false. `out` is replaced.
+  virtual Status snapshot(SeqId id, SequenceState& out) const = 0;
+  // The live host state when the engine keeps one (the CPU engine), so callers can read rows
+  // in place; nullptr on a device engine or for an unknown id.
+  virtual const SequenceState* host_state(SeqId id) const = 0;
+};
+
+// `model` (and `pool`, when given) must outlive the engine. With a pool, fresh states get their
+// K/V rows in pool blocks (reserve grows them); without one they stay contiguous.
+std::unique_ptr<Engine> make_cpu_engine(const Model& model, KvPool* pool = nullptr);
+
+// The model's weights go to the device as bf16 (a tensor-parallel world-1 Model). Its prefill
+// takes PrefillOptions::chunk_tokens up to opt.max_chunk_tokens (more is capped) and computes
+// gRet in chunks of opt.retention_chunk whatever the call asks. UNIMPLEMENTED in a build
+// without YOCO_CUDA; the device's own error (no device, out of memory) otherwise.
+Result<std::unique_ptr<Engine>> make_cuda_engine(const Model& model, KvPool* pool, const CudaEngineOptions& opt);
+
+}  // namespace yoco
