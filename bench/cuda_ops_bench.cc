@@ -1,7 +1,8 @@
 // The CUDA ops on the device against the device's own measured ceilings (bench/README.md, the
 // GPU section; bench/gpu/device_check.sh runs it on a lent GPU):
 //
-//   build/bench/cuda_ops_bench [--preset yoco-3b] [--sections copy,gemm,decode,retention,swa,sample]
+//   build/bench/cuda_ops_bench [--preset yoco-3b]
+//                              [--sections copy,gemm,decode,retention,swa,causal,sample]
 //                              [--max-gib 40] [--reps 20]
 //
 // copy:      device-to-device cudaMemcpyAsync of 2 GiB; bandwidth counts bytes read + written.
@@ -15,7 +16,15 @@
 //            + 4·hd² (q·S and kᵀ·v against the state), C = 64.
 // swa:       swa_prefill with window 512 over the preset's self heads (n_kv = n_q), n = 4K..64K;
 //            FLOPs 4·hd per (query, key) pair inside the window.
+// causal:    causal_attention_prefill (the Transformer baseline's prefill attention) over the
+//            preset's attention heads (n_attn_heads / n_attn_kv_heads, hd_c), paged fp32 pool of
+//            block 64: one call of n = 4K..256K queries from position 0, and the last 4K-query
+//            chunk at context 4K..256K (pos0 = ctx − 4K, what chunked prefill runs at that depth);
+//            FLOPs = 4·hd·heads·Σ keys seen (causal: query at p sees p + 1 keys), i.e.
+//            4·n·ctx_avg·hd·heads.
 // sample:    sample_greedy and sample_tokens (top-p 0.9, T 0.8) at batch 1..64 × the vocabulary.
+// retention and swa also print one JSON line per shape ({"op":..., "impl":"yoco", "n":..., "ms":...,
+// "tflops":...}) that bench/gpu/compare_fla.py joins with bench/gpu/fla_compare.py's lines.
 // Every input is random (never zeros); every op's status and the stream are checked; times are
 // CUDA-event medians over --reps runs after 3 warm-ups.
 #include <cuda_runtime.h>
@@ -128,7 +137,7 @@ std::string human(int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string preset = "yoco-3b", sections = "copy,gemm,decode,retention,swa,sample";
+  std::string preset = "yoco-3b", sections = "copy,gemm,decode,retention,swa,causal,sample";
   double max_gib = 40;
   int reps = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -270,6 +279,9 @@ int main(int argc, char** argv) {
       const double flops = static_cast<double>(n) * H * (4.0 * C * hd + 4.0 * hd * hd);
       std::printf("  n=%-6s %10.3f ms %8.1f TFLOP/s %10.1f Mtok/s\n", human(n).c_str(), ms, flops / (ms * 1e-3) / 1e12,
                   n / (ms * 1e-3) / 1e6);
+      std::printf("{\"op\":\"retention_prefill\",\"impl\":\"yoco\",\"dtype\":\"f32 io, bf16 mma\",\"batch\":1,"
+                  "\"n\":%lld,\"heads\":%d,\"head_dim\":%d,\"chunk\":%d,\"ms\":%.4f,\"tflops\":%.3f}\n",
+                  static_cast<long long>(n), H, hd, C, ms, flops / (ms * 1e-3) / 1e12);
     }
   }
 
@@ -304,6 +316,62 @@ int main(int argc, char** argv) {
       double pairs = 0;
       for (int64_t i = 0; i < n; ++i) pairs += static_cast<double>(std::min<int64_t>(i + 1, window));
       std::printf("  n=%-6s %10.3f ms %8.1f TFLOP/s\n", human(n).c_str(), ms, 4.0 * hd * H * pairs / (ms * 1e-3) / 1e12);
+      std::printf("{\"op\":\"swa_prefill\",\"impl\":\"yoco\",\"dtype\":\"f32 io, bf16 mma\",\"batch\":1,\"n\":%lld,"
+                  "\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"window\":%d,\"ms\":%.4f,\"tflops\":%.3f}\n",
+                  static_cast<long long>(n), H, H, hd, window, ms, 4.0 * hd * H * pairs / (ms * 1e-3) / 1e12);
+    }
+  }
+
+  if (want.count("causal")) {
+    const int Hq = c.n_attn_heads, Hkv = c.n_attn_kv_heads, hd = c.cross_head_dim(), qd = Hq * hd, kvd = Hkv * hd;
+    const int block = 64;
+    std::printf("causal prefill attention (heads %d/%d kv, hd %d, fp32 pool block %d), FLOPs = 4*hd*heads*sum keys:\n",
+                Hq, Hkv, hd, block);
+    std::printf("  %-22s %10s %10s\n", "queries @ pos0", "ms", "TFLOP/s");
+    const int64_t chunk = 4096;
+    for (int64_t ctx : {4096, 16384, 65536, 262144}) {
+      for (int64_t n : {ctx, chunk}) {
+        if (n == chunk && ctx == chunk) continue;  // the same call as the one-shot row
+        const int64_t pos0 = ctx - n;
+        const double bytes = 2.0 * ctx * kvd * 4 + 2.0 * n * qd * 4;
+        if (bytes > max_gib * 1073741824.0) {
+          std::printf("  n=%s @ %s: skipped (%.1f GiB > --max-gib)\n", human(n).c_str(), human(pos0).c_str(),
+                      bytes / 1073741824.0);
+          continue;
+        }
+        const int blocks = static_cast<int>((ctx + block - 1) / block);
+        Buf q(size_t{4} * n * qd), out(size_t{4} * n * qd), k(size_t{4} * blocks * block * kvd),
+            v(size_t{4} * blocks * block * kvd), table(size_t{4} * blocks);
+        fill_f32(q, -1, 1);
+        fill_f32(k, -1, 1);
+        fill_f32(v, -1, 1);
+        std::vector<int32_t> ids(blocks);
+        for (int i = 0; i < blocks; ++i) ids[i] = i;
+        check(cudaMemcpy(table.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), "table");
+        cuda::CausalPrefillArgs a;
+        a.q = q.f();
+        a.ldq = qd;
+        a.out = out.f();
+        a.ldo = qd;
+        a.k_pool = k.f();
+        a.v_pool = v.f();
+        a.block_table = static_cast<const int32_t*>(table.p);
+        a.max_blocks = blocks;
+        a.block_size = block;
+        a.n = static_cast<int>(n);
+        a.pos0 = pos0;
+        a.n_q_heads = Hq;
+        a.n_kv_heads = Hkv;
+        a.head_dim = hd;
+        a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        const double ms = time_ms(std::min(reps, 10), [&] {
+          check(cuda::causal_attention_prefill(a, g_stream), "causal_attention_prefill");
+        });
+        // Σ over queries of (p + 1) keys, p = pos0 .. pos0 + n − 1.
+        const double keys = static_cast<double>(n) * static_cast<double>(pos0) + 0.5 * n * (n + 1.0);
+        const std::string shape = "n=" + human(n) + " @ " + human(pos0);
+        std::printf("  %-22s %10.3f %10.1f\n", shape.c_str(), ms, 4.0 * hd * Hq * keys / (ms * 1e-3) / 1e12);
+      }
     }
   }
 

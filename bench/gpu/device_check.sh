@@ -7,8 +7,12 @@
 # Here, once:  mkdir -p .deps && (cd .deps && apt-get download libgtest-dev libgmock-dev)
 #              (.deps/ is listed in .git/info/exclude)
 # Then:        run(command="bench/gpu/device_check.sh all", carry=[".deps"], timeout_s=600)
-# Modes: tests (build + ctest -L gpu), bench (build + benches), all (both). Extra arguments are
-# passed to cuda_ops_bench (e.g. --sections decode,retention).
+# Modes: tests (build + ctest -L gpu), bench (build + benches), fla (cuda_ops_bench's retention and
+# swa against fla-core's Triton kernels and torch SDPA / flex_attention: bench/gpu/fla_compare.py,
+# table by bench/gpu/compare_fla.py), all (the three). Extra arguments are passed to
+# cuda_ops_bench in the bench step (e.g. --sections decode,retention).
+# fla needs the fla-core wheel carried in .whl/ (bench/README.md, GPU section):
+#              run(command="bench/gpu/device_check.sh all", carry=[".deps", ".whl"], timeout_s=600)
 set -uo pipefail
 mode=${1:-all}
 shift || true
@@ -23,7 +27,10 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DYOCO_CUDA=ON -DYOC
   -DGTest_DIR="$prefix/usr/lib/x86_64-linux-gnu/cmake/GTest" >"$OUT/configure.log" 2>&1 ||
   { tail -40 "$OUT/configure.log"; exit 1; }
 start=$(date +%s)
-ninja -C build-gpu -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" -A3 "$OUT/build.log" | head -60; exit 1; }
+targets=()
+[[ $mode == fla ]] && targets=(cuda_ops_bench)  # fla alone needs only the ops bench
+ninja -C build-gpu -j"$(nproc)" ${targets[@]+"${targets[@]}"} >"$OUT/build.log" 2>&1 ||
+  { grep -E "error|FAILED" -A3 "$OUT/build.log" | head -60; exit 1; }
 echo "build: $(($(date +%s) - start)) s"
 rc=0
 if [[ $mode == tests || $mode == all ]]; then
@@ -37,5 +44,24 @@ if [[ $mode == bench || $mode == all ]]; then
   if [[ -x build-gpu/bench/cuda_engine_bench ]]; then
     build-gpu/bench/cuda_engine_bench 2>&1 | tee "$OUT/cuda_engine_bench.txt" || rc=1
   fi
+fi
+if [[ $mode == fla || $mode == all ]]; then
+  if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+      export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || { echo "fla: wheel install failed"; rc=1; }
+  else
+    echo "fla: no .whl/*.whl carried: fla-core is missing, only the SDPA rows will be timed"
+  fi
+  # Our side: cuda_ops_bench's retention/swa JSON lines, from the bench step when it ran both
+  # (mode all without --sections), else run here (appended; the join takes the last line per shape).
+  if [[ $mode == fla ]]; then
+    build-gpu/bench/cuda_ops_bench --sections retention,swa 2>&1 | tee "$OUT/cuda_ops_bench.txt" || rc=1
+  elif ! grep -q '"op":"retention_prefill"' "$OUT/cuda_ops_bench.txt" 2>/dev/null ||
+    ! grep -q '"op":"swa_prefill"' "$OUT/cuda_ops_bench.txt"; then
+    build-gpu/bench/cuda_ops_bench --sections retention,swa 2>&1 | tee -a "$OUT/cuda_ops_bench.txt" || rc=1
+  fi
+  PYTHONUNBUFFERED=1 python3 bench/gpu/fla_compare.py run 2>&1 | tee "$OUT/fla_compare.txt" || rc=1
+  python3 bench/gpu/compare_fla.py "$OUT/cuda_ops_bench.txt" "$OUT/fla_compare.txt" >"$OUT/fla_table.md" || rc=1
+  cat "$OUT/fla_table.md"
 fi
 exit $rc
