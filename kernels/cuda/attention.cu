@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kThreads)
                                 float* __restrict__ part_acc, float* __restrict__ part_ml) {
   const int b = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int hd = a.head_dim;
-  const int64_t kv_dim = static_cast<int64_t>(a.n_kv_heads) * hd;
+  const int64_t pool_ld = a.pool_ld > 0 ? a.pool_ld : static_cast<int64_t>(a.n_kv_heads) * hd;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int tt = tid; tt < nt; tt += kThreads) {
       const int64_t t = t0 + tt;
       const int64_t blk = a.block_tables[static_cast<int64_t>(b) * a.max_blocks + t / a.block_size];
-      row_s[tt] = (blk * a.block_size + t % a.block_size) * kv_dim + static_cast<int64_t>(kvh) * hd;
+      row_s[tt] = (blk * a.block_size + t % a.block_size) * pool_ld + static_cast<int64_t>(kvh) * hd;
     }
     __syncthreads();
     // Scores: a warp per key, lanes over the head dims; each K row is read once for the group.
@@ -188,6 +188,8 @@ Status decode_attention_paged(const PagedDecodeArgs& a, void* stream) {
   if (a.ldq < a.n_q_heads * a.head_dim) return bad("ldq must be >= n_q_heads * head_dim");
   if (a.ldo < a.n_q_heads * a.head_dim) return bad("ldo must be >= n_q_heads * head_dim");
   if (a.split_keys < 0) return bad("split_keys must be >= 0");
+  if (a.pool_ld != 0 && a.pool_ld < static_cast<int64_t>(a.n_kv_heads) * a.head_dim)
+    return bad("pool_ld must be 0 or >= n_kv_heads * head_dim");
   if (!a.q) return bad("q is null");
   if (!a.out) return bad("out is null");
   if (!a.k_pool) return bad("k_pool is null");

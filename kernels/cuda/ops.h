@@ -71,7 +71,9 @@ Status add_inplace(float* y, const float* x, int64_t n, void* stream);
 // cpu::decode_attention: softmax(scale · q·Kᵀ) V over keys 0..lengths[b]-1 of sequence b, query
 // head h reading kv head h / (n_q_heads / n_kv_heads). Key t of sequence b is row t % block_size
 // of pool block block_tables[b·max_blocks + t / block_size]; the pool is
-// [n_blocks, block_size, n_kv_heads·head_dim] fp32 for K and for V.
+// [n_blocks, block_size, n_kv_heads·head_dim] fp32 for K and for V, or, with pool_ld set, pool
+// row i starts at k_pool + i · pool_ld (one layer's columns of a wider row: point k_pool and
+// v_pool at the layer's column offset, as causal_attention_prefill).
 // Flash-decoding: each sequence's keys are cut into splits of split_keys keys, one thread block
 // per (sequence, kv head, split) (the GQA group shares every K/V read), then a combine kernel.
 // The split size depends only on split_keys, so a sequence's result is bitwise independent of
@@ -83,6 +85,7 @@ struct PagedDecodeArgs {
   int ldo = 0;
   const float* k_pool = nullptr;
   const float* v_pool = nullptr;
+  int64_t pool_ld = 0;                    // floats between pool rows; 0 = n_kv_heads·head_dim
   const int32_t* block_tables = nullptr;  // device [batch, max_blocks]
   int max_blocks = 0;
   const int32_t* lengths = nullptr;  // device [batch], 0 ≤ lengths[b] ≤ max_length
@@ -221,6 +224,38 @@ struct SwaDecodeArgs {
   float scale = 0.f;
 };
 Status swa_decode(const SwaDecodeArgs& args, void* stream);
+
+// --- causal_attention.cu ------------------------------------------------------------
+// Causal attention prefill of one sequence over its paged K/V (the Transformer baseline's
+// attention, SPEC 2.6): the n queries at positions pos0 .. pos0 + n − 1 each attend keys 0 .. p of
+// their position p, softmax(scale · q·kᵀ) v, query head h reading kv head h / (n_q_heads /
+// n_kv_heads). Every key 0 .. pos0 + n − 1, this call's included, must already be in the pool
+// (append the chunk's rows first). Key t is row t % block_size of pool block
+// block_table[t / block_size]; pool row i of that layout starts at k_pool + i · pool_ld, and its
+// kv head g at + g · head_dim. So a pool whose row holds every layer's K side by side is read
+// one layer at a time by pointing k_pool (v_pool) at the layer's column offset and setting
+// pool_ld to the whole row width. Block ids are NOT checked on the device.
+// Flash-attention style: a block per (128 queries (64 at head_dim > 128), query head); K/V tiles
+// are fetched with cp.async into an fp32 staging area and converted to bf16 in shared memory;
+// q·kᵀ and p·v on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), the online softmax in
+// fp32; key tiles entirely after a warp's queries are skipped. q, k, v and the softmax weights
+// are rounded to bf16 for the products (expect ~2^-8 relative error).
+// Limits: head_dim ≤ 256, n ≤ 65535 · 64, sm_80+.
+struct CausalPrefillArgs {
+  const float* q = nullptr;  // [n, n_q_heads·head_dim], row stride ldq (post-RoPE)
+  int ldq = 0;
+  float* out = nullptr;  // [n, n_q_heads·head_dim], row stride ldo
+  int ldo = 0;
+  const float* k_pool = nullptr;  // this layer's column 0 of pool row 0 (see above), post-RoPE K
+  const float* v_pool = nullptr;
+  int64_t pool_ld = 0;                   // floats between pool rows; 0 = n_kv_heads·head_dim
+  const int32_t* block_table = nullptr;  // device [max_blocks]
+  int max_blocks = 0, block_size = 0;
+  int n = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int64_t pos0 = 0;
+  float scale = 0.f;  // 1/sqrt(head_dim)
+};
+Status causal_attention_prefill(const CausalPrefillArgs& args, void* stream);
 
 // --- sampling.cu ---------------------------------------------------------------------
 // Token sampling on the device, model/sampler.cc's Sampler::sample without the penalties (apply
