@@ -33,12 +33,24 @@ std::vector<int64_t> consecutive(int64_t pos0, int n) {
   return p;
 }
 
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// Tensor parallelism splits YOCO's heads only (model/tensor_parallel.h); a transformer runs
+// whole on one rank.
+Status transformer_not_split(const ModelConfig& c, const TensorParallel& tp) {
+  if (c.is_transformer() && tp.world != 1)
+    return Status(StatusCode::kUnimplemented, "tensor parallel: arch \"transformer\" is not supported (world must be 1, got " +
+                                                  std::to_string(tp.world) + ")");
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir, WeightSet set, const TensorParallel& tp) {
   if (tp.world != 1) {  // reject a bad split before reading the weights
     auto c = load_model_config(dir + "/params.json");
     if (!c.ok()) return c.status();
+    YOCO_RETURN_IF_ERROR(transformer_not_split(c.value(), tp));
     YOCO_RETURN_IF_ERROR(validate_tensor_parallel(c.value(), tp));
   }
   auto w = load_model_dir(dir, set);
@@ -48,6 +60,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, WeightSet set
 }
 
 Result<std::unique_ptr<Model>> Model::create(LoadedWeights w, const TensorParallel& tp) {
+  YOCO_RETURN_IF_ERROR(transformer_not_split(w.config, tp));
   YOCO_RETURN_IF_ERROR(validate_tensor_parallel(w.config, tp));
   shard_weights(w.config, tp, w.weights);
   return std::unique_ptr<Model>(new Model(std::move(w), tp));
@@ -56,7 +69,14 @@ Result<std::unique_ptr<Model>> Model::create(LoadedWeights w, const TensorParall
 Model::Model(LoadedWeights w) : Model(std::move(w), TensorParallel{}) {}
 
 Model::Model(LoadedWeights w, const TensorParallel& tp)
-    : cfg_(w.config), w_(std::move(w.weights)), fingerprint_(w.fingerprint), tp_(tp), sd_(shard_dims(cfg_, tp.world)) {}
+    : cfg_(w.config),
+      w_(std::move(w.weights)),
+      fingerprint_(w.fingerprint),
+      tp_(tp),
+      sd_(shard_dims(cfg_, tp.world)),
+      kv_row_(cfg_.is_transformer() ? cfg_.n_layers * sd_.kv_dim : sd_.kv_dim) {
+  YOCO_CHECK(!cfg_.is_transformer() || tp.world == 1);
+}
 
 Status Model::agree(const Status& local) const {
   if (tp_.world == 1) return local;
@@ -295,24 +315,98 @@ Status Model::cross_decoder(float* h, int rows, const int64_t* positions, std::s
     YOCO_RETURN_IF_ERROR(add_row_parallel(o.data(), L.wo, h, rows, Dq));
     YOCO_RETURN_IF_ERROR(ffn(h, rows, L.final_norm, L.w13, L.w2));
   }
-  // The output head is replicated: every rank computes the same full logits.
-  cpu::rmsnorm(h, D, w_.final_norm.data(), x.data(), D, rows, D, eps);
+  output_head(h, rows, logits);
+  return Status::Ok();
+}
+
+// The output head is replicated: every rank computes the same full logits.
+void Model::output_head(const float* h, int rows, float* logits) const {
+  const int D = cfg_.dim;
+  std::vector<float> x(static_cast<size_t>(rows) * D);
+  cpu::rmsnorm(h, D, w_.final_norm.data(), x.data(), D, rows, D, static_cast<float>(cfg_.norm_eps));
   cpu::linear(x.data(), w_.output_matrix(), logits, rows, cfg_.vocab_size, D);
+}
+
+// SPEC 2.6 with the kernels and numerics of the cross-decoder: q|k|v in one product, RoPE on q
+// and k at the token's position, GQA over this layer's rows (layout in model/state.h).
+Status Model::transformer_layers(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
+                                 bool chunk_of_one_sequence) const {
+  const int D = cfg_.dim, L = cfg_.n_layers, Ha = sd_.attn_heads, KVh = sd_.attn_kv_heads, hd = cfg_.cross_head_dim(),
+            KV = sd_.kv_dim, Dq = sd_.attn_width, R = Dq + 2 * KV;
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const RopeTable rope(positions, rows, hd, cfg_.rope_theta);
+  std::vector<float> x(static_cast<size_t>(rows) * D), proj(static_cast<size_t>(rows) * R), o(static_cast<size_t>(rows) * Dq);
+  std::vector<float> k_all, v_all;
+  int64_t attended_rows = 0;
+  for (int b = 0; b < rows; ++b) attended_rows += positions[b] + 1;
+
+  for (int l = 0; l < L; ++l) {
+    const SelfLayerWeights& W = w_.self_layers[l];
+    cpu::rmsnorm(h, D, W.mixer_norm.data(), x.data(), D, rows, D, eps);
+    cpu::linear(x.data(), W.wqkvg.data(), proj.data(), rows, R, D);
+    float* q = proj.data();
+    float* k = proj.data() + Dq;
+    float* v = proj.data() + Dq + KV;
+    cpu::rope_apply(q, R, rows, Ha, hd, rope.cos.data(), rope.sin.data());
+    cpu::rope_apply(k, R, rows, KVh, hd, rope.cos.data(), rope.sin.data());
+    for (int r = 0; r < rows; ++r) {
+      SequenceState& st = *states[chunk_of_one_sequence ? 0 : r];
+      std::memcpy(st.layer_k_row(positions[r], l, L, KV), k + static_cast<int64_t>(r) * R, KV * 4);
+      std::memcpy(st.layer_v_row(positions[r], l, L, KV), v + static_cast<int64_t>(r) * R, KV * 4);
+    }
+    if (chunk_of_one_sequence) {
+      // This layer's keys 0..last as one run (prefill is compute-bound: the copy is noise).
+      const SequenceState& st = *states[0];
+      const int total = static_cast<int>(positions[rows - 1] + 1);
+      k_all.resize(static_cast<size_t>(total) * KV);
+      v_all.resize(static_cast<size_t>(total) * KV);
+      for (int t = 0; t < total; ++t) {
+        std::memcpy(&k_all[static_cast<size_t>(t) * KV], st.layer_k_row(t, l, L, KV), KV * 4);
+        std::memcpy(&v_all[static_cast<size_t>(t) * KV], st.layer_v_row(t, l, L, KV), KV * 4);
+      }
+      cpu::AttentionArgs args{q, R, k_all.data(), KV, v_all.data(), KV, o.data(), Dq, rows, total, Ha, KVh, hd,
+                              positions[0], 0, 0, scale};
+      cpu::attention(args);
+    } else {
+#pragma omp parallel for schedule(dynamic) if (rows > 1 && worth_threads(attended_rows * KV))
+      for (int b = 0; b < rows; ++b) {
+        // Each chunk of kKvChunkRows tokens holds this layer's rows as one [rows, kv_dim]
+        // block, read in place, contiguous or paged alike.
+        const SequenceState& st = *states[b];
+        const int64_t n = positions[b] + 1;
+        std::vector<const float*> kb, vb;
+        for (int64_t r = 0; r < n; r += kKvChunkRows) {
+          kb.push_back(st.layer_k_row(r, l, L, KV));
+          vb.push_back(st.layer_v_row(r, l, L, KV));
+        }
+        cpu::KvBlocks kv{kb.data(), vb.data(), kKvChunkRows, n};
+        cpu::decode_attention(q + static_cast<int64_t>(b) * R, kv, o.data() + static_cast<size_t>(b) * Dq, Ha, KVh, hd,
+                              scale);
+      }
+    }
+    YOCO_RETURN_IF_ERROR(add_row_parallel(o.data(), W.wo, h, rows, Dq));
+    YOCO_RETURN_IF_ERROR(ffn(h, rows, W.final_norm, W.w13, W.w2));
+  }
   return Status::Ok();
 }
 
 Status Model::make_room(SequenceState& st, int64_t rows) const {
   const int64_t need = st.position + rows;
   if (st.pages) {
-    if (st.pages->kv_dim != sd_.kv_dim || st.pages->block_size % kKvChunkRows != 0)
+    if (st.pages->kv_dim != kv_row_ || st.pages->block_size % kKvChunkRows != 0)
       return invalid_argument("KV pages do not match the model (kv_dim or block size)");
     if (st.pages->capacity() < need)
       return Status(StatusCode::kResourceExhausted, "KV pool: the sequence needs " + std::to_string(need) +
                                                         " rows, its blocks hold " + std::to_string(st.pages->capacity()));
     return Status::Ok();
   }
-  st.k.resize(static_cast<size_t>(need) * sd_.kv_dim);
-  st.v.resize(static_cast<size_t>(need) * sd_.kv_dim);
+  // A transformer's rows come in whole chunks (model/state.h).
+  const int64_t alloc = cfg_.is_transformer() ? round_up(need, kKvChunkRows) : need;
+  if (!cfg_.is_transformer() || static_cast<int64_t>(st.k.size()) < alloc * kv_row_) {
+    st.k.resize(static_cast<size_t>(alloc) * kv_row_);
+    st.v.resize(static_cast<size_t>(alloc) * kv_row_);
+  }
   return Status::Ok();
 }
 
@@ -333,6 +427,19 @@ Status Model::prefill(SequenceState& st, std::span<const int32_t> tokens, const 
   }()));
   const int D = cfg_.dim, KV = sd_.kv_dim;
   std::vector<float> h, k, v;
+  if (cfg_.is_transformer()) {
+    SequenceState* one[1] = {&st};
+    for (size_t off = 0; off < tokens.size(); off += opt.chunk_tokens) {
+      const int n = static_cast<int>(std::min<size_t>(opt.chunk_tokens, tokens.size() - off));
+      h.resize(static_cast<size_t>(n) * D);
+      cpu::embed(w_.embed.data(), D, tokens.data() + off, n, std::sqrt(static_cast<float>(D)), h.data());
+      const std::vector<int64_t> positions = consecutive(st.position, n);
+      YOCO_RETURN_IF_ERROR(transformer_layers(h.data(), n, positions.data(), one, true));
+      st.last_hidden.assign(h.end() - D, h.end());
+      st.position += n;
+    }
+    return Status::Ok();
+  }
   for (size_t off = 0; off < tokens.size(); off += opt.chunk_tokens) {
     const int n = static_cast<int>(std::min<size_t>(opt.chunk_tokens, tokens.size() - off));
     const int64_t pos0 = st.position;
@@ -365,6 +472,10 @@ Status Model::logits(std::span<SequenceState* const> states, float* out) const {
     std::memcpy(&h[static_cast<size_t>(b) * D], states[b]->last_hidden.data(), D * 4);
     positions[b] = states[b]->position - 1;
   }
+  if (cfg_.is_transformer()) {  // last_hidden already went through every layer
+    output_head(h.data(), B, out);
+    return Status::Ok();
+  }
   return cross_decoder(h.data(), B, positions.data(), states, false, out);
 }
 
@@ -379,6 +490,22 @@ Status Model::decode_step(std::span<SequenceState* const> states, std::span<cons
         return Status(StatusCode::kResourceExhausted, "sequence " + std::to_string(b) + ": its KV blocks are full");
     return Status::Ok();
   }()));
+  if (cfg_.is_transformer()) {
+    std::vector<float> h(static_cast<size_t>(B) * D);
+    cpu::embed(w_.embed.data(), D, tokens.data(), B, std::sqrt(static_cast<float>(D)), h.data());
+    std::vector<int64_t> positions(B);
+    for (int b = 0; b < B; ++b) {
+      positions[b] = states[b]->position;
+      YOCO_RETURN_IF_ERROR(make_room(*states[b], 1));  // paged: checked above; contiguous: grows
+    }
+    YOCO_RETURN_IF_ERROR(transformer_layers(h.data(), B, positions.data(), states, false));
+    for (int b = 0; b < B; ++b) {
+      states[b]->last_hidden.assign(h.begin() + static_cast<ptrdiff_t>(b) * D, h.begin() + static_cast<ptrdiff_t>(b + 1) * D);
+      states[b]->position += 1;
+    }
+    output_head(h.data(), B, out);
+    return Status::Ok();
+  }
   std::vector<float> h(static_cast<size_t>(B) * D), k(static_cast<size_t>(B) * KV), v(static_cast<size_t>(B) * KV);
   cpu::embed(w_.embed.data(), D, tokens.data(), B, std::sqrt(static_cast<float>(D)), h.data());
   YOCO_RETURN_IF_ERROR(self_decoder_step(h.data(), states));
@@ -410,6 +537,22 @@ Status Model::forward(std::span<const int32_t> tokens, const LogitsSink& sink, c
   SequenceState st = new_sequence();
   SequenceState* one[1] = {&st};
   std::vector<float> h, logits;
+  if (cfg_.is_transformer()) {
+    YOCO_RETURN_IF_ERROR(make_room(st, static_cast<int64_t>(tokens.size())));
+    for (size_t off = 0; off < tokens.size(); off += chunk) {
+      const int n = static_cast<int>(std::min<size_t>(chunk, tokens.size() - off));
+      const int64_t pos0 = st.position;
+      h.resize(static_cast<size_t>(n) * D);
+      logits.resize(static_cast<size_t>(n) * V);
+      cpu::embed(w_.embed.data(), D, tokens.data() + off, n, std::sqrt(static_cast<float>(D)), h.data());
+      const std::vector<int64_t> positions = consecutive(pos0, n);
+      YOCO_RETURN_IF_ERROR(transformer_layers(h.data(), n, positions.data(), one, true));
+      st.position += n;
+      output_head(h.data(), n, logits.data());
+      sink(pos0, n, logits.data());
+    }
+    return Status::Ok();
+  }
   for (size_t off = 0; off < tokens.size(); off += chunk) {
     const int n = static_cast<int>(std::min<size_t>(chunk, tokens.size() - off));
     const int64_t pos0 = st.position;

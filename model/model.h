@@ -5,6 +5,13 @@
 // (loop, layer), and last_hidden = the self-decoder output at n−1. `logits()` runs the
 // cross-decoder for position n−1 from exactly that, so the state can be shipped between
 // processes at any point and decoding goes on identically.
+//
+// The same class runs the Transformer baseline (arch "transformer", SPEC 2.6) with the same
+// kernels and numerics: prefill runs every layer (there is no early exit) and stores each
+// layer's K/V rows; last_hidden is the last layer's output at n−1, so logits() is the final
+// norm and output head; decode_step runs every layer for one token per sequence. The state
+// layout is in model/state.h. Not supported for a transformer (refused, naming the arch):
+// tensor parallelism (world > 1) and serialize_state / deserialize_state.
 #pragma once
 
 #include <cstdint>
@@ -48,8 +55,11 @@ class Model {
   uint64_t fingerprint() const { return fingerprint_; }
   bool has_cross_decoder() const { return w_.set == WeightSet::kFull; }
   const TensorParallel& tensor_parallel() const { return tp_; }
-  // This rank's sizes; kv_dim is the width of the K/V rows its states and KV pool hold.
+  // This rank's sizes; kv_dim is one layer's K (or V) row of this rank's KV heads.
   const ShardDims& shard() const { return sd_; }
+  // Width of one token's K (or V) row in this rank's states and KV pool (the kv_dim to create
+  // a KvPool with): shard().kv_dim for YOCO, n_layers · kv_dim for a transformer.
+  int kv_row_floats() const { return kv_row_; }
 
   SequenceState new_sequence() const { return make_sequence_state(cfg_, tp_.world); }
 
@@ -91,6 +101,12 @@ class Model {
   // Mode decode: row b is one query per state. Mode chunk: consecutive queries of one state.
   Status cross_decoder(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
                        bool chunk_of_one_sequence, float* logits) const;
+  // Transformer: every layer over h [rows, dim], storing each layer's K/V rows at `positions`
+  // (modes as cross_decoder). Leaves the last layer's output in h.
+  Status transformer_layers(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
+                            bool chunk_of_one_sequence) const;
+  // logits [rows, vocab] = RMSNorm(h)·output_projectionᵀ.
+  void output_head(const float* h, int rows, float* logits) const;
   // Room for `rows` more K/V rows: contiguous states grow; paged states must already own
   // the blocks (RESOURCE_EXHAUSTED otherwise, before anything is consumed).
   Status make_room(SequenceState& st, int64_t rows) const;
@@ -103,6 +119,7 @@ class Model {
   uint64_t fingerprint_ = 0;
   TensorParallel tp_;
   ShardDims sd_;
+  int kv_row_ = 0;
 };
 
 }  // namespace yoco

@@ -34,6 +34,18 @@ ModelConfig make(int dim, int layers, int hidden, int self_heads, int heads, int
   return c;
 }
 
+// The same sizes as a Transformer baseline (SPEC 2.6): every layer has attention with a KV
+// cache; the self-decoder keys are unset, as parse_model_config leaves them.
+ModelConfig transformer(ModelConfig c) {
+  c.arch = Arch::kTransformer;
+  c.n_self_heads = 0;
+  c.n_self_layers = 0;
+  c.sliding_window = 0;
+  c.n_loops = 1;
+  c.cross_decoder_rope = true;
+  return c;
+}
+
 ModelConfig tied(ModelConfig c) {
   c.tie_embeddings = true;
   return c;
@@ -66,6 +78,12 @@ const std::vector<ModelPreset>& model_presets() {
        make(3072, 26, 8192, 24, 24, 8, 100288, 0)},
       {"yoco-u-1.3b", "YOCO-U 1.3B (seed 003): SWA 512, 3 loops, NoPE cross-decoder, tied embeddings",
        tied(make(2560, 20, 7680, 20, 20, 4, 151936, 512, 3, false))},
+      {"tiny-transformer", "test config, Transformer baseline of tiny-gret's sizes",
+       transformer(make(64, 4, 160, 4, 4, 2, 256, 0))},
+      {"small-transformer", "benchmark config (~50M), Transformer baseline of small-gret's sizes",
+       transformer(make(512, 8, 1536, 8, 8, 2, 32000, 0))},
+      {"transformer-3b", "Transformer baseline of YOCO-3B's sizes: 26 layers, dim 3072, GQA 24/8",
+       transformer(make(3072, 26, 8192, 24, 24, 8, 100288, 0))},
   };
   return presets;
 }

@@ -91,6 +91,7 @@ int64_t SequenceState::self_state_bytes() const {
 
 SequenceState make_sequence_state(const ModelConfig& c, int tp_world) {
   SequenceState st;
+  if (c.is_transformer()) return st;
   st.self.resize(static_cast<size_t>(c.n_loops) * c.n_self_layers);
   const int hd = c.self_head_dim(), heads = c.n_self_heads / tp_world, width = heads * hd;
   for (auto& s : st.self) {
@@ -107,6 +108,7 @@ SequenceState make_sequence_state(const ModelConfig& c, int tp_world) {
 
 std::vector<uint8_t> serialize_state(const SequenceState& st, const ModelConfig& c, uint64_t fingerprint,
                                      const StateBlobOptions& opt) {
+  YOCO_CHECK(!c.is_transformer());  // see state.h: transformer states are not shipped
   const int kv_dim = c.kv_dim();
   int64_t row_begin = opt.include_kv ? opt.kv_row_begin : 0;
   int64_t row_end = opt.include_kv ? (opt.kv_row_end < 0 ? st.position : opt.kv_row_end) : 0;
@@ -159,6 +161,8 @@ std::vector<uint8_t> serialize_state(const SequenceState& st, const ModelConfig&
 Result<StateBlobInfo> deserialize_state(std::span<const uint8_t> blob, const ModelConfig& c, uint64_t fingerprint,
                                         SequenceState& out) {
   auto bad = [](const std::string& what) { return data_loss("state blob: " + what); };
+  if (c.is_transformer())
+    return Status(StatusCode::kUnimplemented, "state blob: arch \"transformer\" states are not serialized");
   if (blob.size() < kHeaderBytes + 4) return bad("too short (" + std::to_string(blob.size()) + " bytes)");
   if (std::memcmp(blob.data(), kMagic, 8) != 0) return bad("bad magic");
   uint32_t stored_crc;

@@ -49,9 +49,28 @@ struct KvPages {
 // in a paged pool decodes bitwise like a contiguous one. Pool block sizes are multiples of it.
 constexpr int kKvChunkRows = 32;
 
+// Transformer baseline (arch "transformer", SPEC 2.6): the same structure carries its
+// per-layer KV cache.
+//   - One token's K (and V) "row" holds every layer's row: width W = n_layers · kv_dim
+//     (ModelConfig::kv_row_floats()), so the pool, its blocks and k_row(r, W) work unchanged
+//     (KvPool and KvPages are created with kv_dim = W).
+//   - Inside the rows, each run of kKvChunkRows tokens starting at a multiple of kKvChunkRows
+//     (a "chunk", never split across pool blocks) is stored layer-major:
+//     [n_layers][kKvChunkRows][kv_dim]. Layer l's K row of token r is at
+//       k_row(r − r % kKvChunkRows, W) + (l · kKvChunkRows + r % kKvChunkRows) · kv_dim
+//     (layer_k_row below), so each layer's keys are [kKvChunkRows, kv_dim] blocks that decode
+//     attention reads in place. Rows are post-RoPE K and V of that layer, heads head-major.
+//   - Contiguous storage is sized in whole chunks: k.size() = ceil(position / kKvChunkRows) ·
+//     kKvChunkRows · W (the tail of the last chunk is unused).
+//   - `self` is empty; last_hidden is the residual stream after the last layer at position − 1
+//     (the input of the final norm and output head), so logits() is just the head.
+//   - serialize_state / deserialize_state (UCX shipping, KV store) do not take transformer
+//     states: deserialize_state answers UNIMPLEMENTED naming the arch.
 struct SequenceState {
   int64_t position = 0;           // tokens consumed
-  std::vector<float> k, v;        // global K/V rows [position, kv_dim]; K is post-RoPE (unless paged)
+  // Global K/V rows [position, kv_row_floats]: YOCO's one K/V per token (K post-RoPE unless
+  // cross_decoder_rope is false); a transformer's layout is above. Empty when paged.
+  std::vector<float> k, v;
   std::optional<KvPages> pages;   // set: the rows live in a paged pool, k and v stay empty
   std::vector<SelfLayerState> self;  // n_loops · n_self_layers, loop-major
   // The self-decoder output at position − 1: the cross-decoder input for the next-token
@@ -62,12 +81,29 @@ struct SequenceState {
   const float* v_row(int64_t r, int kv_dim) const { return pages ? pages->v_pool + pages->offset(r) : v.data() + r * kv_dim; }
   float* k_row(int64_t r, int kv_dim) { return const_cast<float*>(std::as_const(*this).k_row(r, kv_dim)); }
   float* v_row(int64_t r, int kv_dim) { return const_cast<float*>(std::as_const(*this).v_row(r, kv_dim)); }
+  // Transformer: layer `layer`'s K (V) row of token r (layout above); kv_dim is one layer's.
+  const float* layer_k_row(int64_t r, int layer, int n_layers, int kv_dim) const {
+    return k_row(r - r % kKvChunkRows, n_layers * kv_dim) + layer_row_offset(r, layer, kv_dim);
+  }
+  const float* layer_v_row(int64_t r, int layer, int n_layers, int kv_dim) const {
+    return v_row(r - r % kKvChunkRows, n_layers * kv_dim) + layer_row_offset(r, layer, kv_dim);
+  }
+  float* layer_k_row(int64_t r, int layer, int n_layers, int kv_dim) {
+    return const_cast<float*>(std::as_const(*this).layer_k_row(r, layer, n_layers, kv_dim));
+  }
+  float* layer_v_row(int64_t r, int layer, int n_layers, int kv_dim) {
+    return const_cast<float*>(std::as_const(*this).layer_v_row(r, layer, n_layers, kv_dim));
+  }
+  static int64_t layer_row_offset(int64_t r, int layer, int kv_dim) {
+    return (static_cast<int64_t>(layer) * kKvChunkRows + r % kKvChunkRows) * kv_dim;
+  }
   int64_t kv_bytes() const { return static_cast<int64_t>(k.size() + v.size()) * 4; }
   int64_t self_state_bytes() const;
 };
 
 // A tensor-parallel rank (world > 1) holds only its heads: n_self_heads / world retention
 // states, window rows of dim / world values. Its global K/V rows are kv_dim / world wide.
+// A transformer's state starts with no `self` entries and no rows.
 SequenceState make_sequence_state(const ModelConfig& c, int tp_world = 1);
 
 // Hand-off format, version 1. Little-endian:
@@ -88,7 +124,8 @@ struct StateBlobOptions {
   KvDType kv_dtype = KvDType::kF32;
 };
 
-// For whole-model states (tensor-parallel world 1); a rank's shard has other shapes.
+// For whole-model YOCO states (tensor-parallel world 1); a rank's shard has other shapes.
+// Transformer states are not serialized (the caller must not pass one: checked, aborts).
 std::vector<uint8_t> serialize_state(const SequenceState& st, const ModelConfig& c, uint64_t fingerprint,
                                      const StateBlobOptions& opt = {});
 

@@ -47,6 +47,28 @@ std::vector<TensorSlot> model_tensor_slots(const ModelConfig& c, ModelWeights* w
   add("embed_tokens.weight", {V, D}, YOCO_DST(w, embed), 0, true);
   add("layer_norm.weight", {D}, YOCO_DST(w, final_norm), 0, full);
   add("output_projection.weight", {V, D}, YOCO_DST(w, output), 0, full, /*optional=*/true);
+  if (c.is_transformer()) {
+    // SPEC 2.6. Layer i lands in self_layers[i] (both weight sets: a transformer's prefill
+    // runs every layer), its fused projection wqkvg being q|k|v, [dim + 2·kv_dim, dim].
+    if (w) {
+      w->self_layers.resize(c.n_layers);
+      w->cross_layers.clear();
+    }
+    for (int i = 0; i < c.n_layers; ++i) {
+      const std::string p = "layers." + std::to_string(i) + ".";
+      SelfLayerWeights* l = w ? &w->self_layers[i] : nullptr;
+      add(p + "mixer_layer_norm.weight", {D}, YOCO_DST(l, mixer_norm), 0, true);
+      add(p + "mixer.q_proj.weight", {D, D}, YOCO_DST(l, wqkvg), 0, true);
+      add(p + "mixer.k_proj.weight", {KV, D}, YOCO_DST(l, wqkvg), D * D, true);
+      add(p + "mixer.v_proj.weight", {KV, D}, YOCO_DST(l, wqkvg), D * D + KV * D, true);
+      add(p + "mixer.out_proj.weight", {D, D}, YOCO_DST(l, wo), 0, true);
+      add(p + "final_layer_norm.weight", {D}, YOCO_DST(l, final_norm), 0, true);
+      add(p + "ffn.fc1.weight", {H, D}, YOCO_DST(l, w13), 0, true);
+      add(p + "ffn.gate.weight", {H, D}, YOCO_DST(l, w13), H * D, true);
+      add(p + "ffn.fc2.weight", {D, H}, YOCO_DST(l, w2), 0, true);
+    }
+    return slots;
+  }
   for (int i = 0; i < c.n_self_layers; ++i) {
     const std::string p = "self_decoder.layers." + std::to_string(i) + ".";
     SelfLayerWeights* l = sl(i);
@@ -163,8 +185,6 @@ Result<LoadedWeights> load_model_dir(const std::string& dir, WeightSet set) {
   LoadedWeights out;
   YOCO_ASSIGN_OR_RETURN(out.config, load_model_config(dir + "/params.json"));
   ModelConfig& c = out.config;
-  if (c.arch != Arch::kYoco)
-    return Status(StatusCode::kUnimplemented, "params.json: arch \"transformer\" is not supported by this engine yet");
 
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   std::map<std::string, Source> sources;
