@@ -44,6 +44,9 @@ CONFIGS = [
     dict(name="gret_selflayers3", seed=606, n_tokens=17, tied=False, params=dict(
         dim=32, n_layers=5, n_self_layers=3, hidden_dim=64, n_self_heads=2, n_attn_heads=4,
         n_attn_kv_heads=4, vocab_size=41, sliding_window=None)),
+    dict(name="transformer_gqa3", seed=707, n_tokens=27, tied=False, params=dict(
+        arch="transformer", dim=48, n_layers=3, hidden_dim=96, n_attn_heads=6, n_attn_kv_heads=2,
+        vocab_size=50, rope_theta=500000.0)),
 ]
 
 
@@ -67,6 +70,20 @@ def make_weights(params, tied, rng):
         mat(prefix + "ffn.fc2.weight", dim, hid)
 
     w["embed_tokens.weight"] = rng.standard_normal((cfg.vocab_size, dim)) / math.sqrt(dim)
+    if cfg.is_transformer:  # SPEC 2.6
+        for i in range(cfg.n_layers):
+            p = f"layers.{i}."
+            norm(p + "mixer_layer_norm.weight")
+            norm(p + "final_layer_norm.weight")
+            mat(p + "mixer.q_proj.weight", dim, dim)
+            mat(p + "mixer.k_proj.weight", kvw, dim)
+            mat(p + "mixer.v_proj.weight", kvw, dim)
+            mat(p + "mixer.out_proj.weight", dim, dim)
+            ffn(p)
+        norm("layer_norm.weight")
+        if not tied:
+            mat("output_projection.weight", cfg.vocab_size, dim)
+        return w
     for i in range(cfg.n_self_layers):
         p = f"self_decoder.layers.{i}."
         norm(p + "mixer_layer_norm.weight")
@@ -115,6 +132,10 @@ def write_safetensors(path, tensors):
 
 
 def state_to_json(state):
+    if "layer_k" in state:  # transformer: per-layer K/V rows
+        return {"position": int(state["position"]),
+                "layer_k": [k.tolist() for k in state["layer_k"]],
+                "layer_v": [v.tolist() for v in state["layer_v"]]}
     out = {"position": int(state["position"]),
            "global_k": state["global_k"].tolist(),
            "global_v": state["global_v"].tolist(),

@@ -1,4 +1,5 @@
-"""Independent float64 reference of the YOCO model (SPEC.md section 2), written from the formulas.
+"""Independent float64 reference of the YOCO model (SPEC.md section 2), written from the formulas,
+and of the Transformer baseline of section 2.6 (arch "transformer").
 
 This is the test oracle for the C++ engine. It favours the obvious form over the fast one:
 attention is the O(n^2) masked form, gated retention exists in its parallel, recurrent and
@@ -77,33 +78,46 @@ class Config:
 
     def __init__(self, params, has_output_projection):
         p = dict(params)
+        self.arch = p.get("arch", "yoco")
+        assert self.arch in ("yoco", "transformer"), self.arch
         self.dim = int(p["dim"])
         self.n_layers = int(p["n_layers"])
         self.hidden_dim = int(p["hidden_dim"])
-        self.n_self_heads = int(p["n_self_heads"])
         self.n_attn_heads = int(p["n_attn_heads"])
-        self.n_attn_kv_heads = int(p["n_attn_kv_heads"])
+        self.n_attn_kv_heads = int(p.get("n_attn_kv_heads") or self.n_attn_heads)
         self.vocab_size = int(p["vocab_size"])
         self.rope_theta = float(p.get("rope_theta", 10000.0))
         self.norm_eps = float(p.get("norm_eps", 1e-5))
+        self.max_seq_len = p.get("max_seq_len")
+        tie = p.get("tie_embeddings")
+        self.tie_embeddings = (not has_output_projection) if tie is None else bool(tie)
+        assert self.dim % self.n_attn_heads == 0 and self.n_attn_heads % self.n_attn_kv_heads == 0
+        self.hd_c = self.dim // self.n_attn_heads  # attention head dim (cross-decoder / transformer)
+        if self.arch == "transformer":
+            # 2.6: every layer attends over its own KV cache; no self-decoder keys apply.
+            self.sliding_window = None
+            self.n_loops = 1
+            self.n_self_layers = 0
+            self.n_cross_layers = 0
+            return
+        self.n_self_heads = int(p["n_self_heads"])
         sw = p.get("sliding_window")
         self.sliding_window = None if sw is None else int(sw)
         self.n_loops = int(p.get("n_loops", 1))
         self.cross_decoder_rope = bool(p.get("cross_decoder_rope", True))
         self.n_self_layers = int(p.get("n_self_layers", self.n_layers // 2))
         self.gate_logit_normalizer = float(p.get("gate_logit_normalizer", 16))
-        self.max_seq_len = p.get("max_seq_len")
-        tie = p.get("tie_embeddings")
-        self.tie_embeddings = (not has_output_projection) if tie is None else bool(tie)
         self.n_cross_layers = self.n_layers - self.n_self_layers
-        assert self.dim % self.n_self_heads == 0 and self.dim % self.n_attn_heads == 0
-        assert self.n_attn_heads % self.n_attn_kv_heads == 0
+        assert self.dim % self.n_self_heads == 0
         self.hd = self.dim // self.n_self_heads  # self-decoder head dim
-        self.hd_c = self.dim // self.n_attn_heads  # cross-decoder head dim
+
+    @property
+    def is_transformer(self):
+        return self.arch == "transformer"
 
     @property
     def is_gret(self):
-        return self.sliding_window is None
+        return not self.is_transformer and self.sliding_window is None
 
 
 class Model:
@@ -341,11 +355,49 @@ def logprobs_from_hidden(model, h):
     return log_softmax(linear(x, model.w_out))
 
 
+def transformer_block(model, layer, h, state, positions, allowed):
+    """One layer of the 2.6 baseline over rows h at `positions`: q, k, v projections (GQA),
+    RoPE on q and k, the new k/v rows appended to this layer's cache, attention, out_proj, FFN."""
+    cfg, w = model.cfg, model.w
+    p = f"layers.{layer}."
+    x = rmsnorm(h, w[p + "mixer_layer_norm.weight"], cfg.norm_eps)
+    q = rope(split_heads(linear(x, w[p + "mixer.q_proj.weight"]), cfg.n_attn_heads), positions, cfg.rope_theta)
+    k = rope(split_heads(linear(x, w[p + "mixer.k_proj.weight"]), cfg.n_attn_kv_heads), positions, cfg.rope_theta)
+    v = split_heads(linear(x, w[p + "mixer.v_proj.weight"]), cfg.n_attn_kv_heads)
+    n = h.shape[0]
+    state["layer_k"][layer] = np.concatenate([state["layer_k"][layer], k.reshape(n, -1)])
+    state["layer_v"][layer] = np.concatenate([state["layer_v"][layer], v.reshape(n, -1)])
+    K = split_heads(state["layer_k"][layer], cfg.n_attn_kv_heads)
+    V = split_heads(state["layer_v"][layer], cfg.n_attn_kv_heads)
+    o = causal_attention(q, K, V, 1.0 / math.sqrt(cfg.hd_c), allowed).reshape(n, cfg.dim)
+    h = h + linear(o, w[p + "mixer.out_proj.weight"])
+    return h + ffn(rmsnorm(h, w[p + "final_layer_norm.weight"], cfg.norm_eps), p, w)
+
+
+def transformer_forward(model, tokens, state=None):
+    """The baseline over `tokens` from `state` (empty when None). Returns (logprobs, state) with
+    state {"position": n, "layer_k": [n_layers x [n, Hkv*hd_c]] (post-RoPE), "layer_v": ...}."""
+    cfg, w = model.cfg, model.w
+    state = empty_state(model) if state is None else {
+        "position": state["position"], "layer_k": list(state["layer_k"]), "layer_v": list(state["layer_v"])}
+    pos0, n = state["position"], len(tokens)
+    positions = np.arange(pos0, pos0 + n)
+    h = math.sqrt(cfg.dim) * w["embed_tokens.weight"][np.asarray(list(tokens))]
+    # query at pos0 + i sees keys 0 .. pos0 + i
+    allowed = np.arange(pos0 + n)[None, :] <= positions[:, None]
+    for layer in range(cfg.n_layers):
+        h = transformer_block(model, layer, h, state, positions, allowed)
+    state["position"] = pos0 + n
+    return logprobs_from_hidden(model, h), state
+
+
 def forward(model, tokens, form="parallel", chunk=4):
     """Full forward. Returns (logprobs [n, vocab], state) where state follows SPEC 2.5:
     {"position": n, "global_k": [n, Hkv*hd_c] (post-RoPE), "global_v": [n, Hkv*hd_c],
      "self": [ {"loop", "layer", "S": [H, hd, hd]} or {"loop", "layer", "k": [rows, dim], "v": ...} ]}
-    with "self" ordered loop-major."""
+    with "self" ordered loop-major. A transformer's state is transformer_forward's."""
+    if model.cfg.is_transformer:
+        return transformer_forward(model, tokens)
     cfg, w = model.cfg, model.w
     tokens = list(tokens)
     n = len(tokens)
@@ -382,6 +434,9 @@ def forward(model, tokens, form="parallel", chunk=4):
 def empty_state(model):
     cfg = model.cfg
     kvw = cfg.n_attn_kv_heads * cfg.hd_c
+    if cfg.is_transformer:
+        return {"position": 0, "layer_k": [np.zeros((0, kvw))] * cfg.n_layers,
+                "layer_v": [np.zeros((0, kvw))] * cfg.n_layers}
     selfs = []
     for loop in range(cfg.n_loops):
         for layer in range(cfg.n_self_layers):
@@ -396,6 +451,9 @@ def empty_state(model):
 
 def step(model, state, token):
     """Consume one token at position state["position"]; returns (logprobs [vocab], new state)."""
+    if model.cfg.is_transformer:
+        lp, new_state = transformer_forward(model, [token], state)
+        return lp[0], new_state
     cfg, w = model.cfg, model.w
     pos = state["position"]
     posv = np.array([pos])
@@ -488,6 +546,9 @@ def selftest_gret(tol=1e-10, seed=1234, verbose=True):
 
 
 def compare_states(s1, s2):
+    if "layer_k" in s1:  # transformer
+        assert s1["position"] == s2["position"] and len(s1["layer_k"]) == len(s2["layer_k"])
+        return max(_max_abs(a, b) for key in ("layer_k", "layer_v") for a, b in zip(s1[key], s2[key]))
     worst = max(_max_abs(s1["global_k"], s2["global_k"]), _max_abs(s1["global_v"], s2["global_v"]))
     assert s1["position"] == s2["position"]
     assert len(s1["self"]) == len(s2["self"])
@@ -518,6 +579,11 @@ def selftest_model(model, tokens, tol=1e-10, verbose=True, name=""):
             _, pst = forward(model, tokens[: i + 1])
             worst = max(worst, compare_states(state, pst))
     worst = max(worst, compare_states(state, ref_state))
+    if model.cfg.is_transformer:  # chunked = one shot: a prefix, then the rest from its state
+        cut = len(tokens) // 3
+        lp1, st1 = transformer_forward(model, tokens[:cut])
+        lp2, st2 = transformer_forward(model, tokens[cut:], st1)
+        worst = max(worst, _max_abs(np.concatenate([lp1, lp2]), ref_lp), compare_states(st2, ref_state))
     # the log-probs are a distribution
     worst = max(worst, float(np.max(np.abs(np.exp(ref_lp).sum(-1) - 1.0))))
     if verbose:

@@ -115,6 +115,21 @@ TEST_P(GoldenTest, StateMatchesReference) {
   EXPECT_EQ(st.position, g.state.find("position")->as_int());
   // The state is what gets shipped and stored, so it is checked directly, not only via logits.
   constexpr double kStateTol = 1.0;
+  if (c.is_transformer()) {  // every layer's K/V rows (layout in model/state.h)
+    for (const char* key : {"layer_k", "layer_v"}) {
+      const auto& layers = g.state.find(key)->as_array();
+      ASSERT_EQ(layers.size(), static_cast<size_t>(c.n_layers));
+      for (int l = 0; l < c.n_layers; ++l) {
+        std::vector<float> rows;
+        for (int64_t r = 0; r < st.position; ++r) {
+          const float* p = key[6] == 'k' ? st.layer_k_row(r, l, c.n_layers, c.kv_dim()) : st.layer_v_row(r, l, c.n_layers, c.kv_dim());
+          rows.insert(rows.end(), p, p + c.kv_dim());
+        }
+        EXPECT_LT(compare_state_part(test::flatten(layers[l]), rows.data(), rows.size(), key), kStateTol) << "layer " << l;
+      }
+    }
+    return;
+  }
   EXPECT_LT(compare_state_part(test::flatten(*g.state.find("global_k")), st.k.data(), st.k.size(), "global_k"), kStateTol);
   EXPECT_LT(compare_state_part(test::flatten(*g.state.find("global_v")), st.v.data(), st.v.size(), "global_v"), kStateTol);
   const auto& self = g.state.find("self")->as_array();
@@ -143,7 +158,7 @@ TEST_P(GoldenTest, StateMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Configs, GoldenTest,
                          ::testing::Values("gret_tied", "gret_gqa3_untied", "swa_w8", "yocou_swa_t3_nope", "yocou_gret_t3",
-                                           "gret_selflayers3"));
+                                           "gret_selflayers3", "transformer_gqa3"));
 
 }  // namespace
 }  // namespace yoco
