@@ -1,6 +1,6 @@
 // Engine benchmark: prefill tokens/s over prompt lengths, decode tokens/s over batch sizes,
 // peak RSS and state bytes per token. Prints a table, or JSON with --json. Never asserts speed.
-//   engine_bench --model DIR | --preset NAME  [--threads N] [--prefill-lens 1024,4096]
+//   engine_bench --model DIR | --preset NAME (e.g. small-gret, small-transformer)  [--threads N] [--prefill-lens 1024,4096]
 //                [--decode-batches 1,8,32] [--decode-context 512] [--decode-steps 16] [--repeats 3]
 #include <sys/resource.h>
 
@@ -135,8 +135,10 @@ int main(int argc, char** argv) {
     decode_rows.push_back(Json(std::move(row)));
   }
 
-  // Per-token KV: YOCO keeps one K/V pair; a Transformer of the same size keeps one per layer.
-  const int64_t kv_per_token = static_cast<int64_t>(2) * c.kv_dim() * 4;
+  // Per-token KV of this model (a transformer preset, e.g. --preset small-transformer, is the
+  // baseline itself): YOCO keeps one K/V pair; a Transformer of the same size one per layer.
+  const int64_t kv_per_token = c.kv_bytes_per_token();
+  const int64_t transformer_kv_per_token = static_cast<int64_t>(2) * c.kv_dim() * 4 * c.n_layers;
   Json::Object out;
   out["impl"] = Json("yoco-engine");
   out["model"] = Json(dir);
@@ -146,7 +148,7 @@ int main(int argc, char** argv) {
   out["prefill"] = Json(std::move(prefill_rows));
   out["decode"] = Json(std::move(decode_rows));
   out["kv_bytes_per_token_f32"] = Json(kv_per_token);
-  out["transformer_kv_bytes_per_token_f32"] = Json(kv_per_token * c.n_layers);
+  out["transformer_kv_bytes_per_token_f32"] = Json(transformer_kv_per_token);
   out["peak_rss_mb"] = Json(peak_rss_mb());
   if (f->get_bool("json")) {
     std::cout << Json(std::move(out)).dump() << "\n";
@@ -162,6 +164,6 @@ int main(int argc, char** argv) {
     std::printf("%-10lld %12.3f %14.1f\n", static_cast<long long>(r.find("batch")->as_int()), r.find("seconds")->as_double(),
                 r.find("tokens_per_s")->as_double());
   std::printf("KV bytes/token (f32): %lld (a Transformer of the same size: %lld)  peak RSS %.0f MB\n",
-              static_cast<long long>(kv_per_token), static_cast<long long>(kv_per_token * c.n_layers), peak_rss_mb());
+              static_cast<long long>(kv_per_token), static_cast<long long>(transformer_kv_per_token), peak_rss_mb());
   return 0;
 }
