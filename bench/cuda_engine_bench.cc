@@ -6,9 +6,20 @@
 //                     [--chunk-tokens 4096] [--decode-batches 1,8,16,32,64]
 //                     [--decode-contexts 1024,8192] [--decode-steps 16] [--repeats 3]
 //                     [--peak-gbps 3350] [--device 0]
+//   cuda_engine_bench --compare-prefill yoco-3b,transformer-3b [--compare-lens 4096,16384,65536,262144]
+//                     [--chunk-tokens 4096] [--device 0]
+//     YOCO vs its Transformer baseline (SPEC 2.6) on the same engine: YOCO's prefill (self-decoder
+//     + global K/V, early exit) against the Transformer's full prefill (every layer, causal
+//     attention over its per-layer paged K/V), each preset alone on the device (random weights),
+//     one run per length after a warm-up; lengths whose KV pool does not fit next to the weights
+//     (free device memory after the weights, less a 4 GiB margin) are skipped and named. Prints
+//     time, TFLOP/s (FLOP counts below), the speed-up, and KV bytes per token from the engine's
+//     pool accounting (kv_bytes_used() / tokens after the prefill, whole blocks).
 // Timing is wall clock around the engine's synchronous calls, after one warm-up call per shape
 // (cuBLASLt heuristics and scratch allocation happen there); decode leaves the logits on the
 // device (no host copy). L2 is not flushed: the weights of every benchmark preset are far larger.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -74,6 +85,120 @@ PrefillFlops prefill_flops(const ModelConfig& c, int64_t n, int chunk, int reten
   return f;
 }
 
+// FLOPs of a Transformer prefill of n tokens (SPEC 2.6): per layer q|k|v, out_proj and the FFN,
+// plus causal attention (q·kᵀ and p·v: 4·hd per (query, key seen), query p seeing p + 1 keys).
+// No output head (prefill ends at last_hidden, as YOCO's).
+PrefillFlops transformer_prefill_flops(const ModelConfig& c, int64_t n) {
+  const double D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), L = c.n_layers;
+  const double keys = 0.5 * static_cast<double>(n) * (static_cast<double>(n) + 1);
+  PrefillFlops f;
+  f.proj = static_cast<double>(n) * L * (2 * D * (D + 2 * KV) + 2 * D * D + 6 * D * H);
+  f.mixer = L * 4.0 * c.cross_head_dim() * c.n_attn_heads * keys;
+  return f;
+}
+
+struct CompareRow {
+  bool ran = false;
+  double seconds = 0, tflops = 0, kv_bytes_per_token = 0;
+};
+
+// One preset alone on the device: prefill of each length (one sequence), after a warm-up.
+Status run_prefill_series(const std::string& preset, const std::vector<int64_t>& lens, int chunk, int device,
+                          std::vector<CompareRow>& rows, int64_t& weight_bytes, int64_t& kv_per_token) {
+  YOCO_ASSIGN_OR_RETURN(ModelConfig cfg, find_preset(preset));
+  CudaEngineOptions opt;
+  opt.device = device;
+  opt.max_batch = 1;
+  opt.max_sequences = 1;
+  opt.max_chunk_tokens = chunk;
+  opt.kv_block_size = 64;
+  // Weights first (a probe engine with a one-block pool), then the pool the free memory allows.
+  int64_t fits = 0;
+  {
+    opt.max_context = chunk;
+    opt.kv_blocks = 1;
+    YOCO_ASSIGN_OR_RETURN(auto probe, CudaEngine::create_random(cfg, 1, opt));
+    weight_bytes = probe->weight_bytes();
+    kv_per_token = probe->kv_bytes_per_token();
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return internal_error("cudaMemGetInfo failed");
+    const int64_t margin = int64_t{4} << 30;  // activations, cuBLASLt workspace, attention scratch
+    fits = std::max<int64_t>(0, (static_cast<int64_t>(free_b) - margin) / kv_per_token);
+  }
+  int64_t longest = 0;
+  for (int64_t n : lens)
+    if (n <= fits) longest = std::max(longest, n);
+  rows.assign(lens.size(), CompareRow{});
+  if (longest == 0) return Status::Ok();
+  opt.max_context = longest;
+  opt.kv_blocks = static_cast<int>((longest + opt.kv_block_size - 1) / opt.kv_block_size);
+  YOCO_ASSIGN_OR_RETURN(auto eng, CudaEngine::create_random(cfg, 1, opt));
+  bool warmed = false;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    const int64_t n = lens[i];
+    if (n > longest) continue;
+    const auto toks = random_tokens(n, cfg.vocab_size, static_cast<uint32_t>(n));
+    for (int r = warmed ? 1 : 0; r <= 1; ++r) {  // r = 0: the warm-up (first length only)
+      YOCO_ASSIGN_OR_RETURN(CudaEngine::SeqId id, eng->new_sequence());
+      const auto t0 = clock_type::now();
+      YOCO_RETURN_IF_ERROR(eng->prefill(id, toks, chunk));
+      const double t = seconds_since(t0);
+      if (r == 1) {
+        const PrefillFlops fl =
+            cfg.arch == Arch::kTransformer ? transformer_prefill_flops(cfg, n) : prefill_flops(cfg, n, chunk, 64);
+        rows[i] = {true, t, (fl.proj + fl.mixer) / t / 1e12,
+                   static_cast<double>(eng->kv_bytes_used()) / static_cast<double>(n)};
+      }
+      YOCO_RETURN_IF_ERROR(eng->release(id));
+    }
+    warmed = true;
+  }
+  return Status::Ok();
+}
+
+int compare_prefill(const std::string& spec, const std::vector<int64_t>& lens, int chunk, int device) {
+  const size_t comma = spec.find(',');
+  if (comma == std::string::npos) return die(invalid_argument("--compare-prefill: want YOCO_PRESET,TRANSFORMER_PRESET"));
+  const std::string names[2] = {spec.substr(0, comma), spec.substr(comma + 1)};
+  std::vector<CompareRow> rows[2];
+  int64_t weights[2] = {0, 0}, per_token[2] = {0, 0};
+  for (int e = 0; e < 2; ++e)
+    if (Status s = run_prefill_series(names[e], lens, chunk, device, rows[e], weights[e], per_token[e]); !s.ok())
+      return die(s);
+  std::printf("prefill: %s (self-decoder + global K/V, early exit) vs %s (every layer, causal attention); calls of "
+              "%d tokens\n",
+              names[0].c_str(), names[1].c_str(), chunk);
+  for (int e = 0; e < 2; ++e)
+    std::printf("  %-16s weights %.2f GB, KV %lld bytes/token (fp32 K+V, pool accounting)\n", names[e].c_str(),
+                weights[e] / 1e9, static_cast<long long>(per_token[e]));
+  std::printf("  TFLOP/s counts: YOCO as the plain prefill table (projections, FFN, global K/V, chunkwise gRet as executed);\n"
+              "  Transformer n*L*(2*D*(D+2*KV) + 2*D^2 + 6*D*H)"
+              " + L*4*hd*heads*n(n+1)/2\n\n");
+  std::printf("  %8s %12s %9s %12s %12s %9s %12s %9s\n", "tokens", "yoco ms", "TFLOP/s", "KV B/tok", "tf ms",
+              "TFLOP/s", "KV B/tok", "speedup");
+  for (size_t i = 0; i < lens.size(); ++i) {
+    const CompareRow &y = rows[0][i], &t = rows[1][i];
+    auto cell = [](const CompareRow& r, char* buf, int what) -> const char* {
+      if (!r.ran) return "skipped";
+      const double v = what == 0 ? r.seconds * 1e3 : what == 1 ? r.tflops : r.kv_bytes_per_token;
+      std::snprintf(buf, 32, what == 2 ? "%.0f" : "%.1f", v);
+      return buf;
+    };
+    char b[6][32];
+    char speed[32] = "-";
+    if (y.ran && t.ran) std::snprintf(speed, sizeof speed, "%.2fx", t.seconds / y.seconds);
+    std::printf("  %8lld %12s %9s %12s %12s %9s %12s %9s\n", static_cast<long long>(lens[i]), cell(y, b[0], 0),
+                cell(y, b[1], 1), cell(y, b[2], 2), cell(t, b[3], 0), cell(t, b[4], 1), cell(t, b[5], 2), speed);
+  }
+  for (int e = 0; e < 2; ++e)
+    for (size_t i = 0; i < lens.size(); ++i)
+      if (!rows[e][i].ran)
+        std::printf("  %s at %lld tokens skipped: its KV (%.1f GB) does not fit next to the weights on this device\n",
+                    names[e].c_str(), static_cast<long long>(lens[i]),
+                    static_cast<double>(lens[i]) * per_token[e] / 1e9);
+  return 0;
+}
+
 // Bytes one decode step must move at least: every bf16 matrix it uses once (the self-decoder's
 // once per loop), the K/V rows attended (fp32), and the self-decoder state read (+ written).
 struct DecodeBytes {
@@ -100,7 +225,7 @@ DecodeBytes decode_bytes(const ModelConfig& c, int batch, int64_t context) {
 int main(int argc, char** argv) {
   auto f = Flags::parse(argc, argv, 1,
                         {"model", "preset", "prefill-lens", "chunk-tokens", "decode-batches", "decode-contexts",
-                         "decode-steps", "repeats", "peak-gbps", "device", "seed"});
+                         "decode-steps", "repeats", "peak-gbps", "device", "seed", "compare-prefill", "compare-lens"});
   if (!f.ok()) return die(f.status());
   if (cuda::device_count() == 0) {
     std::fprintf(stderr, "cuda_engine_bench: no CUDA device\n");
@@ -127,6 +252,16 @@ int main(int argc, char** argv) {
     for (int64_t v : *list)
       if (v <= 0) return die(invalid_argument("lengths, batches and contexts must be > 0"));
 
+  if (f->has("compare-prefill")) {
+    auto clens = f->has("compare-lens")
+                     ? f->get_int_list("compare-lens")
+                     : Result<std::vector<int64_t>>(std::vector<int64_t>{4096, 16384, 65536, 262144});
+    if (!clens.ok()) return die(clens.status());
+    for (int64_t v : *clens)
+      if (v <= 0) return die(invalid_argument("--compare-lens must be > 0"));
+    return compare_prefill(f->get("compare-prefill"), *clens, static_cast<int>(chunk.value()),
+                           static_cast<int>(device.value()));
+  }
   const int64_t max_len = *std::max_element(lens->begin(), lens->end());
   const int64_t max_ctx = *std::max_element(contexts->begin(), contexts->end());
   const int64_t max_batch = *std::max_element(batches->begin(), batches->end());

@@ -91,6 +91,17 @@ struct CudaEngine::Impl {
 
   // Sizes (tensor-parallel world 1).
   int D = 0, Hs = 0, hd = 0, R = 0, P = 0, Ha = 0, KVh = 0, hdc = 0, KV = 0, Dq = 0, H = 0, V = 0;
+  // Transformer (SPEC 2.6): every layer is attention with its own K/V; a pool row holds one
+  // token's K (V) of all n_layers layers (KVR = n_layers·KV floats), layer-major inside each
+  // kKvChunkRows-row chunk as model/state.h lays it out. The kernels see layer l as a pool of
+  // kKvChunkRows-row "blocks" (chunks) of KV-wide rows starting at k_pool + l·kKvChunkRows·KV,
+  // whose block ids are (pool chunk index)·n_layers: chunk c of block b is pool chunk
+  // b·(block_size / kKvChunkRows) + c, and its layer-l rows sit at
+  // ((chunk·n_layers + l)·kKvChunkRows + row)·KV, exactly that view. So one chunk table serves
+  // every layer, and upload/download copy pool rows as the CPU state holds them.
+  bool tf = false;
+  int KVR = 0;         // floats per pool row: KV (YOCO) or n_layers·KV (transformer)
+  int max_chunks = 0;  // transformer: chunk-table entries per sequence
   int n_states = 0;          // n_loops · n_self_layers
   int64_t layer_floats = 0;  // one (loop, layer) state: Hs·hd² (gRet) or 2·W·D (SWA)
   int rows_max = 0;          // max(max_batch, max_chunk_tokens)
@@ -148,6 +159,9 @@ struct CudaEngine::Impl {
     KVh = c.n_attn_kv_heads;
     hdc = c.cross_head_dim();
     KV = c.kv_dim();
+    tf = c.arch == Arch::kTransformer;
+    KVR = tf ? c.n_layers * KV : KV;
+    if (tf) P = D + 2 * KV;  // the fused q|k|v projection (model/weights.cc; Dq = D)
     Dq = D;
     H = c.hidden_dim;
     V = c.vocab_size;
@@ -155,10 +169,12 @@ struct CudaEngine::Impl {
     layer_floats = c.is_swa() ? 2 * static_cast<int64_t>(c.sliding_window) * D : static_cast<int64_t>(Hs) * hd * hd;
     rows_max = std::max(o.max_batch, o.max_chunk_tokens);
     max_blocks = o.kv_block_size > 0 ? static_cast<int>((o.max_context + o.kv_block_size - 1) / o.kv_block_size) : 0;
+    max_chunks = max_blocks * (o.kv_block_size / kKvChunkRows);
   }
 
   Status check_options() const {
-    if (cfg.arch != Arch::kYoco) return invalid_argument("cuda engine: only arch \"yoco\" is supported");
+    if (tf && static_cast<int64_t>(opt.kv_blocks) * (opt.kv_block_size / kKvChunkRows) * cfg.n_layers >= (int64_t{1} << 31))
+      return invalid_argument("cuda engine: kv_blocks too large for a transformer's chunk ids (int32)");
     if (opt.max_sequences <= 0) return invalid_argument("cuda engine: max_sequences must be > 0");
     if (opt.max_batch <= 0) return invalid_argument("cuda engine: max_batch must be > 0");
     if (opt.max_chunk_tokens <= 0) return invalid_argument("cuda engine: max_chunk_tokens must be > 0");
@@ -229,6 +245,7 @@ struct CudaEngine::Impl {
   Status upload_weights(const ModelWeights& w) {
     const int64_t d = D;
     YOCO_ASSIGN_OR_RETURN(embed, upload_bf16({{&w.embed, static_cast<int64_t>(V) * d}}, "embed_tokens"));
+    if (tf) return upload_transformer_layers(w);
     YOCO_ASSIGN_OR_RETURN(kv_norm, upload_f32(w.kv_norm, "kv_layer_norm"));
     YOCO_ASSIGN_OR_RETURN(wkv, upload_bf16({{&w.wkv, 2 * KV * d}}, "cross_decoder.{k,v}_proj"));
     for (const SelfLayerWeights& L : w.self_layers) {
@@ -265,6 +282,34 @@ struct CudaEngine::Impl {
     return Status::Ok();
   }
 
+  // SPEC 2.6: layer i is self_layers[i] of the host weights, wqkvg = q|k|v [dim + 2·KV, dim].
+  Status upload_output_head(const ModelWeights& w) {
+    YOCO_ASSIGN_OR_RETURN(final_norm, upload_f32(w.final_norm, "layer_norm"));
+    if (w.tied) {
+      output = embed;
+      return Status::Ok();
+    }
+    YOCO_ASSIGN_OR_RETURN(output, upload_bf16({{&w.output, static_cast<int64_t>(V) * D}}, "output_projection"));
+    return Status::Ok();
+  }
+  Status upload_transformer_layers(const ModelWeights& w) {
+    const int64_t d = D;
+    for (const SelfLayerWeights& L : w.self_layers) {
+      DevSelfLayer g;
+      YOCO_ASSIGN_OR_RETURN(g.mixer_norm, upload_f32(L.mixer_norm, "layers.mixer_layer_norm"));
+      YOCO_ASSIGN_OR_RETURN(g.final_norm, upload_f32(L.final_norm, "layers.final_layer_norm"));
+      YOCO_ASSIGN_OR_RETURN(g.wqkvg, upload_bf16({{&L.wqkvg, P * d}}, "layers.mixer.{q,k,v}_proj"));
+      YOCO_ASSIGN_OR_RETURN(g.wo, upload_bf16({{&L.wo, d * Dq}}, "layers.mixer.out_proj"));
+      YOCO_ASSIGN_OR_RETURN(g.w13, upload_bf16({{&L.w13, 2 * H * d}}, "layers.ffn.{fc1,gate}"));
+      YOCO_ASSIGN_OR_RETURN(g.w2, upload_bf16({{&L.w2, d * H}}, "layers.ffn.fc2"));
+      self_layers.push_back(g);
+    }
+    if (static_cast<int>(self_layers.size()) != cfg.n_layers)
+      return internal_error("cuda engine: transformer weights hold " + std::to_string(self_layers.size()) +
+                            " layers, config says " + std::to_string(cfg.n_layers));
+    return cross ? upload_output_head(w) : Status::Ok();
+  }
+
   Status random_weights(uint64_t seed) {
     uint64_t tensor = 0;
     auto matrix = [&](int64_t rows, int64_t fan_in, const char* what) -> Result<const uint16_t*> {
@@ -279,9 +324,11 @@ struct CudaEngine::Impl {
       return static_cast<const float*>(p);
     };
     YOCO_ASSIGN_OR_RETURN(embed, matrix(V, D, "embed_tokens"));
-    YOCO_ASSIGN_OR_RETURN(kv_norm, norm("kv_layer_norm"));
-    YOCO_ASSIGN_OR_RETURN(wkv, matrix(2 * KV, D, "cross_decoder.{k,v}_proj"));
-    for (int l = 0; l < cfg.n_self_layers; ++l) {
+    if (!tf) {
+      YOCO_ASSIGN_OR_RETURN(kv_norm, norm("kv_layer_norm"));
+      YOCO_ASSIGN_OR_RETURN(wkv, matrix(2 * KV, D, "cross_decoder.{k,v}_proj"));
+    }
+    for (int l = 0; l < (tf ? cfg.n_layers : cfg.n_self_layers); ++l) {
       DevSelfLayer g;
       YOCO_ASSIGN_OR_RETURN(g.mixer_norm, norm("mixer_layer_norm"));
       YOCO_ASSIGN_OR_RETURN(g.final_norm, norm("final_layer_norm"));
@@ -297,7 +344,7 @@ struct CudaEngine::Impl {
     } else {
       YOCO_ASSIGN_OR_RETURN(output, matrix(V, D, "output_projection"));
     }
-    for (int l = 0; l < cfg.n_cross_layers(); ++l) {
+    for (int l = 0; l < (tf ? 0 : cfg.n_cross_layers()); ++l) {
       DevCrossLayer g;
       YOCO_ASSIGN_OR_RETURN(g.mixer_norm, norm("mixer_layer_norm"));
       YOCO_ASSIGN_OR_RETURN(g.final_norm, norm("final_layer_norm"));
@@ -316,7 +363,7 @@ struct CudaEngine::Impl {
     YOCO_RETURN_IF_ERROR(
         states.alloc(static_cast<size_t>(opt.max_sequences) * n_states * layer_floats * 4, "states", stream));
     YOCO_RETURN_IF_ERROR(last_hidden.alloc(static_cast<size_t>(opt.max_sequences) * D * 4, "last_hidden", stream));
-    const size_t pool_bytes = static_cast<size_t>(opt.kv_blocks) * opt.kv_block_size * KV * 4;
+    const size_t pool_bytes = static_cast<size_t>(opt.kv_blocks) * opt.kv_block_size * KVR * 4;
     YOCO_RETURN_IF_ERROR(k_pool.alloc(pool_bytes, "K pool", stream));
     YOCO_RETURN_IF_ERROR(v_pool.alloc(pool_bytes, "V pool", stream));
     YOCO_RETURN_IF_ERROR(tokens.alloc(rows * 4, "tokens", stream));
@@ -324,7 +371,7 @@ struct CudaEngine::Impl {
     YOCO_RETURN_IF_ERROR(lengths.alloc(B * 4, "lengths", stream));
     YOCO_RETURN_IF_ERROR(slot_ids.alloc(B * 4, "slot ids", stream));
     YOCO_RETURN_IF_ERROR(row_tables.alloc(B * 4, "row tables", stream));
-    YOCO_RETURN_IF_ERROR(block_tables.alloc(B * max_blocks * 4, "block tables", stream));
+    YOCO_RETURN_IF_ERROR(block_tables.alloc(B * table_width() * 4, "block tables", stream));
     YOCO_RETURN_IF_ERROR(
         state_ptrs.alloc(static_cast<size_t>(n_states) * 2 * B * sizeof(float*), "state pointers", stream));
     const size_t wide = std::max({static_cast<size_t>(P), static_cast<size_t>(Dq)});
@@ -379,6 +426,44 @@ struct CudaEngine::Impl {
       return invalid_argument(field + ": sequence of " + std::to_string(start + static_cast<int64_t>(t.size())) +
                               " tokens exceeds the engine's context " + std::to_string(limit()));
     return Status::Ok();
+  }
+  // The block-table rows the attention and append kernels read: the pool blocks (YOCO), or the
+  // transformer's chunk ids (see tf above), `table_width()` entries of `table_block()` rows.
+  int table_width() const { return tf ? max_chunks : max_blocks; }
+  int table_block() const { return tf ? kKvChunkRows : opt.kv_block_size; }
+  int table_ids() const { return tf ? opt.kv_blocks * (opt.kv_block_size / kKvChunkRows) * cfg.n_layers : opt.kv_blocks; }
+  void fill_table(const Slot& s, int32_t* dst) const {
+    std::fill(dst, dst + table_width(), 0);
+    if (!tf) {
+      std::copy(s.blocks.begin(), s.blocks.end(), dst);
+      return;
+    }
+    const int per = opt.kv_block_size / kKvChunkRows;
+    for (size_t b = 0; b < s.blocks.size(); ++b)
+      for (int c = 0; c < per; ++c) dst[b * per + c] = (s.blocks[b] * per + c) * cfg.n_layers;
+  }
+  // Pool rows that hold the first n tokens' K/V: a transformer's chunk is layer-major, so its
+  // last chunk is needed whole (model/state.h).
+  int64_t stored_rows(int64_t n) const { return tf ? (n + kKvChunkRows - 1) / kKvChunkRows * kKvChunkRows : n; }
+  // Host copies of pool rows [first, first + n) of a slot, KVR floats each.
+  Status rows_down(const Slot& slot, int64_t first, int64_t n, float* k, float* v) const {
+    if (n == 0) return Status::Ok();
+    YOCO_RETURN_IF_ERROR(cuda_check(cudaSetDevice(opt.device), "cudaSetDevice"));
+    const int bs = opt.kv_block_size;
+    for (int64_t r = first; r < first + n;) {
+      const int64_t in_block = r % bs, rows = std::min<int64_t>(bs - in_block, first + n - r);
+      const size_t off = (static_cast<size_t>(slot.blocks[r / bs]) * bs + in_block) * KVR;
+      const size_t bytes = static_cast<size_t>(rows) * KVR * 4;
+      // Pageable destinations: each copy returns once complete (ordered after earlier work).
+      YOCO_RETURN_IF_ERROR(cuda_check(
+          cudaMemcpyAsync(k + (r - first) * KVR, k_pool.as<float>() + off, bytes, cudaMemcpyDeviceToHost, stream),
+          "read_rows"));
+      YOCO_RETURN_IF_ERROR(cuda_check(
+          cudaMemcpyAsync(v + (r - first) * KVR, v_pool.as<float>() + off, bytes, cudaMemcpyDeviceToHost, stream),
+          "read_rows"));
+      r += rows;
+    }
+    return finish("read_rows");
   }
   int blocks_for(int64_t rows) const { return static_cast<int>((rows + opt.kv_block_size - 1) / opt.kv_block_size); }
   // Grows each slot to hold need[i] rows, all or nothing.
@@ -617,13 +702,99 @@ struct CudaEngine::Impl {
     return cuda::gemm_bf16(xb.as<uint16_t>(), output, logits.as<float>(), cuda::DType::kF32, B, V, D, 1.f, 0.f, stream);
   }
 
+  // --- the Transformer baseline (SPEC 2.6) --------------------------------------------------------
+  // Every layer over h [rows, dim]: q|k|v, RoPE on q and k, the K/V rows into the pool at
+  // `positions`, attention, out_proj, FFN. chunk: the rows are positions pos0 .. of one sequence
+  // (table row 0), attended causally (causal_attention_prefill); otherwise row b is sequence b's
+  // one token (table row b, keys 0..lengths[b]−1; decode_attention_paged).
+  Status transformer_layers(int rows, bool chunk, int64_t pos0, int64_t max_len) {
+    const float eps = static_cast<float>(cfg.norm_eps);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hdc));
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      const DevSelfLayer& L = self_layers[l];
+      YOCO_RETURN_IF_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), L.mixer_norm, xb.as<uint16_t>(), rows, D, eps, stream));
+      float* q = proj.as<float>();
+      YOCO_RETURN_IF_ERROR(
+          cuda::gemm_bf16(xb.as<uint16_t>(), L.wqkvg, q, cuda::DType::kF32, rows, P, D, 1.f, 0.f, stream));
+      YOCO_RETURN_IF_ERROR(cuda::rope_interleaved(q, P, rows, Ha, hdc, positions.as<int64_t>(), cfg.rope_theta, stream));
+      YOCO_RETURN_IF_ERROR(
+          cuda::rope_interleaved(q + Dq, P, rows, KVh, hdc, positions.as<int64_t>(), cfg.rope_theta, stream));
+      // Layer l's view of the pool (see tf above).
+      const int64_t layer_off = static_cast<int64_t>(l) * kKvChunkRows * KV;
+      cuda::KvAppendArgs ap;
+      ap.k = q + Dq;
+      ap.ldk = P;
+      ap.v = q + Dq + KV;
+      ap.ldv = P;
+      ap.k_pool = k_pool.as<float>() + layer_off;
+      ap.v_pool = v_pool.as<float>() + layer_off;
+      ap.block_tables = block_tables.as<int32_t>();
+      ap.max_blocks = table_width();
+      ap.row_tables = chunk ? nullptr : row_tables.as<int32_t>();
+      ap.positions = positions.as<int64_t>();
+      ap.rows = rows;
+      ap.kv_dim = KV;
+      ap.block_size = table_block();
+      ap.n_blocks = table_ids();
+      YOCO_RETURN_IF_ERROR(cuda::kv_append_paged(ap, stream));
+      if (chunk) {
+        cuda::CausalPrefillArgs a;
+        a.q = q;
+        a.ldq = P;
+        a.out = o.as<float>();
+        a.ldo = Dq;
+        a.k_pool = ap.k_pool;
+        a.v_pool = ap.v_pool;
+        a.block_table = block_tables.as<int32_t>();
+        a.max_blocks = table_width();
+        a.block_size = table_block();
+        a.n = rows;
+        a.n_q_heads = Ha;
+        a.n_kv_heads = KVh;
+        a.head_dim = hdc;
+        a.pos0 = pos0;
+        a.scale = scale;
+        YOCO_RETURN_IF_ERROR(cuda::causal_attention_prefill(a, stream));
+      } else {
+        cuda::PagedDecodeArgs a;
+        a.q = q;
+        a.ldq = P;
+        a.out = o.as<float>();
+        a.ldo = Dq;
+        a.k_pool = ap.k_pool;
+        a.v_pool = ap.v_pool;
+        a.block_tables = block_tables.as<int32_t>();
+        a.max_blocks = table_width();
+        a.lengths = lengths.as<int32_t>();
+        a.max_length = max_len;
+        a.batch = rows;
+        a.n_q_heads = Ha;
+        a.n_kv_heads = KVh;
+        a.head_dim = hdc;
+        a.block_size = table_block();
+        a.scale = scale;
+        YOCO_RETURN_IF_ERROR(cuda::decode_attention_paged(a, stream));
+      }
+      YOCO_RETURN_IF_ERROR(cuda::convert_to_bf16(o.as<float>(), Dq, ob.as<uint16_t>(), Dq, rows, Dq, stream));
+      YOCO_RETURN_IF_ERROR(add_proj(ob.as<uint16_t>(), L.wo, rows, Dq));
+      YOCO_RETURN_IF_ERROR(ffn(rows, L.final_norm, L.w13, L.w2));
+    }
+    return Status::Ok();
+  }
+
+  // logits [B, vocab] = RMSNorm(h)·outputᵀ.
+  Status output_head(int B) {
+    YOCO_RETURN_IF_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), final_norm, xb.as<uint16_t>(), B, D,
+                                               static_cast<float>(cfg.norm_eps), stream));
+    return cuda::gemm_bf16(xb.as<uint16_t>(), output, logits.as<float>(), cuda::DType::kF32, B, V, D, 1.f, 0.f, stream);
+  }
+
   // Uploads the batch's block tables (row b = sequence ids[b]), slots, lengths and positions.
   Status upload_batch_meta(std::span<const SeqId> ids, std::span<const int64_t> pos, std::span<const int32_t> lens) {
     const int B = static_cast<int>(ids.size());
-    std::vector<int32_t> tables(static_cast<size_t>(B) * max_blocks, 0), slot_v(B);
+    std::vector<int32_t> tables(static_cast<size_t>(B) * table_width(), 0), slot_v(B);
     for (int b = 0; b < B; ++b) {
-      const auto& blocks = slots[ids[b]].blocks;
-      std::copy(blocks.begin(), blocks.end(), tables.begin() + static_cast<ptrdiff_t>(b) * max_blocks);
+      fill_table(slots[ids[b]], tables.data() + static_cast<ptrdiff_t>(b) * table_width());
       slot_v[b] = ids[b];
     }
     YOCO_RETURN_IF_ERROR(copy_up(block_tables.as<int32_t>(), tables.data(), tables.size() * 4, "block tables"));
@@ -636,6 +807,12 @@ struct CudaEngine::Impl {
   Status decode_device_work(int B, int64_t attn_len) {
     YOCO_RETURN_IF_ERROR(cuda::embed(embed, cuda::DType::kBF16, D, tokens.as<int32_t>(), B,
                                      std::sqrt(static_cast<float>(D)), h.as<float>(), stream));
+    if (tf) {
+      YOCO_RETURN_IF_ERROR(transformer_layers(B, false, 0, attn_len));
+      YOCO_RETURN_IF_ERROR(cuda::copy_rows(h.as<float>(), D, nullptr, last_hidden.as<float>(), D,
+                                           slot_ids.as<int32_t>(), B, D, stream));
+      return output_head(B);
+    }
     YOCO_RETURN_IF_ERROR(self_decoder_step(B));
     YOCO_RETURN_IF_ERROR(global_kv(B, row_tables.as<int32_t>()));
     YOCO_RETURN_IF_ERROR(
@@ -733,6 +910,12 @@ int CudaEngine::free_sequences() const {
       std::count_if(impl_->slots.begin(), impl_->slots.end(), [](const Slot& s) { return !s.used; }));
 }
 int64_t CudaEngine::weight_bytes() const { return impl_->weight_bytes; }
+int64_t CudaEngine::kv_bytes_per_token() const { return int64_t{2} * impl_->KVR * 4; }
+int64_t CudaEngine::kv_bytes_used() const {
+  const Impl& m = *impl_;
+  return static_cast<int64_t>(m.opt.kv_blocks - static_cast<int>(m.free_blocks.size())) * m.opt.kv_block_size *
+         kv_bytes_per_token();
+}
 const float* CudaEngine::device_logits() const { return impl_->logits.as<float>(); }
 
 int64_t CudaEngine::position(SeqId id) const {
@@ -800,8 +983,8 @@ Status CudaEngine::prefill(SeqId id, std::span<const int32_t> tokens, int chunk_
   YOCO_RETURN_IF_ERROR(m.reserve(one, need));
   YOCO_RETURN_IF_ERROR(cuda_check(cudaSetDevice(m.opt.device), "cudaSetDevice"));
 
-  std::vector<int32_t> table(m.max_blocks, 0);
-  std::copy(s.blocks.begin(), s.blocks.end(), table.begin());
+  std::vector<int32_t> table(m.table_width());
+  m.fill_table(s, table.data());
   YOCO_RETURN_IF_ERROR(m.copy_up(m.block_tables.as<int32_t>(), table.data(), table.size() * 4, "block table"));
   std::vector<int64_t> pos;
   int64_t position = s.position;
@@ -813,8 +996,12 @@ Status CudaEngine::prefill(SeqId id, std::span<const int32_t> tokens, int chunk_
     YOCO_RETURN_IF_ERROR(m.copy_up(m.positions.as<int64_t>(), pos.data(), static_cast<size_t>(n) * 8, "positions"));
     YOCO_RETURN_IF_ERROR(cuda::embed(m.embed, cuda::DType::kBF16, m.D, m.tokens.as<int32_t>(), n,
                                      std::sqrt(static_cast<float>(m.D)), m.h.as<float>(), m.stream));
-    YOCO_RETURN_IF_ERROR(m.self_decoder_chunk(id, n, position));
-    YOCO_RETURN_IF_ERROR(m.global_kv(n, nullptr));
+    if (m.tf) {
+      YOCO_RETURN_IF_ERROR(m.transformer_layers(n, true, position, 0));
+    } else {
+      YOCO_RETURN_IF_ERROR(m.self_decoder_chunk(id, n, position));
+      YOCO_RETURN_IF_ERROR(m.global_kv(n, nullptr));
+    }
     YOCO_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(m.last_hidden.as<float>() + static_cast<size_t>(id) * m.D,
                                                     m.h.as<float>() + static_cast<size_t>(n - 1) * m.D,
                                                     static_cast<size_t>(m.D) * 4, cudaMemcpyDeviceToDevice, m.stream),
@@ -845,7 +1032,7 @@ Status CudaEngine::logits(std::span<const SeqId> ids, float* out) {
   YOCO_RETURN_IF_ERROR(m.upload_batch_meta(ids, pos, lens));
   YOCO_RETURN_IF_ERROR(cuda::copy_rows(m.last_hidden.as<float>(), m.D, m.slot_ids.as<int32_t>(), m.h.as<float>(), m.D,
                                        nullptr, B, m.D, m.stream));
-  YOCO_RETURN_IF_ERROR(m.cross_decoder(B, max_len));
+  YOCO_RETURN_IF_ERROR(m.tf ? m.output_head(B) : m.cross_decoder(B, max_len));
   if (out)
     YOCO_RETURN_IF_ERROR(cuda_check(
         cudaMemcpyAsync(out, m.logits.as<float>(), static_cast<size_t>(B) * m.V * 4, cudaMemcpyDeviceToHost, m.stream),
@@ -882,8 +1069,9 @@ Status CudaEngine::decode_step(std::span<const SeqId> ids, std::span<const int32
         ptrs[(static_cast<size_t>(si) * 2 + 1) * m.opt.max_batch + b] =
             st + static_cast<int64_t>(m.cfg.sliding_window) * m.D;
     }
-  YOCO_RETURN_IF_ERROR(
-      m.copy_up(m.state_ptrs.as<float*>(), ptrs.data(), ptrs.size() * sizeof(float*), "state pointers"));
+  if (!ptrs.empty())  // a transformer has no self-decoder state
+    YOCO_RETURN_IF_ERROR(
+        m.copy_up(m.state_ptrs.as<float*>(), ptrs.data(), ptrs.size() * sizeof(float*), "state pointers"));
   YOCO_RETURN_IF_ERROR(m.upload_batch_meta(ids, pos, lens));
   YOCO_RETURN_IF_ERROR(m.copy_up(m.tokens.as<int32_t>(), tokens.data(), static_cast<size_t>(B) * 4, "tokens"));
 
@@ -906,9 +1094,11 @@ Result<CudaEngine::SeqId> CudaEngine::upload(const SequenceState& st) {
   if (static_cast<int>(st.self.size()) != m.n_states)
     return bad("state has " + std::to_string(st.self.size()) + " self-decoder layers, model has " +
                std::to_string(m.n_states));
+  const int64_t n_rows = m.stored_rows(n);  // a transformer's last chunk whole (model/state.h)
   if (st.pages) {
-    if (st.pages->kv_dim != m.KV || st.pages->capacity() < n) return bad("KV pages do not hold the state's rows");
-  } else if (static_cast<int64_t>(st.k.size()) < n * m.KV || static_cast<int64_t>(st.v.size()) < n * m.KV) {
+    if (st.pages->kv_dim != m.KVR || st.pages->capacity() < n_rows)
+      return bad("KV pages do not hold the state's rows");
+  } else if (static_cast<int64_t>(st.k.size()) < n_rows * m.KVR || static_cast<int64_t>(st.v.size()) < n_rows * m.KVR) {
     return bad("K/V rows shorter than the position");
   }
   if (n > 0 && static_cast<int>(st.last_hidden.size()) != m.D) return bad("last_hidden must hold dim values");
@@ -955,18 +1145,20 @@ Result<CudaEngine::SeqId> CudaEngine::upload(const SequenceState& st) {
                          static_cast<size_t>(m.D) * 4, "upload last_hidden");
     if (!r.ok()) return fail(r);
   }
-  // K/V rows block by block ([block_size, kv_dim] contiguous in the pool).
-  const int bs = m.opt.kv_block_size;
+  // K/V rows block by block ([block_size, row width] contiguous in the pool; a transformer's
+  // rows are copied as the CPU state lays them out, chunk by chunk).
+  const int bs = m.opt.kv_block_size, w = m.KVR;
   std::vector<float> kb, vb;
   for (size_t bi = 0; bi < slot.blocks.size(); ++bi) {
-    const int64_t r0 = static_cast<int64_t>(bi) * bs, rows = std::min<int64_t>(bs, n - r0);
-    kb.resize(static_cast<size_t>(rows) * m.KV);
+    const int64_t r0 = static_cast<int64_t>(bi) * bs, rows = std::min<int64_t>(bs, n_rows - r0);
+    if (rows <= 0) break;
+    kb.resize(static_cast<size_t>(rows) * w);
     vb.resize(kb.size());
     for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(&kb[r * m.KV], st.k_row(r0 + r, m.KV), static_cast<size_t>(m.KV) * 4);
-      std::memcpy(&vb[r * m.KV], st.v_row(r0 + r, m.KV), static_cast<size_t>(m.KV) * 4);
+      std::memcpy(&kb[r * w], st.k_row(r0 + r, w), static_cast<size_t>(w) * 4);
+      std::memcpy(&vb[r * w], st.v_row(r0 + r, w), static_cast<size_t>(w) * 4);
     }
-    const size_t off = static_cast<size_t>(slot.blocks[bi]) * bs * m.KV;
+    const size_t off = static_cast<size_t>(slot.blocks[bi]) * bs * w;
     Status r = m.copy_up(m.k_pool.as<float>() + off, kb.data(), kb.size() * 4, "upload K rows");
     if (r.ok()) r = m.copy_up(m.v_pool.as<float>() + off, vb.data(), vb.size() * 4, "upload V rows");
     if (!r.ok()) return fail(r);
@@ -1009,9 +1201,10 @@ Status CudaEngine::download(SeqId id, SequenceState& out, bool with_kv) const {
                               static_cast<size_t>(m.D) * 4));
   }
   if (with_kv) {
-    st.k.resize(static_cast<size_t>(n) * m.KV);
+    const int64_t n_rows = m.stored_rows(n);
+    st.k.resize(static_cast<size_t>(n_rows) * m.KVR);
     st.v.resize(st.k.size());
-    YOCO_RETURN_IF_ERROR(read_rows(id, 0, n, st.k.data(), st.v.data()));
+    YOCO_RETURN_IF_ERROR(m.rows_down(slot, 0, n_rows, st.k.data(), st.v.data()));
   }
   out = std::move(st);
   return Status::Ok();
@@ -1020,27 +1213,14 @@ Status CudaEngine::download(SeqId id, SequenceState& out, bool with_kv) const {
 Status CudaEngine::read_rows(SeqId id, int64_t first, int64_t n, float* k, float* v) const {
   const Impl& m = *impl_;
   YOCO_RETURN_IF_ERROR(m.check_id(id, "read_rows"));
+  if (m.tf)
+    return Status(StatusCode::kUnimplemented,
+                  "read_rows: arch \"transformer\" keeps each chunk's rows layer-major (model/state.h); use download");
   const Slot& slot = m.slots[id];
   if (first < 0 || n < 0 || first + n > slot.position)
     return invalid_argument("rows: [" + std::to_string(first) + ", " + std::to_string(first + n) +
                             ") is outside the sequence's " + std::to_string(slot.position) + " rows");
-  if (n == 0) return Status::Ok();
-  YOCO_RETURN_IF_ERROR(cuda_check(cudaSetDevice(m.opt.device), "cudaSetDevice"));
-  const int bs = m.opt.kv_block_size;
-  for (int64_t r = first; r < first + n;) {
-    const int64_t in_block = r % bs, rows = std::min<int64_t>(bs - in_block, first + n - r);
-    const size_t off = (static_cast<size_t>(slot.blocks[r / bs]) * bs + in_block) * m.KV;
-    const size_t bytes = static_cast<size_t>(rows) * m.KV * 4;
-    // Pageable destinations: each copy returns once complete (ordered after earlier work).
-    YOCO_RETURN_IF_ERROR(cuda_check(
-        cudaMemcpyAsync(k + (r - first) * m.KV, m.k_pool.as<float>() + off, bytes, cudaMemcpyDeviceToHost, m.stream),
-        "read_rows"));
-    YOCO_RETURN_IF_ERROR(cuda_check(
-        cudaMemcpyAsync(v + (r - first) * m.KV, m.v_pool.as<float>() + off, bytes, cudaMemcpyDeviceToHost, m.stream),
-        "read_rows"));
-    r += rows;
-  }
-  return m.finish("read_rows");
+  return m.rows_down(slot, first, n, k, v);
 }
 
 }  // namespace yoco

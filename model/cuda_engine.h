@@ -18,6 +18,17 @@
 // (decode_attention_paged's layout) with a block table per sequence. The position lives on the
 // host.
 //
+// Arch "transformer" (SPEC 2.6, the baseline of the benchmarks) runs on the same engine: prefill
+// runs every layer (no early exit; attention by causal_attention_prefill over the pool), decode
+// steps every layer (decode_attention_paged per layer), last_hidden is the last layer's output,
+// so logits() is the final norm and the output head. Its pool row holds one token's K (V) of
+// every layer, n_layers · kv_dim floats, layer-major inside each kKvChunkRows-row chunk exactly
+// as model/state.h lays out a transformer's SequenceState, so upload/download copy whole chunks;
+// read_rows answers UNIMPLEMENTED for it. No self-decoder state.
+// KV bytes per token (fp32 K and V): 2 · kv_dim · 4 for YOCO (one K/V for the whole model),
+// 2 · n_layers · kv_dim · 4 for a transformer (ModelConfig::kv_bytes_per_token); the pool
+// accounts whole blocks (kv_bytes_used).
+//
 // Not thread-safe: one caller at a time. Every call is synchronous (it returns after the device
 // finished, with the device's errors reported). A call that fails its argument checks (including
 // RESOURCE_EXHAUSTED for slots or KV blocks) changes nothing; a call that fails on the device
@@ -73,6 +84,10 @@ class CudaEngine {
   int free_blocks() const;
   int free_sequences() const;
   int64_t weight_bytes() const;  // device bytes of the weights (bf16 matrices + fp32 norms)
+  // The K/V pool's accounting: bytes of one token's K and V rows (see above), and bytes of the
+  // blocks sequences hold now ((kv_blocks − free_blocks) · block_size · that).
+  int64_t kv_bytes_per_token() const;
+  int64_t kv_bytes_used() const;
 
   // A fresh sequence (position 0, zero state, no KV blocks). RESOURCE_EXHAUSTED when every slot
   // is taken.

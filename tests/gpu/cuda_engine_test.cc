@@ -508,5 +508,123 @@ INSTANTIATE_TEST_SUITE_P(Presets, CudaEngineTest, ::testing::Values("tiny-gret",
                            return n;
                          });
 
+// --- the Transformer baseline (SPEC 2.6) ------------------------------------------------------------
+// The same engine on arch "transformer" (tiny-transformer: 4 layers, GQA 4/2) against the CPU Model:
+// logits after prefill and over decode steps (the kLogprobTol above), the per-layer K/V rows and
+// last_hidden (download; the pool row layout is the CPU state's), chunked = one-shot prefill,
+// a CPU-prefilled state uploaded and decoded, and the pool's byte accounting. Not parameterized:
+// transformer states have no serialized hand-off (model/state.h), which the suite above uses.
+class CudaTransformerEngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (cuda::device_count() == 0) return;
+    dir_ = new test::TempDir();
+    ASSERT_TRUE(write_random_model(dir_->sub("t"), find_preset("tiny-transformer").value(), 43, DType::kF32).ok());
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static test::TempDir* dir_;
+};
+test::TempDir* CudaTransformerEngineTest::dir_ = nullptr;
+
+TEST_F(CudaTransformerEngineTest, MatchesCpuModel) {
+  SKIP_WITHOUT_GPU();
+  auto cpu_r = Model::load(dir_->sub("t"));
+  ASSERT_TRUE(cpu_r.ok()) << cpu_r.status().to_string();
+  const Model& cpu = **cpu_r;
+  const ModelConfig& c = cpu.config();
+  ASSERT_EQ(c.arch, Arch::kTransformer);
+  CudaEngineOptions o;
+  o.max_sequences = 8;
+  o.max_batch = 8;
+  o.max_chunk_tokens = 64;
+  o.max_context = 1024;
+  o.kv_blocks = 64;
+  o.kv_block_size = 64;
+  auto gpu_r = CudaEngine::create(cpu, o);
+  ASSERT_TRUE(gpu_r.ok()) << gpu_r.status().to_string();
+  CudaEngine& gpu = **gpu_r;
+  const int V = c.vocab_size;
+  EXPECT_EQ(gpu.kv_bytes_per_token(), c.kv_bytes_per_token());
+  EXPECT_EQ(gpu.kv_bytes_per_token(), int64_t{2} * c.n_layers * c.kv_dim() * 4);
+
+  const std::vector<int> lens = {1, 7, 33, 64, 100, 161};
+  const int B = static_cast<int>(lens.size());
+  std::vector<SequenceState> cs(B);
+  std::vector<SequenceState*> cp(B);
+  std::vector<SeqId> ids(B);
+  int64_t blocks = 0;
+  for (int b = 0; b < B; ++b) {
+    SCOPED_TRACE("prompt length " + std::to_string(lens[b]));
+    const auto toks = random_tokens(lens[b], 300 + b, V);
+    cs[b] = cpu.new_sequence();
+    cp[b] = &cs[b];
+    PrefillOptions po;
+    po.chunk_tokens = 50;
+    ASSERT_TRUE(cpu.prefill(cs[b], toks, po).ok());
+    auto id = gpu.new_sequence();
+    ASSERT_TRUE(id.ok()) << id.status().to_string();
+    ids[b] = id.value();
+    ASSERT_OK(gpu.prefill(ids[b], toks, 24));
+    blocks += (lens[b] + o.kv_block_size - 1) / o.kv_block_size;
+    SequenceState got;
+    ASSERT_OK(gpu.download(ids[b], got));
+    expect_state_close(got, cs[b]);
+  }
+  EXPECT_EQ(gpu.kv_bytes_used(), blocks * o.kv_block_size * gpu.kv_bytes_per_token());
+  std::vector<float> kk(c.n_layers * c.kv_dim()), vv(kk.size());
+  EXPECT_EQ(gpu.read_rows(ids[0], 0, 1, kk.data(), vv.data()).code(), StatusCode::kUnimplemented);
+
+  std::vector<float> ref(static_cast<size_t>(B) * V), got = nan_logits(B, V);
+  ASSERT_TRUE(cpu.logits(cp, ref.data()).ok());
+  ASSERT_OK(gpu.logits(ids, got.data()));
+  EXPECT_TRUE(logits_close(got, ref, B, V)) << "after prefill";
+  for (int step = 0; step < 6; ++step) {
+    SCOPED_TRACE("decode step " + std::to_string(step));
+    std::vector<int32_t> next(B);
+    for (int b = 0; b < B; ++b) next[b] = argmax(ref.data() + static_cast<size_t>(b) * V, V);
+    ASSERT_TRUE(cpu.decode_step(cp, next, ref.data()).ok());
+    got = nan_logits(B, V);
+    ASSERT_OK(gpu.decode_step(ids, next, got.data()));
+    EXPECT_TRUE(logits_close(got, ref, B, V));
+  }
+  for (int b = 0; b < B; ++b) {
+    SequenceState st;
+    ASSERT_OK(gpu.download(ids[b], st));
+    expect_state_close(st, cs[b]);
+  }
+  for (SeqId id : ids) ASSERT_OK(gpu.release(id));
+  EXPECT_EQ(gpu.kv_bytes_used(), 0);
+
+  // Chunked prefill equals one shot (and the CPU); a CPU state uploaded decodes like the CPU.
+  const auto toks = random_tokens(161, 400, V);
+  auto a = gpu.new_sequence(), b1 = gpu.new_sequence();
+  ASSERT_TRUE(a.ok() && b1.ok());
+  ASSERT_OK(gpu.prefill(a.value(), toks, 17));
+  ASSERT_OK(gpu.prefill(b1.value(), toks, 64));
+  SequenceState cst = cpu.new_sequence();
+  ASSERT_TRUE(cpu.prefill(cst, toks, PrefillOptions{}).ok());
+  auto up = gpu.upload(cst);
+  ASSERT_TRUE(up.ok()) << up.status().to_string();
+  const std::vector<SeqId> three = {a.value(), b1.value(), up.value()};
+  std::vector<float> g3 = nan_logits(3, V), r1(V);
+  SequenceState* one[1] = {&cst};
+  ASSERT_TRUE(cpu.logits(one, r1.data()).ok());
+  ASSERT_OK(gpu.logits(three, g3.data()));
+  std::vector<float> rep3;
+  for (int i = 0; i < 3; ++i) rep3.insert(rep3.end(), r1.begin(), r1.end());
+  EXPECT_TRUE(logits_close(g3, rep3, 3, V)) << "chunk 17, chunk 64, uploaded";
+  const std::vector<float> chunked(g3.begin(), g3.begin() + V), whole(g3.begin() + V, g3.begin() + 2 * V);
+  EXPECT_TRUE(logits_close(chunked, whole, 1, V)) << "chunked vs one shot";
+  std::vector<int32_t> next(1, argmax(r1.data(), V));
+  ASSERT_TRUE(cpu.decode_step(one, next, r1.data()).ok());
+  std::vector<float> g1 = nan_logits(1, V);
+  const SeqId upid[1] = {up.value()};
+  ASSERT_OK(gpu.decode_step(upid, next, g1.data()));
+  EXPECT_TRUE(logits_close(g1, r1, 1, V)) << "uploaded, one decode step";
+}
+
 }  // namespace
 }  // namespace yoco
