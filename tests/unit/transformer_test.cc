@@ -245,6 +245,17 @@ TEST_F(TransformerTest, RandomModelRoundTripsAndPresetsHaveTheBaselineSizes) {
   auto a = model_->score(toks), b = (*bf)->score(toks);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_LT(test::max_abs_diff(a->data(), b->data(), a->size()), 0.1);
+  // Tied embeddings: no output_projection.weight, the head reads embed_tokens.
+  ModelConfig tied_cfg = find_preset("tiny-transformer").value();
+  tied_cfg.tie_embeddings = true;
+  ASSERT_TRUE(write_random_model(dir_->sub("tied"), tied_cfg, 42, DType::kF32).ok());
+  auto tied = Model::load(dir_->sub("tied"));
+  ASSERT_TRUE(tied.ok()) << tied.status().to_string();
+  EXPECT_TRUE((*tied)->weights().tied);
+  EXPECT_TRUE((*tied)->weights().output.empty());
+  auto st = (*tied)->score(toks);
+  ASSERT_TRUE(st.ok());
+  EXPECT_GT(test::max_abs_diff(st->data(), a->data(), a->size()), 1e-3);  // a different head
   // The benchmark presets are YOCO's sizes with the baseline's arch.
   for (auto [tf, yoco] : {std::pair{"transformer-3b", "yoco-3b"}, std::pair{"small-transformer", "small-gret"}}) {
     const ModelConfig t = find_preset(tf).value(), y = find_preset(yoco).value();
