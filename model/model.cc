@@ -33,6 +33,8 @@ std::vector<int64_t> consecutive(int64_t pos0, int n) {
   return p;
 }
 
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
 // Tensor parallelism splits YOCO's heads only (model/tensor_parallel.h); a transformer runs
 // whole on one rank.
 Status transformer_not_split(const ModelConfig& c, const TensorParallel& tp) {
@@ -353,33 +355,32 @@ Status Model::transformer_layers(float* h, int rows, const int64_t* positions, s
       std::memcpy(st.layer_k_row(positions[r], l, L, KV), k + static_cast<int64_t>(r) * R, KV * 4);
       std::memcpy(st.layer_v_row(positions[r], l, L, KV), v + static_cast<int64_t>(r) * R, KV * 4);
     }
-    // The CPU attention kernels read kv_dim-wide rows, so this layer's keys 0..last are copied
-    // out of the W-wide rows first, the same way for contiguous and paged states (so both give
-    // the same bits). Prefill is compute-bound and the copy is noise there; in decode it is one
-    // more pass over the layer's rows (a row stride in cpu::KvBlocks would save it).
-    auto gather = [&](const SequenceState& st, int64_t total, std::vector<float>& kd, std::vector<float>& vd) {
-      kd.resize(static_cast<size_t>(total) * KV);
-      vd.resize(static_cast<size_t>(total) * KV);
-      for (int64_t t = 0; t < total; ++t) {
-        std::memcpy(&kd[static_cast<size_t>(t) * KV], st.layer_k_row(t, l, L, KV), KV * 4);
-        std::memcpy(&vd[static_cast<size_t>(t) * KV], st.layer_v_row(t, l, L, KV), KV * 4);
-      }
-    };
     if (chunk_of_one_sequence) {
+      // This layer's keys 0..last as one run (prefill is compute-bound: the copy is noise).
+      const SequenceState& st = *states[0];
       const int total = static_cast<int>(positions[rows - 1] + 1);
-      gather(*states[0], total, k_all, v_all);
+      k_all.resize(static_cast<size_t>(total) * KV);
+      v_all.resize(static_cast<size_t>(total) * KV);
+      for (int t = 0; t < total; ++t) {
+        std::memcpy(&k_all[static_cast<size_t>(t) * KV], st.layer_k_row(t, l, L, KV), KV * 4);
+        std::memcpy(&v_all[static_cast<size_t>(t) * KV], st.layer_v_row(t, l, L, KV), KV * 4);
+      }
       cpu::AttentionArgs args{q, R, k_all.data(), KV, v_all.data(), KV, o.data(), Dq, rows, total, Ha, KVh, hd,
                               positions[0], 0, 0, scale};
       cpu::attention(args);
     } else {
 #pragma omp parallel for schedule(dynamic) if (rows > 1 && worth_threads(attended_rows * KV))
       for (int b = 0; b < rows; ++b) {
+        // Each chunk of kKvChunkRows tokens holds this layer's rows as one [rows, kv_dim]
+        // block, read in place, contiguous or paged alike.
+        const SequenceState& st = *states[b];
         const int64_t n = positions[b] + 1;
-        std::vector<float> kd, vd;
-        gather(*states[b], n, kd, vd);
-        const float* kb[1] = {kd.data()};
-        const float* vb[1] = {vd.data()};
-        cpu::KvBlocks kv{kb, vb, static_cast<int>(n), n};  // one run: the copy is contiguous
+        std::vector<const float*> kb, vb;
+        for (int64_t r = 0; r < n; r += kKvChunkRows) {
+          kb.push_back(st.layer_k_row(r, l, L, KV));
+          vb.push_back(st.layer_v_row(r, l, L, KV));
+        }
+        cpu::KvBlocks kv{kb.data(), vb.data(), kKvChunkRows, n};
         cpu::decode_attention(q + static_cast<int64_t>(b) * R, kv, o.data() + static_cast<size_t>(b) * Dq, Ha, KVh, hd,
                               scale);
       }
@@ -400,8 +401,12 @@ Status Model::make_room(SequenceState& st, int64_t rows) const {
                                                         " rows, its blocks hold " + std::to_string(st.pages->capacity()));
     return Status::Ok();
   }
-  st.k.resize(static_cast<size_t>(need) * kv_row_);
-  st.v.resize(static_cast<size_t>(need) * kv_row_);
+  // A transformer's rows come in whole chunks (model/state.h).
+  const int64_t alloc = cfg_.is_transformer() ? round_up(need, kKvChunkRows) : need;
+  if (!cfg_.is_transformer() || static_cast<int64_t>(st.k.size()) < alloc * kv_row_) {
+    st.k.resize(static_cast<size_t>(alloc) * kv_row_);
+    st.v.resize(static_cast<size_t>(alloc) * kv_row_);
+  }
   return Status::Ok();
 }
 

@@ -51,12 +51,17 @@ constexpr int kKvChunkRows = 32;
 
 // Transformer baseline (arch "transformer", SPEC 2.6): the same structure carries its
 // per-layer KV cache.
-//   - One token's K (and V) row holds every layer's row side by side: width W = n_layers ·
-//     kv_dim (ModelConfig::kv_row_floats()), [n_layers][kv_dim]; layer l's K row of token r is
-//     k_row(r, W) + l · kv_dim (layer_k_row below), post-RoPE, kv heads head-major. So the
-//     pool, its blocks and k_row(r, W) work unchanged (KvPool and KvPages are created with
-//     kv_dim = W), contiguous storage is [position, W], and one layer of the cache is a view
-//     with row stride W at column offset l · kv_dim (the CUDA kernels' pool_ld).
+//   - One token's K (and V) "row" holds every layer's row: width W = n_layers · kv_dim
+//     (ModelConfig::kv_row_floats()), so the pool, its blocks and k_row(r, W) work unchanged
+//     (KvPool and KvPages are created with kv_dim = W).
+//   - Inside the rows, each run of kKvChunkRows tokens starting at a multiple of kKvChunkRows
+//     (a "chunk", never split across pool blocks) is stored layer-major:
+//     [n_layers][kKvChunkRows][kv_dim]. Layer l's K row of token r is at
+//       k_row(r − r % kKvChunkRows, W) + (l · kKvChunkRows + r % kKvChunkRows) · kv_dim
+//     (layer_k_row below), so each layer's keys are [kKvChunkRows, kv_dim] blocks that decode
+//     attention reads in place. Rows are post-RoPE K and V of that layer, heads head-major.
+//   - Contiguous storage is sized in whole chunks: k.size() = ceil(position / kKvChunkRows) ·
+//     kKvChunkRows · W (the tail of the last chunk is unused).
 //   - `self` is empty; last_hidden is the residual stream after the last layer at position − 1
 //     (the input of the final norm and output head), so logits() is just the head.
 //   - serialize_state / deserialize_state (UCX shipping, KV store) do not take transformer
@@ -78,16 +83,19 @@ struct SequenceState {
   float* v_row(int64_t r, int kv_dim) { return const_cast<float*>(std::as_const(*this).v_row(r, kv_dim)); }
   // Transformer: layer `layer`'s K (V) row of token r (layout above); kv_dim is one layer's.
   const float* layer_k_row(int64_t r, int layer, int n_layers, int kv_dim) const {
-    return k_row(r, n_layers * kv_dim) + static_cast<int64_t>(layer) * kv_dim;
+    return k_row(r - r % kKvChunkRows, n_layers * kv_dim) + layer_row_offset(r, layer, kv_dim);
   }
   const float* layer_v_row(int64_t r, int layer, int n_layers, int kv_dim) const {
-    return v_row(r, n_layers * kv_dim) + static_cast<int64_t>(layer) * kv_dim;
+    return v_row(r - r % kKvChunkRows, n_layers * kv_dim) + layer_row_offset(r, layer, kv_dim);
   }
   float* layer_k_row(int64_t r, int layer, int n_layers, int kv_dim) {
     return const_cast<float*>(std::as_const(*this).layer_k_row(r, layer, n_layers, kv_dim));
   }
   float* layer_v_row(int64_t r, int layer, int n_layers, int kv_dim) {
     return const_cast<float*>(std::as_const(*this).layer_v_row(r, layer, n_layers, kv_dim));
+  }
+  static int64_t layer_row_offset(int64_t r, int layer, int kv_dim) {
+    return (static_cast<int64_t>(layer) * kKvChunkRows + r % kKvChunkRows) * kv_dim;
   }
   int64_t kv_bytes() const { return static_cast<int64_t>(k.size() + v.size()) * 4; }
   int64_t self_state_bytes() const;
