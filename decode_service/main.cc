@@ -199,8 +199,9 @@ int run(int argc, char** argv) {
   auto f = Flags::parse(argc, argv, 1,
                         {"model", "listen", "metrics-listen", "kv-blocks", "block-size", "max-running", "max-waiting",
                          "threads", "port-file", "drain-seconds", "config", "ucx-listen", "ucx-advertise", "ucx-transports",
-                         "ucx-no-peer-error-handling", "no-prefix-sharing"},
-                        {"ucx-no-peer-error-handling", "no-prefix-sharing"});
+                         "ucx-no-peer-error-handling", "no-prefix-sharing", "device", "cuda-kv-blocks", "cuda-max-context",
+                         "cuda-graphs"},
+                        {"ucx-no-peer-error-handling", "no-prefix-sharing", "cuda-graphs"});
   if (!f.ok()) {
     std::fprintf(stderr, "yoco-decode: %s\n", f.status().message().c_str());
     return 2;
@@ -235,7 +236,30 @@ int run(int argc, char** argv) {
   lim.max_running = static_cast<int>(num("max-running", 32));
   lim.max_waiting = static_cast<int>(num("max-waiting", 256));
   lim.threads = cpu::num_threads();  // the batcher thread sets the same count for itself
-  ContinuousBatcher batcher(**model, **pool, lim);
+  // --device cuda: the batcher runs on the GPU engine; shipped states still arrive in the host
+  // pool (the UCX receive buffer) and move to the device when admitted.
+  auto device = parse_device_flag(f->get("device", "cpu"));
+  if (!device.ok()) {
+    std::fprintf(stderr, "yoco-decode: %s\n", device.status().message().c_str());
+    return 2;
+  }
+  std::unique_ptr<Engine> engine;
+  if (*device >= 0) {
+    CudaEngineOptions co;
+    co.device = *device;
+    co.max_sequences = co.max_batch = lim.max_running;
+    co.max_chunk_tokens = lim.prefill.chunk_tokens;
+    co.max_context = std::min<int64_t>(num("cuda-max-context", 32768), (*model)->config().max_seq_len);
+    co.kv_blocks = static_cast<int>(num("cuda-kv-blocks", 4096));
+    co.cuda_graphs = f->get_bool("cuda-graphs");
+    auto e = make_cuda_engine(**model, pool->get(), co);
+    if (!e.ok()) {
+      std::fprintf(stderr, "yoco-decode: --device %s: %s\n", f->get("device").c_str(), e.status().message().c_str());
+      return 1;
+    }
+    engine = std::move(e).value();
+  }
+  ContinuousBatcher batcher(**model, **pool, lim, engine.get());
 
   // The UCX receiver: the pool is registered once; prefill workers write into reserved blocks.
   UcxReceiverOptions ro;
@@ -296,7 +320,7 @@ int run(int argc, char** argv) {
   }
   YOCO_LOG(LogLevel::kInfo, "yoco-decode serving",
            LogFields().kv("grpc_port", port).kv("metrics_port", (*http)->port()).kv("ucx", (*receiver)->address())
-               .kv("model", f->get("model")));
+               .kv("model", f->get("model")).kv("device", engine ? engine->device() : "cpu"));
   if (f->has("port-file")) {
     Status st = write_port_file(f->get("port-file"), Json(Json::Object{{"grpc_port", Json(port)},
                                                                      {"metrics_port", Json((*http)->port())},

@@ -130,6 +130,15 @@ class CpuEngine final : public Engine {
 
 }  // namespace
 
+Result<int> parse_device_flag(const std::string& value) {
+  if (value == "cpu") return -1;
+  if (value == "cuda") return 0;
+  if (value.rfind("cuda:", 0) == 0 && value.size() > 5 && value.size() <= 8 &&
+      value.find_first_not_of("0123456789", 5) == std::string::npos)
+    return std::stoi(value.substr(5));
+  return invalid_argument("--device: must be cpu, cuda or cuda:N, got \"" + value + "\"");
+}
+
 std::unique_ptr<Engine> make_cpu_engine(const Model& model, KvPool* pool) {
   return std::make_unique<CpuEngine>(model, pool);
 }

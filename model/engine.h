@@ -66,6 +66,9 @@ class Engine {
   virtual const SequenceState* host_state(SeqId id) const = 0;
 };
 
+// A worker's --device value: "cpu" → −1, "cuda" → 0, "cuda:N" → N. Errors name --device.
+Result<int> parse_device_flag(const std::string& value);
+
 // `model` (and `pool`, when given) must outlive the engine. With a pool, fresh states get their
 // K/V rows in pool blocks (reserve grows them); without one they stay contiguous.
 std::unique_ptr<Engine> make_cpu_engine(const Model& model, KvPool* pool = nullptr);

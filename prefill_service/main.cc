@@ -333,7 +333,7 @@ int run(int argc, char** argv) {
                         {"config", "model", "listen", "metrics-listen", "port-file", "threads", "chunk-tokens", "max-active",
                          "max-queued-tokens", "ucx-transports", "ucx-no-peer-error-handling", "drain-seconds",
                          "inject-chunk-delay-ms", "inject-commit-delay-ms", "kv-store", "kv-block-tokens",
-                         "no-prompt-cache", "kv-store-password-env"},
+                         "no-prompt-cache", "kv-store-password-env", "device", "cuda-kv-blocks", "cuda-max-context"},
                         {"ucx-no-peer-error-handling", "no-prompt-cache"});
   if (!f.ok()) usage_error(f.status().message());
   auto int_flag = [&](const char* name, int64_t def, int64_t lo, int64_t hi) -> int64_t {
@@ -404,7 +404,30 @@ int run(int argc, char** argv) {
     co.block_tokens = static_cast<int>(int_flag("kv-block-tokens", 64, 1, 1 << 16));
     cache = std::make_unique<KvCache>(*store, co);
   }
-  auto scheduler = PrefillScheduler::create(**model, **sender, lim, cache.get(), !f->get_bool("no-prompt-cache"));
+  // --device cuda: every prompt's sequence lives on the GPU; each slice's K/V rows are copied to
+  // the host to be shipped (and stored), the state at the end.
+  auto device = parse_device_flag(f->get("device", "cpu"));
+  if (!device.ok()) usage_error(device.status().message());
+  std::unique_ptr<Engine> engine;
+  if (*device >= 0) {
+    CudaEngineOptions co;
+    co.device = *device;
+    co.max_sequences = lim.max_active;
+    co.max_batch = 1;  // no decode steps here
+    co.max_chunk_tokens = std::min(lim.chunk_tokens, 4096);
+    co.max_context = std::min<int64_t>(int_flag("cuda-max-context", 1 << 17, 1, int64_t{1} << 30),
+                                       (*model)->config().max_seq_len);
+    co.kv_blocks = static_cast<int>(int_flag("cuda-kv-blocks", 8192, 1, 1 << 24));
+    co.retention_chunk = lim.retention_chunk;
+    auto e = make_cuda_engine(**model, nullptr, co);
+    if (!e.ok()) {
+      std::fprintf(stderr, "yoco-prefill: --device %s: %s\n", f->get("device").c_str(), e.status().message().c_str());
+      return 1;
+    }
+    engine = std::move(e).value();
+  }
+  auto scheduler =
+      PrefillScheduler::create(**model, **sender, lim, cache.get(), !f->get_bool("no-prompt-cache"), engine.get());
   if (!scheduler.ok()) usage_error(scheduler.status().message());
   (*scheduler)->start();
 
@@ -432,7 +455,7 @@ int run(int argc, char** argv) {
   YOCO_LOG(LogLevel::kInfo, "yoco-prefill serving",
            LogFields().kv("grpc_port", port).kv("metrics_port", (*http)->port()).kv("model", f->get("model"))
                .kv("fingerprint", hex64((*model)->fingerprint())).kv("chunk_tokens", lim.chunk_tokens)
-               .kv("max_active", lim.max_active));
+               .kv("max_active", lim.max_active).kv("device", engine ? engine->device() : "cpu"));
   if (f->has("port-file")) {
     Status st = write_port_file(f->get("port-file"),
                                 Json(Json::Object{{"grpc_port", Json(port)}, {"metrics_port", Json((*http)->port())}}));

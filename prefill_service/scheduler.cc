@@ -58,6 +58,9 @@ struct PrefillScheduler::Job {
   std::atomic<bool> cancel_requested{false};
   std::atomic<bool> aborted{false};    // the abort went out (once is enough)
   // Compute thread while waiting/active, then the committer that took the job.
+  Engine::SeqId seq = -1;  // the engine's sequence while computing
+  // Before adoption: the fresh or cache-restored state. After: on a device engine, the host
+  // mirror of the K/V rows (each slice's rows are copied here to be shipped and stored).
   SequenceState state;
   int64_t computed = 0;
   Clock::time_point submitted, started, prefilled;
@@ -68,14 +71,20 @@ struct PrefillScheduler::Job {
 
 Result<std::unique_ptr<PrefillScheduler>> PrefillScheduler::create(const Model& model, KvSender& sender,
                                                                    PrefillLimits limits, KvCache* cache,
-                                                                   bool write_prompts) {
+                                                                   bool write_prompts, Engine* engine) {
   YOCO_RETURN_IF_ERROR(limits.validate());
-  return std::unique_ptr<PrefillScheduler>(new PrefillScheduler(model, sender, limits, cache, write_prompts));
+  return std::unique_ptr<PrefillScheduler>(new PrefillScheduler(model, sender, limits, cache, write_prompts, engine));
 }
 
 PrefillScheduler::PrefillScheduler(const Model& model, KvSender& sender, PrefillLimits limits, KvCache* cache,
-                                   bool write_prompts)
-    : model_(model), sender_(sender), limits_(limits), cache_(cache), write_prompts_(write_prompts) {}
+                                   bool write_prompts, Engine* engine)
+    : model_(model),
+      sender_(sender),
+      limits_(limits),
+      own_engine_(engine ? nullptr : make_cpu_engine(model)),
+      engine_(engine ? *engine : *own_engine_),
+      cache_(cache),
+      write_prompts_(write_prompts) {}
 
 PrefillScheduler::~PrefillScheduler() { stop(); }
 
@@ -225,7 +234,10 @@ void PrefillScheduler::compute_loop() {
       plan = plan_locked();
       exit = plan.empty() && stopping_ && waiting_.empty() && active_.empty();
     }
-    for (const Ended& e : ended) end(e);
+    for (const Ended& e : ended) {
+      drop_sequence(*e.job);
+      end(e);
+    }
     if (exit) return;
     const auto t0 = Clock::now();
     int64_t tokens = 0;
@@ -297,18 +309,23 @@ void PrefillScheduler::run_slice(Slice& s) {
     j.started = t0;
     j.stats.started = true;
     j.stats.queue_seconds = seconds_between(j.submitted, t0);
-    if (cache_) {
-      resume_from_cache(j);
-      if (j.computed > 0) {
-        // The cached rows go out first, as one transfer of whole runs.
-        s.cached = j.computed;
-        s.status = sender_.put_rows(d, 0, static_cast<int>(j.computed), j.state.k.data(), j.state.v.data());
-        if (!s.status.ok()) {
-          j.stats.transfer_failed = true;
-          return;
-        }
-        s.tokens = static_cast<int>(std::min<int64_t>(s.tokens, j.size() - j.computed));
+    if (cache_) resume_from_cache(j);
+    auto seq = engine_.adopt(j.state);
+    if (!seq.ok()) {
+      s.status = seq.status();
+      return;
+    }
+    j.seq = *seq;
+    if (j.computed > 0) {
+      // The cached rows go out first, as one transfer of whole runs.
+      s.cached = j.computed;
+      const SequenceState& rows = host_rows(j);
+      s.status = sender_.put_rows(d, 0, static_cast<int>(j.computed), rows.k.data(), rows.v.data());
+      if (!s.status.ok()) {
+        j.stats.transfer_failed = true;
+        return;
       }
+      s.tokens = static_cast<int>(std::min<int64_t>(s.tokens, j.size() - j.computed));
     }
   }
   // With prompt caching, a slice that would cross the prompt's last whole block stops there,
@@ -319,13 +336,21 @@ void PrefillScheduler::run_slice(Slice& s) {
     s.tokens = static_cast<int>(boundary - j.computed);
   if (s.tokens > 0) {
     const PrefillOptions opt{limits_.chunk_tokens, limits_.retention_chunk};
-    s.status = model_.prefill(j.state, std::span<const int32_t>(j.req.tokens).subspan(j.computed, s.tokens), opt);
+    s.status = engine_.prefill(j.seq, std::span<const int32_t>(j.req.tokens).subspan(j.computed, s.tokens), opt);
     if (!s.status.ok()) return;
+    if (!engine_.host_state(j.seq)) {  // a device engine: this slice's rows into the host mirror
+      j.state.k.resize(static_cast<size_t>(j.computed + s.tokens) * kv_dim);
+      j.state.v.resize(j.state.k.size());
+      s.status = engine_.read_rows(j.seq, j.computed, s.tokens, j.state.k.data() + j.computed * kv_dim,
+                                   j.state.v.data() + j.computed * kv_dim);
+      if (!s.status.ok()) return;
+    }
     if (limits_.inject_slice_delay.count() > 0) std::this_thread::sleep_until(t0 + limits_.inject_slice_delay);
     s.computed = true;
     // Staged by the sender: these rows travel while the next slice computes.
-    s.status = sender_.put_rows(d, j.computed, s.tokens, j.state.k.data() + j.computed * kv_dim,
-                                j.state.v.data() + j.computed * kv_dim);
+    const SequenceState& rows = host_rows(j);
+    s.status = sender_.put_rows(d, j.computed, s.tokens, rows.k.data() + j.computed * kv_dim,
+                                rows.v.data() + j.computed * kv_dim);
     if (!s.status.ok()) {
       j.stats.transfer_failed = true;
       return;
@@ -336,10 +361,13 @@ void PrefillScheduler::run_slice(Slice& s) {
       // The state at the last whole block, without rows (they go in blocks): best effort.
       StateBlobOptions so;
       so.include_kv = false;
-      const auto blob = serialize_state(j.state, model_.config(), model_.fingerprint(), so);
-      (void)cache_->put_state(state_key_for(std::span<const int32_t>(j.req.tokens).first(boundary), static_cast<int>(B),
+      SequenceState snap;
+      if (engine_.snapshot(j.seq, snap).ok()) {
+        const auto blob = serialize_state(snap, model_.config(), model_.fingerprint(), so);
+        (void)cache_->put_state(state_key_for(std::span<const int32_t>(j.req.tokens).first(boundary), static_cast<int>(B),
                                             model_.fingerprint()),
-                              blob, std::chrono::seconds(0));
+                                blob, std::chrono::seconds(0));
+      }
     }
   }
   if (j.computed < j.size()) return;
@@ -349,12 +377,14 @@ void PrefillScheduler::run_slice(Slice& s) {
   j.stats.prefill_seconds = seconds_between(j.started, j.prefilled);
   StateBlobOptions so;
   so.include_kv = false;  // the rows went ahead with put_rows
-  const std::vector<uint8_t> blob = serialize_state(j.state, model_.config(), model_.fingerprint(), so);
+  SequenceState snap;
+  s.status = engine_.snapshot(j.seq, snap);
+  if (!s.status.ok()) return;
+  const std::vector<uint8_t> blob = serialize_state(snap, model_.config(), model_.fingerprint(), so);
   j.stats.rows = j.size();
   j.stats.bytes = j.size() * kv_dim * 4 * 2 + static_cast<int64_t>(blob.size());
-  // The rows are staged in the sender; a job waiting for its acknowledgement keeps only the state.
-  std::vector<float>().swap(j.state.k);
-  std::vector<float>().swap(j.state.v);
+  // The rows are staged in the sender: a job waiting for its acknowledgement keeps nothing.
+  drop_sequence(j);
   s.status = sender_.put_state(d, blob);
   if (!s.status.ok()) {
     j.stats.transfer_failed = true;
@@ -404,9 +434,20 @@ void PrefillScheduler::write_back(Job& j) {
   const int64_t B = cache_->options().block_tokens;
   const int64_t first = j.stats.cached_tokens / B;  // blocks below this were loaded, not computed
   const int64_t last = j.size() / B;
+  const SequenceState& rows = host_rows(j);
   if (last > first)
-    (void)cache_->write_blocks(j.req.tokens, j.state.k.data(), j.state.v.data(), first, last - first,
-                               std::chrono::seconds(0));
+    (void)cache_->write_blocks(j.req.tokens, rows.k.data(), rows.v.data(), first, last - first, std::chrono::seconds(0));
+}
+
+const SequenceState& PrefillScheduler::host_rows(const Job& j) const {
+  const SequenceState* own = engine_.host_state(j.seq);
+  return own ? *own : j.state;
+}
+
+void PrefillScheduler::drop_sequence(Job& j) {
+  if (j.seq >= 0) (void)engine_.release(j.seq);  // ours and valid: cannot fail
+  j.seq = -1;
+  j.state = SequenceState{};
 }
 
 void PrefillScheduler::settle_locked(std::vector<Slice>& plan, std::vector<Ended>& ended) {

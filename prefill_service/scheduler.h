@@ -9,6 +9,8 @@
 // worker's acknowledgement on a committer thread, so the compute thread never blocks on the
 // network. Cancellation, deadlines and transfer failures end a job at any phase and abort its
 // reservation, so the decode worker gets its blocks back at once instead of at the lease.
+// The model runs behind model/engine.h (the CPU Model, or a CUDA engine whose sequences stay
+// on the device while each slice's K/V rows are copied to the host to be shipped).
 #pragma once
 
 #include <atomic>
@@ -26,6 +28,7 @@
 
 #include "common/status.h"
 #include "kv_store/cache.h"
+#include "model/engine.h"
 #include "model/model.h"
 #include "transfer/descriptor.h"
 #include "transfer/transport.h"
@@ -101,8 +104,11 @@ class PrefillScheduler {
   // among their candidates; with `write_prompts` (automatic prefix caching) also from their
   // longest cached whole-block prefix, and the blocks they compute, plus a state snapshot at
   // their last whole block, are written back. Bad limits: INVALID_ARGUMENT naming the field.
+  // `engine` null: a CPU engine over `model`; otherwise it runs every slice (only the compute
+  // thread calls it) and must outlive the scheduler.
   static Result<std::unique_ptr<PrefillScheduler>> create(const Model& model, KvSender& sender, PrefillLimits limits,
-                                                          KvCache* cache = nullptr, bool write_prompts = true);
+                                                          KvCache* cache = nullptr, bool write_prompts = true,
+                                                          Engine* engine = nullptr);
   ~PrefillScheduler();  // stop() without draining
   PrefillScheduler(const PrefillScheduler&) = delete;
   PrefillScheduler& operator=(const PrefillScheduler&) = delete;
@@ -131,7 +137,8 @@ class PrefillScheduler {
   double tokens_per_second() const { return tokens_per_second_.load(std::memory_order_relaxed); }
 
  private:
-  PrefillScheduler(const Model& model, KvSender& sender, PrefillLimits limits, KvCache* cache, bool write_prompts);
+  PrefillScheduler(const Model& model, KvSender& sender, PrefillLimits limits, KvCache* cache, bool write_prompts,
+                   Engine* engine);
 
   struct Job;
   using JobPtr = std::shared_ptr<Job>;
@@ -139,6 +146,10 @@ class PrefillScheduler {
   void resume_from_cache(Job& j);
   // Last slice: the blocks computed here go to the store, best effort.
   void write_back(Job& j);
+  // The job's K/V rows on the host: the CPU engine's own state, else the job's mirror.
+  const SequenceState& host_rows(const Job& j) const;
+  // Compute thread: frees the job's engine sequence (if it has one).
+  void drop_sequence(Job& j);
   struct Slice {
     JobPtr job;
     int tokens = 0;
@@ -168,6 +179,8 @@ class PrefillScheduler {
   const Model& model_;
   KvSender& sender_;
   const PrefillLimits limits_;
+  std::unique_ptr<Engine> own_engine_;  // the CPU engine when none was given
+  Engine& engine_;
   KvCache* const cache_;
   const bool write_prompts_;
 
