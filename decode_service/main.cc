@@ -90,7 +90,7 @@ class YocoService final : public v1::Yoco::Service {
     info->set_n_self_layers(c.n_self_layers);
     info->set_n_loops(c.n_loops);
     info->set_sliding_window(c.sliding_window);
-    info->set_kv_bytes_per_token(static_cast<int64_t>(2) * c.kv_dim() * 4);
+    info->set_kv_bytes_per_token(c.kv_bytes_per_token());
     if (tok_ && tok_->bos_id()) info->set_bos_id(*tok_->bos_id());
     if (tok_ && tok_->eos_id()) info->set_eos_id(*tok_->eos_id());
     return grpc::Status::OK;
@@ -223,6 +223,10 @@ int run(int argc, char** argv) {
   if (!model.ok()) {
     std::fprintf(stderr, "yoco-decode: %s\n", model.status().message().c_str());
     return 1;
+  }
+  if ((*model)->config().is_transformer()) {  // its state has no hand-off format
+    std::fprintf(stderr, "yoco-decode: --model: arch \"transformer\" is the benchmark baseline; the cluster serves arch \"yoco\"\n");
+    return 2;
   }
   std::unique_ptr<Tokenizer> tok;
   if (auto t = Tokenizer::load(f->get("model")); t.ok()) tok = std::move(t).value();

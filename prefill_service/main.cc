@@ -369,6 +369,8 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "yoco-prefill: --model: %s\n", model.status().message().c_str());
     return 1;
   }
+  if ((*model)->config().is_transformer())  // its state has no hand-off format
+    usage_error("--model: arch \"transformer\" is the benchmark baseline; the cluster serves arch \"yoco\"");
   UcxSenderOptions so;
   so.fingerprint = (*model)->fingerprint();
   so.transports = f->get("ucx-transports");

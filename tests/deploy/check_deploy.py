@@ -1086,10 +1086,15 @@ def check_dockerfiles(source_dir, build_dir, binaries):
             m = re.search(r"apt-get install ([^&]*)", runs)
             pkgs = [t for t in (m.group(1).split() if m else []) if not t.startswith("-")]
             have = apt_closure(pkgs + ["libc6", "libgcc-s1", "libstdc++6"])
+            # An image built without CUDA does not link the toolkit's libraries that the binaries
+            # built here (with YOCO_CUDA) do.
+            no_cuda = any("-DYOCO_CUDA=OFF" in r for st in stages.values() for w, r in st["instrs"] if w == "RUN")
             needs = {}
             for b in binaries.values():
                 out = subprocess.run(["ldd", b.path], capture_output=True, text=True)
                 for lib in re.findall(r"=> (/\S+)", out.stdout):
+                    if no_cuda and re.match(r"/usr/local/cuda[^/]*/", lib):
+                        continue
                     needs.setdefault(lib, b.name)
             owners = package_owners(needs)
             for lib, bname in sorted(needs.items()):
