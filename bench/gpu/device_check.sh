@@ -11,6 +11,9 @@
 # swa against fla-core's Triton kernels and torch SDPA / flex_attention: bench/gpu/fla_compare.py,
 # table by bench/gpu/compare_fla.py), all (the three). Extra arguments are passed to
 # cuda_ops_bench in the bench step (e.g. --sections decode,retention).
+# cluster: tests/gpu/cuda_cluster_test against the packed cluster binaries (built here by
+# bench/gpu/pack_cluster.sh into .gpupack/, with the shared libraries the device lacks):
+#              run(command="bench/gpu/device_check.sh cluster", carry=[".deps", ".gpupack"], timeout_s=600)
 # fla needs the fla-core wheel carried in .whl/ (bench/README.md, GPU section):
 #              run(command="bench/gpu/device_check.sh all", carry=[".deps", ".whl"], timeout_s=600)
 set -uo pipefail
@@ -22,6 +25,16 @@ prefix=/tmp/yoco-deps
 for f in .deps/*.deb; do dpkg -x "$f" "$prefix" || exit 1; done
 { nvidia-smi; nvcc --version; cmake --version | head -1; g++ --version | head -1; } >"$OUT/device.txt" 2>&1
 head -12 "$OUT/device.txt"
+if [[ $mode == cluster ]]; then  # prebuilt here: no build on the device
+  [[ -x .gpupack/build/cuda_cluster_test ]] || { echo "cluster: carry .gpupack (bench/gpu/pack_cluster.sh)"; exit 1; }
+  export LD_LIBRARY_PATH=$PWD/.gpupack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} UCX_MODULE_DIR=$PWD/.gpupack/lib/ucx
+  export YOCO_SOURCE_DIR=$PWD YOCO_BINARY_DIR=$PWD/.gpupack/build YOCO_PYTHON=$(command -v python3)
+  export OMP_WAIT_POLICY=passive
+  .gpupack/build/cuda_cluster_test "$@" 2>&1 | tee "$OUT/cuda_cluster_test.log"
+  rc=${PIPESTATUS[0]}
+  grep -q "SKIPPED" "$OUT/cuda_cluster_test.log" && { echo "WARNING: skipped on a device"; rc=1; }
+  exit $rc
+fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DYOCO_CUDA=ON -DYOCO_CUDA_ARCHS=90a \
   -DYOCO_TRANSFER=OFF -DYOCO_TOKENIZER=OFF -DYOCO_KV_STORE=OFF -DYOCO_CPU_BLAS=OFF \
   -DGTest_DIR="$prefix/usr/lib/x86_64-linux-gnu/cmake/GTest" >"$OUT/configure.log" 2>&1 ||

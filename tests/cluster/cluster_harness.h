@@ -57,8 +57,11 @@ class LocalCluster {
 
   explicit LocalCluster(const Options& o) {
     state_dir_ = dir_.path();
-    std::vector<std::string> args = {"/usr/bin/python3", std::string(YOCO_SOURCE_DIR) + "/deploy/local/cluster.py",
-                                     "--bin-dir", YOCO_BINARY_DIR, "--model", o.model, "--prefill",
+    // $YOCO_BINARY_DIR and $YOCO_PYTHON, when set, replace the build's binaries and /usr/bin/python3.
+    const char* bin = std::getenv("YOCO_BINARY_DIR");
+    const char* py = std::getenv("YOCO_PYTHON");
+    std::vector<std::string> args = {py && *py ? py : "/usr/bin/python3", source_dir() + "/deploy/local/cluster.py",
+                                     "--bin-dir", bin && *bin ? bin : YOCO_BINARY_DIR, "--model", o.model, "--prefill",
                                      std::to_string(o.prefill), "--decode", std::to_string(o.decode), "--state-dir",
                                      state_dir_, "--threads", "1", "--ucx-tls", o.ucx_tls, "--kv-blocks",
                                      std::to_string(o.kv_blocks)};

@@ -22,8 +22,8 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr double kLogprobTol = 2e-2;
-const std::string kGret = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco";
-const std::string kYocoU = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco-u";
+const std::string kGret = test::source_dir() + "/models/kjv-yoco";
+const std::string kYocoU = test::source_dir() + "/models/kjv-yoco-u";
 
 struct Greedy {
   std::vector<int32_t> tokens;

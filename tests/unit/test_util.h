@@ -45,7 +45,12 @@ inline void write_file(const std::string& p, const std::string& data) {
   f << data;
 }
 
-inline std::string source_dir() { return YOCO_SOURCE_DIR; }
+// $YOCO_SOURCE_DIR, when set, replaces the build's path (tests run from a copied tree, e.g. on a
+// device machine: bench/gpu/pack_cluster.sh).
+inline std::string source_dir() {
+  const char* e = std::getenv("YOCO_SOURCE_DIR");
+  return e && *e ? e : YOCO_SOURCE_DIR;
+}
 inline std::string goldens_dir() { return source_dir() + "/tests/reference/goldens"; }
 
 inline double max_abs_diff(const float* a, const float* b, size_t n) {
