@@ -202,8 +202,6 @@ __global__ void __launch_bounds__(WARPS * 32) causal_prefill_kernel(const Causal
         detail::mma_16816(s[nt], af, bfr);
       }
     }
-
-    float mx_lo = -INFINITY, mx_hi = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
@@ -211,70 +209,12 @@ __global__ void __launch_bounds__(WARPS * 32) causal_prefill_kernel(const Causal
         float x = s[nt][e] * sl2;
         if (masked && k_rel0 + nt * 8 + c_col(lane, e) > (e < 2 ? row_lo : row_hi)) x = -INFINITY;
         s[nt][e] = x;
-        if (e < 2)
-          mx_lo = fmaxf(mx_lo, x);
-        else
-          mx_hi = fmaxf(mx_hi, x);
       }
-    // The four lanes of a quad share a row.
-    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
-    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
-    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
-    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
-    const float new_lo = fmaxf(m_lo, mx_lo), new_hi = fmaxf(m_hi, mx_hi);
-    // Key 0 is visible to every row, so m is finite after tile 0; the guard keeps a row with
-    // nothing visible yet at exact zeros anyway.
-    const float base_lo = new_lo == -INFINITY ? 0.f : new_lo;
-    const float base_hi = new_hi == -INFINITY ? 0.f : new_hi;
-    const float corr_lo = exp2f(m_lo - base_lo), corr_hi = exp2f(m_hi - base_hi);
-    // Weights rounded to bf16 before they are summed: the normalizer adds exactly what p·v uses.
-    float sum_lo = 0.f, sum_hi = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < BK / 8; ++nt) {
-      s[nt][0] = detail::round_bf16(exp2f(s[nt][0] - base_lo));
-      s[nt][1] = detail::round_bf16(exp2f(s[nt][1] - base_lo));
-      s[nt][2] = detail::round_bf16(exp2f(s[nt][2] - base_hi));
-      s[nt][3] = detail::round_bf16(exp2f(s[nt][3] - base_hi));
-      sum_lo += s[nt][0] + s[nt][1];
-      sum_hi += s[nt][2] + s[nt][3];
-    }
-    l_lo = l_lo * corr_lo + sum_lo;  // per-lane partial sums; the quad is summed at the end
-    l_hi = l_hi * corr_hi + sum_hi;
-    m_lo = new_lo;
-    m_hi = new_hi;
-#pragma unroll
-    for (int nt = 0; nt < HD / 8; ++nt) {
-      o[nt][0] *= corr_lo;
-      o[nt][1] *= corr_lo;
-      o[nt][2] *= corr_hi;
-      o[nt][3] *= corr_hi;
-    }
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-      uint32_t pf[4];
-      detail::scores_to_a(pf, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-      for (int nt = 0; nt < HD / 8; ++nt) {
-        uint32_t bfr[2];
-        detail::load_b(bfr, vt_s, kLdK, nt * 8, kk * 16, lane);
-        detail::mma_16816(o[nt], pf, bfr);
-      }
-    }
+    detail::softmax_pv_tile<BK, HD>(s, o, m_lo, m_hi, l_lo, l_hi, vt_s, kLdK, lane);
   }
 
-  l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
-  l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
-  l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
-  l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
-  const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
-  float* const oh = a.out + static_cast<int64_t>(h) * hd;
-#pragma unroll
-  for (int nt = 0; nt < HD / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = warp * 16 + c_row(lane, e), col = nt * 8 + c_col(lane, e);
-      if (r < nq && col < hd) oh[static_cast<int64_t>(i0 + r) * a.ldo + col] = o[nt][e] * (e < 2 ? inv_lo : inv_hi);
-    }
+  detail::store_normalized<HD>(o, l_lo, l_hi, a.out + static_cast<int64_t>(h) * hd + static_cast<int64_t>(i0) * a.ldo,
+                               a.ldo, warp * 16, nq, hd, lane);
 }
 
 template <int HD, int BK, int WARPS>

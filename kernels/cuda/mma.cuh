@@ -71,4 +71,84 @@ __device__ __forceinline__ void scores_to_a(uint32_t a[4], const float lo[4], co
 __device__ __forceinline__ int c_row(int lane, int e) { return (lane >> 2) + (e >= 2 ? 8 : 0); }
 __device__ __forceinline__ int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
 
+// --- the flash-attention tile update shared by the prefill attention kernels -------------------
+// A warp owns 16 query rows: "lo" are the rows of the lane's C elements 0..1, "hi" of 2..3. It
+// keeps the running max m (base 2), the lane's partial normalizer l and the output o [HD/8][4].
+
+// One key tile: s [BK/8][4] holds its scores already scaled into base 2 (log2(e)·scale) with
+// hidden keys at −inf. Rescales o and l to the new max, turns s into bf16-rounded weights (so the
+// normalizer sums exactly what p·v uses) and adds p·v, vᵀ being [HD][ld] bf16 in shared memory.
+template <int BK, int HD>
+__device__ __forceinline__ void softmax_pv_tile(float (&s)[BK / 8][4], float (&o)[HD / 8][4], float& m_lo, float& m_hi,
+                                                float& l_lo, float& l_hi, const bf16* vt_s, int ld, int lane) {
+  float mx_lo = -INFINITY, mx_hi = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < BK / 8; ++nt) {
+    mx_lo = fmaxf(mx_lo, fmaxf(s[nt][0], s[nt][1]));
+    mx_hi = fmaxf(mx_hi, fmaxf(s[nt][2], s[nt][3]));
+  }
+  // The four lanes of a quad share a row.
+  mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
+  mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
+  mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
+  mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+  const float new_lo = fmaxf(m_lo, mx_lo), new_hi = fmaxf(m_hi, mx_hi);
+  // A row with nothing visible yet keeps m = −inf; exponentiate against 0 so it stays all zeros.
+  const float base_lo = new_lo == -INFINITY ? 0.f : new_lo;
+  const float base_hi = new_hi == -INFINITY ? 0.f : new_hi;
+  const float corr_lo = exp2f(m_lo - base_lo), corr_hi = exp2f(m_hi - base_hi);
+  float sum_lo = 0.f, sum_hi = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < BK / 8; ++nt) {
+    s[nt][0] = round_bf16(exp2f(s[nt][0] - base_lo));
+    s[nt][1] = round_bf16(exp2f(s[nt][1] - base_lo));
+    s[nt][2] = round_bf16(exp2f(s[nt][2] - base_hi));
+    s[nt][3] = round_bf16(exp2f(s[nt][3] - base_hi));
+    sum_lo += s[nt][0] + s[nt][1];
+    sum_hi += s[nt][2] + s[nt][3];
+  }
+  l_lo = l_lo * corr_lo + sum_lo;  // per-lane partial sums; the quad is summed at the end
+  l_hi = l_hi * corr_hi + sum_hi;
+  m_lo = new_lo;
+  m_hi = new_hi;
+#pragma unroll
+  for (int nt = 0; nt < HD / 8; ++nt) {
+    o[nt][0] *= corr_lo;
+    o[nt][1] *= corr_lo;
+    o[nt][2] *= corr_hi;
+    o[nt][3] *= corr_hi;
+  }
+#pragma unroll
+  for (int kk = 0; kk < BK / 16; ++kk) {
+    uint32_t pf[4];
+    scores_to_a(pf, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+    for (int nt = 0; nt < HD / 8; ++nt) {
+      uint32_t bfr[2];
+      load_b(bfr, vt_s, ld, nt * 8, kk * 16, lane);
+      mma_16816(o[nt], pf, bfr);
+    }
+  }
+}
+
+// After the last tile: o divided by its row's normalizer (the quad's partial sums added; a row
+// that saw no key gives zeros), row r of the warp stored at out[(row0 + r)·ldo + col] for
+// row0 + r < nq and col < hd.
+template <int HD>
+__device__ __forceinline__ void store_normalized(const float (&o)[HD / 8][4], float l_lo, float l_hi, float* out,
+                                                 int64_t ldo, int row0, int nq, int hd, int lane) {
+  l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+  l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+  l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+  l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+  const float inv_lo = l_lo > 0.f ? 1.f / l_lo : 0.f, inv_hi = l_hi > 0.f ? 1.f / l_hi : 0.f;
+#pragma unroll
+  for (int nt = 0; nt < HD / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = row0 + c_row(lane, e), col = nt * 8 + c_col(lane, e);
+      if (r < nq && col < hd) out[static_cast<int64_t>(r) * ldo + col] = o[nt][e] * (e < 2 ? inv_lo : inv_hi);
+    }
+}
+
 }  // namespace yoco::cuda::detail
