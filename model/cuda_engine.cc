@@ -647,22 +647,51 @@ struct CudaEngine::Impl {
     if (cfg.cross_decoder_rope)
       YOCO_RETURN_IF_ERROR(
           cuda::rope_interleaved(kv, 2 * KV, rows, KVh, hdc, positions.as<int64_t>(), cfg.rope_theta, stream));
+    return append_kv(kv, kv + KV, 2 * KV, 0, rows, row_tables_dev);
+  }
+
+  // K/V rows (stride ld) into the pool (offset by pool_off floats: a Transformer layer's view) at
+  // `positions`, through the block tables (row_tables_dev as in global_kv).
+  Status append_kv(const float* k, const float* v, int ld, int64_t pool_off, int rows, const int32_t* row_tables_dev) {
     cuda::KvAppendArgs a;
-    a.k = kv;
-    a.ldk = 2 * KV;
-    a.v = kv + KV;
-    a.ldv = 2 * KV;
-    a.k_pool = k_pool.as<float>();
-    a.v_pool = v_pool.as<float>();
+    a.k = k;
+    a.ldk = ld;
+    a.v = v;
+    a.ldv = ld;
+    a.k_pool = k_pool.as<float>() + pool_off;
+    a.v_pool = v_pool.as<float>() + pool_off;
     a.block_tables = block_tables.as<int32_t>();
-    a.max_blocks = max_blocks;
+    a.max_blocks = table_width();
     a.row_tables = row_tables_dev;
     a.positions = positions.as<int64_t>();
     a.rows = rows;
     a.kv_dim = KV;
-    a.block_size = opt.kv_block_size;
-    a.n_blocks = opt.kv_blocks;
+    a.block_size = table_block();
+    a.n_blocks = table_ids();
     return cuda::kv_append_paged(a, stream);
+  }
+
+  // o [B, Dq] = attention of q (stride ldq) row b over keys 0..lengths[b]−1 of table row b (the
+  // pool offset by pool_off floats).
+  Status paged_decode(const float* q, int ldq, int64_t pool_off, int B, int64_t max_length) {
+    cuda::PagedDecodeArgs a;
+    a.q = q;
+    a.ldq = ldq;
+    a.out = o.as<float>();
+    a.ldo = Dq;
+    a.k_pool = k_pool.as<float>() + pool_off;
+    a.v_pool = v_pool.as<float>() + pool_off;
+    a.block_tables = block_tables.as<int32_t>();
+    a.max_blocks = table_width();
+    a.lengths = lengths.as<int32_t>();
+    a.max_length = max_length;
+    a.batch = B;
+    a.n_q_heads = Ha;
+    a.n_kv_heads = KVh;
+    a.head_dim = hdc;
+    a.block_size = table_block();
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hdc));
+    return cuda::decode_attention_paged(a, stream);
   }
 
   // Cross-decoder on h [B, dim] (query of row b at positions[b], keys 0..lengths[b]−1 of the
@@ -676,30 +705,12 @@ struct CudaEngine::Impl {
       if (cfg.cross_decoder_rope)
         YOCO_RETURN_IF_ERROR(
             cuda::rope_interleaved(q, Dq, B, Ha, hdc, positions.as<int64_t>(), cfg.rope_theta, stream));
-      cuda::PagedDecodeArgs a;
-      a.q = q;
-      a.ldq = Dq;
-      a.out = o.as<float>();
-      a.ldo = Dq;
-      a.k_pool = k_pool.as<float>();
-      a.v_pool = v_pool.as<float>();
-      a.block_tables = block_tables.as<int32_t>();
-      a.max_blocks = max_blocks;
-      a.lengths = lengths.as<int32_t>();
-      a.max_length = max_length;
-      a.batch = B;
-      a.n_q_heads = Ha;
-      a.n_kv_heads = KVh;
-      a.head_dim = hdc;
-      a.block_size = opt.kv_block_size;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(hdc));
-      YOCO_RETURN_IF_ERROR(cuda::decode_attention_paged(a, stream));
+      YOCO_RETURN_IF_ERROR(paged_decode(q, Dq, 0, B, max_length));
       YOCO_RETURN_IF_ERROR(cuda::convert_to_bf16(o.as<float>(), Dq, ob.as<uint16_t>(), Dq, B, Dq, stream));
       YOCO_RETURN_IF_ERROR(add_proj(ob.as<uint16_t>(), L.wo, B, Dq));
       YOCO_RETURN_IF_ERROR(ffn(B, L.final_norm, L.w13, L.w2));
     }
-    YOCO_RETURN_IF_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), final_norm, xb.as<uint16_t>(), B, D, eps, stream));
-    return cuda::gemm_bf16(xb.as<uint16_t>(), output, logits.as<float>(), cuda::DType::kF32, B, V, D, 1.f, 0.f, stream);
+    return output_head(B);
   }
 
   // --- the Transformer baseline (SPEC 2.6) --------------------------------------------------------
@@ -721,30 +732,15 @@ struct CudaEngine::Impl {
           cuda::rope_interleaved(q + Dq, P, rows, KVh, hdc, positions.as<int64_t>(), cfg.rope_theta, stream));
       // Layer l's view of the pool (see tf above).
       const int64_t layer_off = static_cast<int64_t>(l) * kKvChunkRows * KV;
-      cuda::KvAppendArgs ap;
-      ap.k = q + Dq;
-      ap.ldk = P;
-      ap.v = q + Dq + KV;
-      ap.ldv = P;
-      ap.k_pool = k_pool.as<float>() + layer_off;
-      ap.v_pool = v_pool.as<float>() + layer_off;
-      ap.block_tables = block_tables.as<int32_t>();
-      ap.max_blocks = table_width();
-      ap.row_tables = chunk ? nullptr : row_tables.as<int32_t>();
-      ap.positions = positions.as<int64_t>();
-      ap.rows = rows;
-      ap.kv_dim = KV;
-      ap.block_size = table_block();
-      ap.n_blocks = table_ids();
-      YOCO_RETURN_IF_ERROR(cuda::kv_append_paged(ap, stream));
+      YOCO_RETURN_IF_ERROR(append_kv(q + Dq, q + Dq + KV, P, layer_off, rows, chunk ? nullptr : row_tables.as<int32_t>()));
       if (chunk) {
         cuda::CausalPrefillArgs a;
         a.q = q;
         a.ldq = P;
         a.out = o.as<float>();
         a.ldo = Dq;
-        a.k_pool = ap.k_pool;
-        a.v_pool = ap.v_pool;
+        a.k_pool = k_pool.as<float>() + layer_off;
+        a.v_pool = v_pool.as<float>() + layer_off;
         a.block_table = block_tables.as<int32_t>();
         a.max_blocks = table_width();
         a.block_size = table_block();
@@ -756,24 +752,7 @@ struct CudaEngine::Impl {
         a.scale = scale;
         YOCO_RETURN_IF_ERROR(cuda::causal_attention_prefill(a, stream));
       } else {
-        cuda::PagedDecodeArgs a;
-        a.q = q;
-        a.ldq = P;
-        a.out = o.as<float>();
-        a.ldo = Dq;
-        a.k_pool = ap.k_pool;
-        a.v_pool = ap.v_pool;
-        a.block_tables = block_tables.as<int32_t>();
-        a.max_blocks = table_width();
-        a.lengths = lengths.as<int32_t>();
-        a.max_length = max_len;
-        a.batch = rows;
-        a.n_q_heads = Ha;
-        a.n_kv_heads = KVh;
-        a.head_dim = hdc;
-        a.block_size = table_block();
-        a.scale = scale;
-        YOCO_RETURN_IF_ERROR(cuda::decode_attention_paged(a, stream));
+        YOCO_RETURN_IF_ERROR(paged_decode(q, P, layer_off, rows, max_len));
       }
       YOCO_RETURN_IF_ERROR(cuda::convert_to_bf16(o.as<float>(), Dq, ob.as<uint16_t>(), Dq, rows, Dq, stream));
       YOCO_RETURN_IF_ERROR(add_proj(ob.as<uint16_t>(), L.wo, rows, Dq));
