@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: set-up, build, every ctest suite (unit, cli, fuzz replay), then a
-# time-boxed libFuzzer run of each fuzz target (safetensors header, tokenizer, KV store objects).
+# The whole test suite: set-up, build, every ctest suite (labels unit, cli, fuzz, model, integration,
+# redis, deploy, cluster; gpu skips without a device), then a time-boxed libFuzzer run of each fuzz
+# target (safetensors header, tokenizer, KV store objects).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
