@@ -79,7 +79,8 @@ grpc::Status GenerateCall::validate_options(const v1::ModelInfo& model) {
   max_tokens_ = req_.max_tokens() == 0 ? 16 : req_.max_tokens();
   if (static_cast<int64_t>(prompt_.size()) + max_tokens_ > model.max_seq_len())
     return invalid("max_tokens: prompt (" + std::to_string(prompt_.size()) + " tokens) + max_tokens (" +
-                   std::to_string(max_tokens_) + ") exceeds the model's max_seq_len " + std::to_string(model.max_seq_len()));
+                   std::to_string(max_tokens_) + ") exceeds the model's max_seq_len " +
+                   std::to_string(model.max_seq_len()));
   if (auto sampling = sampling_from_proto(req_.sampling()); !sampling.ok()) return invalid(sampling.status().message());
   if (req_.stop_size() > lim.max_stop_strings)
     return invalid("stop: at most " + std::to_string(lim.max_stop_strings) + " stop strings");
@@ -207,8 +208,9 @@ GenerateCall::Step GenerateCall::prefill(const DecodePick& pick, const std::stri
   if (!pi) {
     stream.ctx->TryCancel();
     stream.reader->Finish();
-    return Step::end({grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker for model " + pick.fingerprint +
-                                                         (last_error_.empty() ? "" : " (last error: " + last_error_ + ")")});
+    return Step::end({grpc::StatusCode::UNAVAILABLE,
+                      "no healthy prefill worker for model " + pick.fingerprint +
+                          (last_error_.empty() ? "" : " (last error: " + last_error_ + ")")});
   }
   const std::string paddr = snap[*pi].address;
   internal::v1::PrefillRequest preq;
@@ -331,10 +333,11 @@ GenerateCall::Step GenerateCall::decode_failed(const std::string& address, const
   bad_decode_.push_back(address);
   core_.metrics().observe_retry("migration");
   if (++migrations_ > core_.limits().migrations)
-    return Step::end({grpc::StatusCode::UNAVAILABLE, "decode failed " + std::to_string(migrations_) + " times; " + last_error_});
+    return Step::end({grpc::StatusCode::UNAVAILABLE,
+                      "decode failed " + std::to_string(migrations_) + " times; " + last_error_});
   YOCO_LOG(LogLevel::kWarn, "moving request to another decode worker",
-           LogFields().kv("request_id", request_id_).kv("from", address).kv("generated", static_cast<int64_t>(generated_.size()))
-               .kv("error", st.error_message()));
+           LogFields().kv("request_id", request_id_).kv("from", address)
+               .kv("generated", static_cast<int64_t>(generated_.size())).kv("error", st.error_message()));
   return Step::retry();
 }
 

@@ -14,12 +14,14 @@ namespace {
 RouterMetrics::RouterMetrics(MetricsRegistry& r)
     : ttft_(r.histogram(name("yoco_time_to_first_token_seconds"), "Time from request to first streamed token.",
                         Histogram::latency_buckets())),
-      itl_(r.histogram(name("yoco_inter_token_latency_seconds"), "Time between streamed tokens.", Histogram::latency_buckets())),
+      itl_(r.histogram(name("yoco_inter_token_latency_seconds"), "Time between streamed tokens.",
+                       Histogram::latency_buckets())),
       e2e_(r.histogram(name("yoco_e2e_request_latency_seconds"), "Request latency, first byte in to last out.",
                        Histogram::latency_buckets())),
       queue_(r.histogram(name("yoco_request_queue_seconds"), "Time a request waited in a prefill worker's queue.",
                          Histogram::latency_buckets())),
-      prefill_(r.histogram(name("yoco_prefill_seconds"), "Prefill compute time per request.", Histogram::latency_buckets())),
+      prefill_(r.histogram(name("yoco_prefill_seconds"), "Prefill compute time per request.",
+                           Histogram::latency_buckets())),
       transfer_(r.histogram(name("yoco_kv_transfer_seconds"), "KV transfer time not hidden behind prefill compute.",
                             Histogram::latency_buckets())),
       prompt_tokens_(r.counter(name("yoco_prompt_tokens_total"), "Prompt tokens of admitted requests.")),
@@ -31,7 +33,8 @@ RouterMetrics::RouterMetrics(MetricsRegistry& r)
                     .value()),
       running_(r.gauge(name("yoco_requests_running"), "Admitted requests in flight.")),
       waiting_(r.gauge(name("yoco_requests_waiting"), "Admitted requests that have not streamed a token yet.")),
-      healthy_workers_(*r.gauge_family(name("yoco_router_healthy_workers"), "Workers passing health checks, by role.", {"role"})
+      healthy_workers_(*r.gauge_family(name("yoco_router_healthy_workers"), "Workers passing health checks, by role.",
+                                       {"role"})
                             .value()) {}
 
 void RouterMetrics::observe_finished(grpc::StatusCode code, double seconds) {

@@ -17,8 +17,8 @@ void ModelInfoCache::refresh() {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     auto info = std::make_shared<v1::ModelInfo>();
-    grpc::Status st =
-        internal::v1::DecodeWorker::NewStub(decode_.channel(w.address))->Describe(&ctx, internal::v1::DescribeRequest(), info.get());
+    auto stub = internal::v1::DecodeWorker::NewStub(decode_.channel(w.address));
+    const grpc::Status st = stub->Describe(&ctx, internal::v1::DescribeRequest(), info.get());
     if (!st.ok()) {
       YOCO_LOG(LogLevel::kWarn, "describe failed", LogFields().kv("address", w.address).kv("error", st.error_message()));
       continue;

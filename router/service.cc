@@ -1,5 +1,7 @@
 #include "router/service.h"
 
+#include <span>
+
 #include "common/log.h"
 #include "proto/grpc_util.h"
 #include "router/call_util.h"
@@ -26,7 +28,8 @@ grpc::Status RouterService::Generate(grpc::ServerContext* ctx, const v1::Generat
   core_.metrics().observe_finished(st.error_code(), since(t0));
   if (!st.ok())
     YOCO_LOG(LogLevel::kInfo, "generate failed",
-             LogFields().kv("request_id", req->request_id()).kv("code", grpc_code_label(st.error_code())).kv("message", st.error_message()));
+             LogFields().kv("request_id", req->request_id()).kv("code", grpc_code_label(st.error_code()))
+                 .kv("message", st.error_message()));
   return st;
 }
 
@@ -51,9 +54,8 @@ grpc::Status RouterService::score(grpc::ServerContext* ctx, const v1::ScoreReque
   }
   const auto& ids = fwd.tokens().ids();
   if (ids.size() < 2) return invalid("input: needs at least two tokens to score");
-  if (grpc::Status st = check_token_ids({ids.data(), static_cast<size_t>(ids.size())}, (*model)->vocab_size(), "input.tokens");
-      !st.ok())
-    return st;
+  const std::span<const int32_t> id_span(ids.data(), static_cast<size_t>(ids.size()));
+  if (grpc::Status st = check_token_ids(id_span, (*model)->vocab_size(), "input.tokens"); !st.ok()) return st;
   if (ids.size() > (*model)->max_seq_len())
     return invalid("input: longer than max_seq_len " + std::to_string((*model)->max_seq_len()));
   for (int attempt = 0; attempt < 3; ++attempt) {

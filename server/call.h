@@ -24,7 +24,9 @@ std::optional<typename SteadyClock::time_point> steady_deadline(const grpc::Serv
 }
 
 // True once the call's deadline has passed.
-inline bool deadline_passed(const grpc::ServerContext& ctx) { return std::chrono::system_clock::now() >= ctx.deadline(); }
+inline bool deadline_passed(const grpc::ServerContext& ctx) {
+  return std::chrono::system_clock::now() >= ctx.deadline();
+}
 
 // The slice a cancellable wait sleeps between looks at the client.
 inline constexpr std::chrono::milliseconds kCancelPollInterval{20};

@@ -36,7 +36,8 @@ int64_t ServerFlags::int_in(const std::string& name, int64_t def, int64_t lo, in
     return def;
   }
   if (*v < lo || *v > hi) {
-    fail("--" + name + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(*v));
+    fail("--" + name + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+         std::to_string(*v));
     return def;
   }
   return *v;

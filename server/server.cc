@@ -45,7 +45,8 @@ Result<std::unique_ptr<Server>> Server::start(const ServerOptions& options, std:
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->grpc_port_);
   for (grpc::Service* svc : services) builder.RegisterService(svc);
   s->grpc_ = builder.BuildAndStart();
-  if (!s->grpc_ || s->grpc_port_ == 0) return Status(StatusCode::kUnavailable, "--listen: cannot listen on " + options.listen);
+  if (!s->grpc_ || s->grpc_port_ == 0)
+    return Status(StatusCode::kUnavailable, "--listen: cannot listen on " + options.listen);
   s->grpc_->GetHealthCheckService()->SetServingStatus(true);
 
   if (!options.port_file.empty()) {
@@ -81,7 +82,8 @@ void Server::drain(const DrainSteps& steps) {
 }
 
 void wait_until_idle(const std::function<bool()>& idle, std::chrono::steady_clock::time_point until) {
-  while (!idle() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (!idle() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 }  // namespace yoco

@@ -45,7 +45,8 @@ TEST(ServerFlags, ParseErrorsRequiredAndMalformed) {
 }
 
 TEST(ServerFlags, CommonServerOptions) {
-  auto f = parse({"--listen", "0.0.0.0:7000", "--metrics-listen", "[::1]:9090", "--drain-seconds", "5", "--port-file", "p"});
+  auto f = parse(
+      {"--listen", "0.0.0.0:7000", "--metrics-listen", "[::1]:9090", "--drain-seconds", "5", "--port-file", "p"});
   const ServerOptions o = server_options(f);
   ASSERT_TRUE(f.ok()) << f.error();
   EXPECT_EQ(o.program, "yoco-test");
