@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Serving benchmark on this machine: the local cluster (1 prefill + 1 decode worker, one thread
 # each, the bundled model, UCX over tcp) under open-loop Poisson load from `yoco-cli bench`,
-# against the same decode worker serving alone with local prefill (no disaggregation).
+# against the same decode worker prefilling locally (no disaggregation), reached through a second
+# router with no prefill workers (colocated mode).
 # Usage: bench/serve_bench.sh [requests] [prompt_tokens] [max_tokens] [rates...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,16 +15,22 @@ state=$(mktemp -d -t yoco-bench.XXXXXX)
 python3 deploy/local/cluster.py --bin-dir build --model models/kjv-yoco --prefill 1 --decode 1 --threads 1 \
   --state-dir "$state" >"$state/out" 2>"$state/err" &
 launcher=$!
-trap 'kill $launcher 2>/dev/null; wait $launcher 2>/dev/null; rm -rf "$state"' EXIT
+colo=
+trap 'kill $colo $launcher 2>/dev/null; wait $colo $launcher 2>/dev/null; rm -rf "$state"' EXIT
 for ((i = 0; i < 600; i++)); do [[ -f "$state/cluster.json" ]] && break; sleep 0.1; done
 get() { python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$state/cluster.json" "$1"; }
 router=$(get 'd["router"]["grpc"]')
 decode=$(get 'd["decode"][0]["grpc"]')
+build/router/yoco-router --model models/kjv-yoco --decode "$decode" --listen 127.0.0.1:0 \
+  --port-file "$state/colocated.port" 2>"$state/colocated.log" &
+colo=$!
+for ((i = 0; i < 600; i++)); do [[ -f "$state/colocated.port" ]] && break; sleep 0.1; done
+colocated=127.0.0.1:$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["grpc_port"])' "$state/colocated.port")
 for rate in $RATES; do
   echo "== disaggregated (router -> prefill -> UCX -> decode), rate $rate req/s"
   build/tools/yoco-cli bench --router "$router" --requests "$N" --rate "$rate" --prompt-tokens "$PROMPT" \
     --max-tokens "$MAXTOK" --seed 1
-  echo "== decode worker alone (local prefill in the batcher), rate $rate req/s"
-  build/tools/yoco-cli bench --router "$decode" --requests "$N" --rate "$rate" --prompt-tokens "$PROMPT" \
+  echo "== colocated (router -> the same decode worker, local prefill in the batcher), rate $rate req/s"
+  build/tools/yoco-cli bench --router "$colocated" --requests "$N" --rate "$rate" --prompt-tokens "$PROMPT" \
     --max-tokens "$MAXTOK" --seed 1
 done

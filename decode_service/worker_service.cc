@@ -1,5 +1,6 @@
 #include "decode_service/worker_service.h"
 
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -160,6 +161,39 @@ grpc::Status DecodeWorkerService::GetLoad(grpc::ServerContext*, const internal::
   load->set_reservations(receiver_.in_flight());
   load->set_fingerprint(hex64(model_.fingerprint()));
   load->set_serving(serving_);
+  return grpc::Status::OK;
+}
+
+// TEMP: minimal Describe/Score so the router can talk to this worker before the real ones land.
+grpc::Status DecodeWorkerService::Describe(grpc::ServerContext*, const internal::v1::DescribeRequest*,
+                                           v1::ModelInfo* info) {
+  const ModelConfig& c = model_.config();
+  info->set_fingerprint(hex64(model_.fingerprint()));
+  info->set_arch(c.arch == Arch::kYoco ? "yoco" : "transformer");
+  info->set_params_json(c.to_json().dump());
+  info->set_vocab_size(c.vocab_size);
+  info->set_max_seq_len(c.max_seq_len);
+  info->set_n_layers(c.n_layers);
+  info->set_n_self_layers(c.n_self_layers);
+  info->set_n_loops(c.n_loops);
+  info->set_sliding_window(c.sliding_window);
+  info->set_kv_bytes_per_token(c.kv_bytes_per_token());
+  return grpc::Status::OK;
+}
+
+grpc::Status DecodeWorkerService::Score(grpc::ServerContext*, const v1::ScoreRequest* req, v1::ScoreResponse* resp) {
+  std::vector<int32_t> ids(req->tokens().ids().begin(), req->tokens().ids().end());
+  if (ids.empty()) return {grpc::StatusCode::INVALID_ARGUMENT, "input: empty"};
+  auto lp = model_.score(ids);
+  if (!lp.ok()) return to_grpc(lp.status());
+  double sum = 0;
+  for (int32_t t : ids) resp->add_token_ids(t);
+  for (float x : lp.value()) {
+    resp->add_token_logprobs(x);
+    sum += x;
+  }
+  resp->set_sum_logprob(sum);
+  resp->set_perplexity(std::exp(-sum / static_cast<double>(lp->size())));
   return grpc::Status::OK;
 }
 

@@ -24,6 +24,10 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
                       grpc::ServerWriter<internal::v1::DecodeEvent>* writer) override;
   grpc::Status GetLoad(grpc::ServerContext* ctx, const internal::v1::LoadRequest* req,
                        internal::v1::DecodeLoad* load) override;
+  // TEMP (the workers helper writes the real ones): the model's info and a CPU score.
+  grpc::Status Describe(grpc::ServerContext* ctx, const internal::v1::DescribeRequest* req,
+                        v1::ModelInfo* info) override;
+  grpc::Status Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp) override;
 
   // Draining: new Decode calls get UNAVAILABLE; running ones finish.
   void set_serving(bool serving) { serving_ = serving; }
