@@ -6,7 +6,7 @@
 
 #include "common/checksum.h"
 #include "common/json.h"
-#include "model/safetensors.h"
+#include "handoff/bytes.h"
 
 namespace yoco {
 
@@ -22,22 +22,10 @@ static_assert(kOffHeaderCrc + 4 == kObjectHeaderBytes);
 constexpr uint64_t kMaxKvDim = 1u << 20;
 constexpr uint64_t kMaxBlockRows = 1u << 20;
 
-void put_u32(std::string& s, size_t off, uint32_t v) {
-  for (int i = 0; i < 4; ++i) s[off + i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-void put_u64(std::string& s, size_t off, uint64_t v) {
-  for (int i = 0; i < 8; ++i) s[off + i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-uint32_t get_u32(std::string_view s, size_t off) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(s[off + i])) << (8 * i);
-  return v;
-}
-uint64_t get_u64(std::string_view s, size_t off) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(s[off + i])) << (8 * i);
-  return v;
-}
+void put_u32(std::string& s, size_t off, uint32_t v) { store_le<uint32_t>(s.data() + off, v); }
+void put_u64(std::string& s, size_t off, uint64_t v) { store_le<uint64_t>(s.data() + off, v); }
+uint32_t get_u32(std::string_view s, size_t off) { return load_le<uint32_t>(s.data() + off); }
+uint64_t get_u64(std::string_view s, size_t off) { return load_le<uint64_t>(s.data() + off); }
 
 size_t elem_bytes(ObjectDType d) { return d == ObjectDType::kF32 ? 4 : d == ObjectDType::kBF16 ? 2 : 1; }
 
@@ -73,30 +61,12 @@ Result<uint64_t> shape_bytes(ObjectKind kind, ObjectDType dtype, std::span<const
   return dims[0];
 }
 
-// Two independent 64-bit hashes of the same bytes.
 BlockKey hash128(std::string_view bytes) {
-  BlockKey k;
-  k.a = fnv1a64(bytes);
-  uint64_t h = 0x6a09e667f3bcc909ull ^ bytes.size();
-  size_t i = 0;
-  for (; i + 8 <= bytes.size(); i += 8) h = mix64(h, get_u64(bytes, i));
-  uint64_t tail = 0;
-  for (size_t j = 0; i + j < bytes.size(); ++j) tail |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i + j])) << (8 * j);
-  h = mix64(h, tail);
-  k.b = mix64(h, bytes.size());
-  return k;
+  return yoco::hash128(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
 }
 
-void append_u32(std::string& s, uint32_t v) {
-  size_t off = s.size();
-  s.resize(off + 4);
-  put_u32(s, off, v);
-}
-void append_u64(std::string& s, uint64_t v) {
-  size_t off = s.size();
-  s.resize(off + 8);
-  put_u64(s, off, v);
-}
+void append_u32(std::string& s, uint32_t v) { store_le<uint32_t>(s.append(4, '\0').data() + s.size() - 4, v); }
+void append_u64(std::string& s, uint64_t v) { store_le<uint64_t>(s.append(8, '\0').data() + s.size() - 8, v); }
 
 bool parse_hex64(std::string_view s, uint64_t& out) {
   if (s.size() != 16) return false;
@@ -153,16 +123,7 @@ std::string kv_block_header_and_space(int64_t rows, int kv_dim, KvDType dtype, u
 }
 
 void put_row(std::string& out, size_t offset, const float* row, int kv_dim, KvDType dtype) {
-  char* p = out.data() + offset;
-  if (dtype == KvDType::kBF16) {
-    for (int i = 0; i < kv_dim; ++i) {
-      uint16_t b = f32_to_bf16(row[i]);
-      p[2 * i] = static_cast<char>(b & 0xff);
-      p[2 * i + 1] = static_cast<char>(b >> 8);
-    }
-  } else {
-    std::memcpy(p, row, static_cast<size_t>(kv_dim) * 4);  // little-endian hosts only (as model/state.cc)
-  }
+  encode_kv_values(row, kv_dim, dtype, reinterpret_cast<uint8_t*>(out.data() + offset));
 }
 
 }  // namespace kv_format_detail
@@ -248,63 +209,16 @@ Status decode_kv_block(const Object& obj, int64_t expected_rows, int kv_dim, flo
     return data_loss("kv block: kv_dim " + std::to_string(obj.dims[1]) + " != model kv_dim " + std::to_string(kv_dim));
   const size_t n = static_cast<size_t>(expected_rows) * kv_dim;
   if (obj.payload.size() != 2 * n * elem_bytes(obj.dtype)) return data_loss("kv block: payload size does not match dims");
-  const char* p = obj.payload.data();
-  if (obj.dtype == ObjectDType::kBF16) {
-    for (size_t i = 0; i < 2 * n; ++i) {
-      const uint16_t b = static_cast<uint16_t>(static_cast<uint8_t>(p[2 * i]) | (static_cast<uint8_t>(p[2 * i + 1]) << 8));
-      (i < n ? k_out[i] : v_out[i - n]) = bf16_to_f32(b);
-    }
-  } else if (obj.dtype == ObjectDType::kF32) {
-    std::memcpy(k_out, p, n * 4);
-    std::memcpy(v_out, p + n * 4, n * 4);
-  } else {
-    return data_loss("kv block: dtype is not f32 or bf16");
-  }
+  if (obj.dtype != ObjectDType::kF32 && obj.dtype != ObjectDType::kBF16) return data_loss("kv block: dtype is not f32 or bf16");
+  const KvDType dtype = obj.dtype == ObjectDType::kBF16 ? KvDType::kBF16 : KvDType::kF32;
+  const auto* p = reinterpret_cast<const uint8_t*>(obj.payload.data());
+  decode_kv_values(p, static_cast<int64_t>(n), dtype, k_out);
+  decode_kv_values(p + n * kv_dtype_bytes(dtype), static_cast<int64_t>(n), dtype, v_out);
   return Status::Ok();
-}
-
-std::string BlockKey::hex() const { return hex64(a) + hex64(b); }
-
-BlockKey root_key(uint64_t fingerprint) {
-  std::string buf = "yoco-kv-root";
-  append_u64(buf, fingerprint);
-  return hash128(buf);
-}
-
-BlockKey block_key(const BlockKey& prev, std::span<const int32_t> block_tokens, uint64_t fingerprint) {
-  std::string buf;
-  buf.reserve(28 + 4 * block_tokens.size());
-  append_u64(buf, prev.a);
-  append_u64(buf, prev.b);
-  append_u64(buf, fingerprint);
-  append_u32(buf, static_cast<uint32_t>(block_tokens.size()));
-  for (int32_t t : block_tokens) append_u32(buf, static_cast<uint32_t>(t));
-  return hash128(buf);
-}
-
-std::vector<BlockKey> chain_keys(std::span<const int32_t> tokens, int block_tokens, uint64_t fingerprint) {
-  YOCO_CHECK(block_tokens > 0);
-  std::vector<BlockKey> keys;
-  const size_t n = tokens.size() / static_cast<size_t>(block_tokens);
-  keys.reserve(n);
-  BlockKey prev = root_key(fingerprint);
-  for (size_t i = 0; i < n; ++i) {
-    prev = block_key(prev, tokens.subspan(i * block_tokens, block_tokens), fingerprint);
-    keys.push_back(prev);
-  }
-  return keys;
 }
 
 std::string block_store_key(const BlockKey& k) { return "kv:" + k.hex(); }
 std::string state_store_key(const BlockKey& k) { return "state:" + k.hex(); }
-
-BlockKey state_key_for(std::span<const int32_t> tokens, int block_tokens, uint64_t fingerprint) {
-  auto keys = chain_keys(tokens, block_tokens, fingerprint);
-  const BlockKey last = keys.empty() ? root_key(fingerprint) : keys.back();
-  const size_t full = keys.size() * static_cast<size_t>(block_tokens);
-  if (full == tokens.size()) return last;
-  return block_key(last, tokens.subspan(full), fingerprint);
-}
 
 std::string document_id(std::span<const int32_t> tokens, uint64_t fingerprint) {
   std::string buf = "yoco-doc";
