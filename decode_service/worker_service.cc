@@ -94,7 +94,9 @@ grpc::Status DecodeWorkerService::decode(grpc::ServerContext* ctx, const interna
     }
     transfer_wait = seconds_since(t0);
     m_.transfer.observe(transfer_wait);
-    dr.state = std::move(committed->state);
+    auto admitted = admit(*committed);
+    if (!admitted.ok()) return to_grpc(admitted.status());
+    dr.state = std::move(admitted).value();
     if (share_prefixes_ && dr.state->pages) {
       // Whole blocks of the shipped rows are final: identical ones (same tokens, same model,
       // same bytes) are held once in the pool.
@@ -148,6 +150,19 @@ grpc::Status DecodeWorkerService::decode(grpc::ServerContext* ctx, const interna
   fin->set_queue_seconds(f.queue_seconds);
   writer->Write(ev);
   return grpc::Status::OK;
+}
+
+Result<SequenceState> DecodeWorkerService::admit(CommittedSequence& c) {
+  // The receiver checked the blob against this model, so this restores; the blocks go back
+  // to the pool if it does not.
+  SequenceState st;
+  auto info = deserialize_state(c.state_blob, model_.config(), model_.fingerprint(), st);
+  if (!info.ok()) {
+    pool_.release_blocks(c.blocks);
+    return Status(StatusCode::kInternal, "committed state does not restore: " + info.status().message());
+  }
+  st.pages = pool_.new_pages(std::move(c.blocks));
+  return st;
 }
 
 grpc::Status DecodeWorkerService::GetLoad(grpc::ServerContext*, const internal::v1::LoadRequest*,

@@ -1,7 +1,7 @@
 #include "transfer/messages.h"
 
 #include "common/checksum.h"
-#include "transfer/bytes.h"
+#include "handoff/bytes.h"
 
 namespace yoco::transfer_detail {
 
