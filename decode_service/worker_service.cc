@@ -5,6 +5,7 @@
 
 #include "common/checksum.h"
 #include "common/log.h"
+#include "handoff/prefix_chain.h"
 #include "proto/grpc_util.h"
 #include "decode_service/stream_pump.h"
 
@@ -102,13 +103,8 @@ grpc::Status DecodeWorkerService::decode(grpc::ServerContext* ctx, const interna
       // same bytes) are held once in the pool.
       std::vector<int32_t> consumed = dr.prompt;
       consumed.insert(consumed.end(), dr.generated_before.begin(), dr.generated_before.end());
-      const int bs = pool_.block_size();
       std::vector<uint64_t> hashes;
-      uint64_t h = model_.fingerprint();
-      for (size_t i = 0; i + bs <= consumed.size(); i += bs) {
-        for (int j = 0; j < bs; ++j) h = mix64(h, static_cast<uint64_t>(static_cast<uint32_t>(consumed[i + j])));
-        hashes.push_back(h);
-      }
+      for (const BlockKey& k : chain_keys(consumed, pool_.block_size(), model_.fingerprint())) hashes.push_back(k.fold64());
       m_.shared_blocks.inc(pool_.share_prefix(*dr.state->pages, hashes));
     }
     ev.Clear();

@@ -49,8 +49,8 @@ class KvPool final : public KvBlockPool {
 
   // Prefix sharing: sequences whose prompts start alike hold the same pool blocks for their
   // common whole blocks instead of copies. `block_hashes[i]` names the content of block i of
-  // `pages` (a hash chain over the tokens up to its end and the model: equal hashes mean equal
-  // prefixes). Each of those blocks whose hash is already held by another block with
+  // `pages` (the prefix hash chain, handoff/prefix_chain.h, over the tokens up to its end and
+  // the model: equal hashes mean equal prefixes). Each of those blocks whose hash is already held by another block with
   // bit-identical rows is swapped for that block (its own copy goes back to the pool);
   // otherwise it becomes the block others share. Only blocks that are complete and never
   // written again may be offered (a prompt's whole blocks). Returns the blocks now shared.
