@@ -61,8 +61,7 @@ const TensorInfo* SafetensorsHeader::find(const std::string& name) const {
 Result<SafetensorsHeader> parse_safetensors_header(const uint8_t* data, size_t available, uint64_t file_size) {
   if (file_size < 8 || available < 8)
     return invalid_argument("safetensors: file is " + std::to_string(file_size) + " bytes, too short for the header length");
-  uint64_t hlen = 0;
-  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | data[i];
+  const uint64_t hlen = load_le<uint64_t>(data);
   if (hlen > kMaxSafetensorsHeaderBytes)
     return invalid_argument("safetensors: header length " + std::to_string(hlen) + " exceeds the limit of " +
                             std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
