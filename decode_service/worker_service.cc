@@ -104,7 +104,8 @@ grpc::Status DecodeWorkerService::decode(grpc::ServerContext* ctx, const interna
       std::vector<int32_t> consumed = dr.prompt;
       consumed.insert(consumed.end(), dr.generated_before.begin(), dr.generated_before.end());
       std::vector<uint64_t> hashes;
-      for (const BlockKey& k : chain_keys(consumed, pool_.block_size(), model_.fingerprint())) hashes.push_back(k.fold64());
+      for (const BlockKey& k : chain_keys(consumed, pool_.block_size(), model_.fingerprint()))
+        hashes.push_back(k.fold64());
       m_.shared_blocks.inc(pool_.share_prefix(*dr.state->pages, hashes));
     }
     ev.Clear();

@@ -113,11 +113,12 @@ Result<StateBlobView> parse_state_blob(std::span<const uint8_t> blob) {
     return bad("KV row range out of range");
   if (has_hidden > 1 || (has_hidden == 1 && h.position == 0)) return bad("bad last_hidden flag");
   h.has_last_hidden = has_hidden == 1;
-  if (s.self_layers() > kMaxSelfLayers) return bad("self layer count " + std::to_string(s.self_layers()) + " out of range");
+  if (s.self_layers() > kMaxSelfLayers)
+    return bad("self layer count " + std::to_string(s.self_layers()) + " out of range");
 
   const uint64_t kv_elem = kv_dtype_bytes(h.kv_dtype);
-  if (!take_values(r, h.kv_rows, s.kv_dim, kv_elem, v.k_rows) || !take_values(r, h.kv_rows, s.kv_dim, kv_elem, v.v_rows))
-    return bad("truncated KV rows");
+  for (auto* rows : {&v.k_rows, &v.v_rows})
+    if (!take_values(r, h.kv_rows, s.kv_dim, kv_elem, *rows)) return bad("truncated KV rows");
   v.self.resize(static_cast<size_t>(s.self_layers()));
   for (SelfLayerBytes& l : v.self) {
     if (s.mixer == SelfMixer::kGatedRetention) {

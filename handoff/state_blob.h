@@ -38,7 +38,10 @@ struct StateShape {
   int64_t self_layers() const { return static_cast<int64_t>(n_loops) * n_self_layers; }
   int64_t retention_floats() const { return static_cast<int64_t>(n_self_heads) * self_head_dim * self_head_dim; }
   // Window rows a state at `position` keeps per layer.
-  int64_t window_rows(int64_t position) const { return position < window - int64_t{1} ? position : window - int64_t{1}; }
+  int64_t window_rows(int64_t position) const {
+    const int64_t keep = static_cast<int64_t>(window) - 1;
+    return position < keep ? position : keep;
+  }
   bool operator==(const StateShape&) const = default;
 };
 

@@ -81,7 +81,8 @@ std::vector<uint8_t> serialize_state(const SequenceState& st, const ModelConfig&
     const int keep = std::min(s.count, c.sliding_window - 1);  // the format keeps W−1 rows
     w.put_window_rows(static_cast<uint32_t>(keep));
     for (const auto* ring : {&s.k, &s.v})
-      for (int i = s.count - keep; i < s.count; ++i) w.put_window_row(ring->data() + static_cast<size_t>(s.ring_index(i)) * c.dim);
+      for (int i = s.count - keep; i < s.count; ++i)
+        w.put_window_row(ring->data() + static_cast<size_t>(s.ring_index(i)) * c.dim);
   }
   if (h.has_last_hidden) w.put_last_hidden(st.last_hidden.data());
   return w.finish();
@@ -121,8 +122,10 @@ Result<StateBlobInfo> deserialize_state(std::span<const uint8_t> blob, const Mod
     for (int which = 0; which < 2; ++which) {
       const std::span<const uint8_t> rows = which == 0 ? b.window_k : b.window_v;
       auto& ring = which == 0 ? s.k : s.v;
-      for (uint32_t i = 0; i < b.window_rows; ++i)
-        read_f32(rows.subspan(i * row_bytes, row_bytes), ring.data() + static_cast<size_t>(s.ring_index(static_cast<int>(i))) * c.dim);
+      for (uint32_t i = 0; i < b.window_rows; ++i) {
+        float* slot = ring.data() + static_cast<size_t>(s.ring_index(static_cast<int>(i))) * c.dim;
+        read_f32(rows.subspan(i * row_bytes, row_bytes), slot);
+      }
     }
   }
   if (h.has_last_hidden) {

@@ -9,7 +9,9 @@ namespace yoco {
 namespace {
 
 KvRowFn state_rows(const SequenceState& st, int kv_dim) {
-  return [&st, kv_dim](int64_t r) { return std::pair<const float*, const float*>{st.k_row(r, kv_dim), st.v_row(r, kv_dim)}; };
+  return [&st, kv_dim](int64_t r) {
+    return std::pair<const float*, const float*>{st.k_row(r, kv_dim), st.v_row(r, kv_dim)};
+  };
 }
 
 }  // namespace

@@ -29,7 +29,8 @@ using Clock = TransferClock;
 
 class UcxKvReceiver final : public KvReceiver {
  public:
-  UcxKvReceiver(KvBlockPool& pool, const UcxReceiverOptions& opt) : pool_(pool), fingerprint_(opt.fingerprint), opt_(opt) {}
+  UcxKvReceiver(KvBlockPool& pool, const UcxReceiverOptions& opt)
+      : pool_(pool), fingerprint_(opt.fingerprint), opt_(opt) {}
   ~UcxKvReceiver() override;
 
   Status init();
@@ -664,7 +665,9 @@ void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep)
   const StateBlobHeader& h = blob->header;
   if (Status fits = check_state_blob_model(h, fingerprint_, opt_.state_shape); !fits.ok())
     return reject(TransferError::kBadState, fits.message());
-  if (h.position != r.rows) return reject(TransferError::kBadState, "state position " + std::to_string(h.position) + " != rows " + std::to_string(r.rows));
+  if (h.position != r.rows)
+    return reject(TransferError::kBadState,
+                  "state position " + std::to_string(h.position) + " != rows " + std::to_string(r.rows));
   if (h.kv_rows != 0) return reject(TransferError::kBadState, "state blob carries K/V rows (they come by RMA)");
   r.admitted_blob = std::move(r.state_blob);
   r.phase = Phase::kCommitted;

@@ -149,7 +149,8 @@ TEST(HandoffStateBlob, StructureAndModelChecksNameTheField) {
   auto v = parse_state_blob(make_blob(SelfMixer::kSlidingWindow, 5, 0, 0, KvDType::kF32, 1));
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(v.status().message().find("window state has 1 rows, expected 3"), std::string::npos) << v.status().message();
+  EXPECT_NE(v.status().message().find("window state has 1 rows, expected 3"), std::string::npos)
+      << v.status().message();
   // Another model: FAILED_PRECONDITION naming what differs.
   auto ok = parse_state_blob(make_blob(SelfMixer::kGatedRetention, 5, 0, 0, KvDType::kF32));
   ASSERT_TRUE(ok.ok());
