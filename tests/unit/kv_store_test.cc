@@ -1,7 +1,8 @@
 // The KV store (kv_store/): object format, hash chain, documents, the memory / dir / tiered
-// backends, the circuit breaker and the cache helper (label unit), and the redis backend
-// against a real redis-server this file starts on 127.0.0.1 (suites KvStoreRedis*, label
-// integration;redis; skipped when redis-server is not installed).
+// backends, the circuit breaker and the cache with the prefill worker's prompt cache over it
+// (label unit), and the redis backend against a real redis-server this file starts on
+// 127.0.0.1 (suites KvStoreRedis*, label integration;redis; skipped when redis-server is not
+// installed).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
