@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "handoff/kv_rows.h"
 #include "kernels/cuda/ops.h"
 #include "model/random_model.h"
 
@@ -95,9 +96,7 @@ void fill_bf16(const Buf& b, float lo, float hi) {
     const size_t m = std::min(piece, n - off);
     for (size_t i = 0; i < m; ++i) {
       const float f = lo + (hi - lo) * static_cast<float>(next_u32() >> 8) / 16777216.0f;
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      h[i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+      h[i] = f32_to_bf16(f);
     }
     check(cudaMemcpy(b.h() + off, h.data(), m * 2, cudaMemcpyHostToDevice), "fill");
   }

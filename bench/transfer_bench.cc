@@ -180,7 +180,10 @@ std::map<int64_t, double> bench_transport(const TransportSpec& t, const std::str
   ro.transports = t.tls;
   ro.peer_error_handling = t.peer_errors;
   ro.verify_rows = row_crc;
-  auto receiver = make_ucx_receiver(*pool, cfg, kFingerprint, ro);
+  ro.fingerprint = kFingerprint;
+  ro.state_shape = state_shape(cfg);
+  ro.max_rows = cfg.max_seq_len;
+  auto receiver = make_ucx_receiver(*pool, ro);
   if (!receiver.ok()) {
     std::fprintf(stderr, "receiver: %s\n", receiver.status().to_string().c_str());
     return out;
@@ -204,7 +207,7 @@ std::map<int64_t, double> bench_transport(const TransportSpec& t, const std::str
       }
       auto c = (*receiver)->wait_committed(d->reservation_id, Clock::now() + std::chrono::seconds(10));
       if (!c.ok()) return out;
-      pool->release(*c->state.pages);
+      pool->release_blocks(c->blocks);
       gbps.push_back(static_cast<double>(rows * row_bytes) / secs / 1e9);
     }
     out[size] = median(gbps);

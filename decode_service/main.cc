@@ -277,7 +277,10 @@ int run(int argc, char** argv) {
   ro.advertise_host = f->get("ucx-advertise");
   ro.transports = f->get("ucx-transports");
   ro.peer_error_handling = !f->get_bool("ucx-no-peer-error-handling");
-  auto receiver = make_ucx_receiver(**pool, (*model)->config(), (*model)->fingerprint(), ro);
+  ro.fingerprint = (*model)->fingerprint();
+  ro.state_shape = state_shape((*model)->config());
+  ro.max_rows = (*model)->config().max_seq_len;
+  auto receiver = make_ucx_receiver(**pool, ro);
   if (!receiver.ok()) {
     std::fprintf(stderr, "yoco-decode: UCX receiver: %s\n", receiver.status().message().c_str());
     return 1;

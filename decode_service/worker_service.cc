@@ -6,6 +6,7 @@
 
 #include "common/checksum.h"
 #include "common/log.h"
+#include "handoff/prefix_chain.h"
 #include "proto/grpc_util.h"
 #include "decode_service/stream_pump.h"
 
@@ -95,19 +96,17 @@ grpc::Status DecodeWorkerService::decode(grpc::ServerContext* ctx, const interna
     }
     transfer_wait = seconds_since(t0);
     m_.transfer.observe(transfer_wait);
-    dr.state = std::move(committed->state);
+    auto admitted = admit(*committed);
+    if (!admitted.ok()) return to_grpc(admitted.status());
+    dr.state = std::move(admitted).value();
     if (share_prefixes_ && dr.state->pages) {
       // Whole blocks of the shipped rows are final: identical ones (same tokens, same model,
       // same bytes) are held once in the pool.
       std::vector<int32_t> consumed = dr.prompt;
       consumed.insert(consumed.end(), dr.generated_before.begin(), dr.generated_before.end());
-      const int bs = pool_.block_size();
       std::vector<uint64_t> hashes;
-      uint64_t h = model_.fingerprint();
-      for (size_t i = 0; i + bs <= consumed.size(); i += bs) {
-        for (int j = 0; j < bs; ++j) h = mix64(h, static_cast<uint64_t>(static_cast<uint32_t>(consumed[i + j])));
-        hashes.push_back(h);
-      }
+      for (const BlockKey& k : chain_keys(consumed, pool_.block_size(), model_.fingerprint()))
+        hashes.push_back(k.fold64());
       m_.shared_blocks.inc(pool_.share_prefix(*dr.state->pages, hashes));
     }
     ev.Clear();
@@ -149,6 +148,19 @@ grpc::Status DecodeWorkerService::decode(grpc::ServerContext* ctx, const interna
   fin->set_queue_seconds(f.queue_seconds);
   writer->Write(ev);
   return grpc::Status::OK;
+}
+
+Result<SequenceState> DecodeWorkerService::admit(CommittedSequence& c) {
+  // The receiver checked the blob against this model, so this restores; the blocks go back
+  // to the pool if it does not.
+  SequenceState st;
+  auto info = deserialize_state(c.state_blob, model_.config(), model_.fingerprint(), st);
+  if (!info.ok()) {
+    pool_.release_blocks(c.blocks);
+    return Status(StatusCode::kInternal, "committed state does not restore: " + info.status().message());
+  }
+  st.pages = pool_.new_pages(std::move(c.blocks));
+  return st;
 }
 
 grpc::Status DecodeWorkerService::GetLoad(grpc::ServerContext*, const internal::v1::LoadRequest*,

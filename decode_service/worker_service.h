@@ -37,6 +37,8 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
  private:
   grpc::Status decode(grpc::ServerContext* ctx, const internal::v1::DecodeRequest* req,
                       grpc::ServerWriter<internal::v1::DecodeEvent>* writer);
+  // Admission: the committed state blob becomes the sequence's state over the committed blocks.
+  Result<SequenceState> admit(CommittedSequence& c);
 
   const Model& model_;
   KvPool& pool_;

@@ -82,14 +82,9 @@ Status KvCache::write_blocks(std::span<const int32_t> tokens, const float* k_row
       first_block, n_blocks, ttl);
 }
 
-Status KvCache::write_blocks(std::span<const int32_t> tokens, const SequenceState& st, int64_t first_block,
+Status KvCache::write_blocks(std::span<const int32_t> tokens, const KvRowFn& row, int64_t first_block,
                              int64_t n_blocks, std::chrono::seconds ttl) {
-  if ((first_block + n_blocks) * opt_.block_tokens > st.position)
-    return invalid_argument("write_blocks: blocks beyond the state's position " + std::to_string(st.position));
-  const int d = opt_.kv_dim;
-  return write_blocks_impl(
-      tokens, [&](int64_t r) { return std::pair<const float*, const float*>{st.k_row(r, d), st.v_row(r, d)}; },
-      first_block, n_blocks, ttl);
+  return write_blocks_impl(tokens, row, first_block, n_blocks, ttl);
 }
 
 int64_t KvCache::walk(std::span<const BlockKey> keys, KvRows* out, Status* first_error) {
@@ -197,30 +192,6 @@ CachedPrefix KvCache::load_prefix(std::span<const int32_t> tokens, int64_t max_b
   return p;
 }
 
-Status KvCache::restore(const CachedPrefix& p, const ModelConfig& c, SequenceState& out) const {
-  if (c.kv_dim() != opt_.kv_dim)
-    return invalid_argument("restore: model kv_dim " + std::to_string(c.kv_dim()) + " != cache kv_dim " +
-                            std::to_string(opt_.kv_dim));
-  if (p.tokens <= 0) return invalid_argument("restore: nothing cached");
-  SequenceState st;
-  YOCO_ASSIGN_OR_RETURN(StateBlobInfo info, deserialize_state(p.state, c, opt_.fingerprint, st));
-  const int64_t block_rows = p.blocks * opt_.block_tokens;
-  const size_t block_floats = static_cast<size_t>(block_rows) * opt_.kv_dim;
-  if (info.position != p.tokens)
-    return data_loss("restore: state position " + std::to_string(info.position) + " != cached tokens " +
-                     std::to_string(p.tokens));
-  if (p.k.size() != block_floats || p.v.size() != block_floats) return data_loss("restore: block rows do not match blocks");
-  const bool tail_ok = info.kv_rows > 0 ? info.kv_row_begin == block_rows && info.kv_row_begin + info.kv_rows == info.position
-                                        : info.position == block_rows;
-  if (!tail_ok) return data_loss("restore: state KV rows do not continue the cached blocks");
-  st.k.resize(static_cast<size_t>(info.position) * opt_.kv_dim);
-  st.v.resize(st.k.size());
-  std::copy(p.k.begin(), p.k.end(), st.k.begin());
-  std::copy(p.v.begin(), p.v.end(), st.v.begin());
-  out = std::move(st);
-  return Status::Ok();
-}
-
 DocumentRecord KvCache::make_document(std::span<const int32_t> tokens, std::chrono::seconds ttl) const {
   DocumentRecord r;
   r.id = document_id(tokens, opt_.fingerprint);
@@ -310,24 +281,14 @@ Status KvCache::delete_document(const std::string& id) {
   return first;
 }
 
-Result<DocumentRecord> KvCache::save_document(std::span<const int32_t> tokens, const SequenceState& st,
-                                              const ModelConfig& c, std::chrono::seconds ttl) {
+Result<DocumentRecord> KvCache::save_document(std::span<const int32_t> tokens, const KvRowFn& row,
+                                              std::span<const uint8_t> blob, std::chrono::seconds ttl) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) return invalid_argument("save_document: no tokens");
-  if (st.position != n)
-    return invalid_argument("save_document: state position " + std::to_string(st.position) + " != " +
-                            std::to_string(n) + " tokens");
-  if (c.kv_dim() != opt_.kv_dim) return invalid_argument("save_document: model kv_dim does not match the cache");
   const int64_t B = opt_.block_tokens;
   const int64_t full = n / B;
   const int64_t cached = longest_cached_prefix(tokens, full);
-  YOCO_RETURN_IF_ERROR(write_blocks(tokens, st, cached, full - cached, ttl));
-  StateBlobOptions so;
-  so.include_kv = n > full * B;
-  so.kv_row_begin = full * B;
-  so.kv_row_end = n;
-  so.kv_dtype = opt_.dtype;
-  const std::vector<uint8_t> blob = serialize_state(st, c, opt_.fingerprint, so);
+  YOCO_RETURN_IF_ERROR(write_blocks(tokens, row, cached, full - cached, ttl));
   DocumentRecord rec = make_document(tokens, ttl);
   YOCO_RETURN_IF_ERROR(put_state(rec.state_key, blob, ttl));
   const int64_t elem = opt_.dtype == KvDType::kBF16 ? 2 : 4;

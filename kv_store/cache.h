@@ -1,8 +1,9 @@
-// The prefill worker's view of a KV store (SPEC 5): K/V blocks under their hash-chain keys,
-// self-decoder state snapshots, and documents. Store failures never fail the caller's request:
-// lookups degrade to "not cached" (counted), writes report a Status for the caller to log and
-// count. An object that fails validation is deleted and counted as corrupt and as a miss:
-// never a wrong answer.
+// A KV store seen as a cache (SPEC 5): K/V blocks under their hash-chain keys, self-decoder
+// state snapshots (hand-off blobs, handoff/state_blob.h), and documents. Rows and blobs only:
+// the engine's view (SequenceState in and out) is prefill_service/prompt_cache.h. Store
+// failures never fail the caller's request: lookups degrade to "not cached" (counted), writes
+// report a Status for the caller to log and count. An object that fails validation is deleted
+// and counted as corrupt and as a miss: never a wrong answer.
 //
 // Resuming needs both parts of SPEC 2.5's state: the global K/V rows (blocks) and the
 // self-decoder state at the same position. load_prefix finds the longest block prefix of a
@@ -12,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,14 +22,12 @@
 #include "kv_store/format.h"
 #include "kv_store/stats.h"
 #include "kv_store/store.h"
-#include "model/config.h"
-#include "model/state.h"
 
 namespace yoco {
 
 struct KvCacheOptions {
   uint64_t fingerprint = 0;
-  int kv_dim = 0;        // ModelConfig::kv_dim()
+  int kv_dim = 0;        // floats per K (and V) row: the model's kv_dim
   int block_tokens = 0;  // B
   KvDType dtype = KvDType::kF32;
   int lookup_batch = 16;  // keys per get_many while walking a chain
@@ -38,12 +38,15 @@ struct CachedPrefix {
   int64_t tokens = 0;  // positions covered; 0: nothing usable
   int64_t blocks = 0;
   std::vector<float> k, v;     // [blocks·B, kv_dim]
-  std::vector<uint8_t> state;  // serialize_state blob at `tokens` (rows past the blocks inside)
+  std::vector<uint8_t> state;  // state blob at `tokens` (rows past the blocks inside)
 };
 
 struct KvRows {
   std::vector<float> k, v;  // [n·B, kv_dim]
 };
+
+// Row r of a sequence: its K and V rows (kv_dim floats each), wherever they are stored.
+using KvRowFn = std::function<std::pair<const float*, const float*>(int64_t row)>;
 
 struct LoadedDocument {
   DocumentRecord record;
@@ -66,23 +69,21 @@ class KvCache {
   // kv_dim]). Stops at the first failed put.
   Status write_blocks(std::span<const int32_t> tokens, const float* k_rows, const float* v_rows, int64_t first_block,
                       int64_t n_blocks, std::chrono::seconds ttl);
-  // The same from a state (contiguous or paged rows).
-  Status write_blocks(std::span<const int32_t> tokens, const SequenceState& st, int64_t first_block, int64_t n_blocks,
+  // The same with rows gathered one at a time (paged storage).
+  Status write_blocks(std::span<const int32_t> tokens, const KvRowFn& row, int64_t first_block, int64_t n_blocks,
                       std::chrono::seconds ttl);
   // Leading full blocks present and valid (max_blocks < 0: no limit).
   int64_t longest_cached_prefix(std::span<const int32_t> tokens, int64_t max_blocks = -1);
   // All of `keys`, decoded and validated: NOT_FOUND / DATA_LOSS naming the first block missing.
   Result<KvRows> read_blocks(std::span<const BlockKey> keys);
 
-  // ---- state snapshots (serialize_state blobs) ----
+  // ---- state snapshots (hand-off blobs) ----
   Status put_state(const BlockKey& at, std::span<const uint8_t> blob, std::chrono::seconds ttl);
   Result<std::optional<std::vector<uint8_t>>> get_state(const BlockKey& at);
 
   // The longest prefix of whole blocks (at most max_blocks) with a state snapshot at its end.
   // Nothing cached, or the store down: tokens = 0.
   CachedPrefix load_prefix(std::span<const int32_t> tokens, int64_t max_blocks = -1);
-  // Rebuilds a contiguous SequenceState from a lookup (validates the state against the model).
-  Status restore(const CachedPrefix& p, const ModelConfig& c, SequenceState& out) const;
 
   // ---- documents ----
   // A record for `tokens` (keys, id, created now); stored_bytes left 0.
@@ -95,10 +96,10 @@ class KvCache {
   // Removes the record, its state snapshot and its index entry. Blocks stay: other prompts may
   // share them; TTLs and eviction reclaim them.
   Status delete_document(const std::string& id);
-  // Everything in one go: the blocks not yet cached, the state after all tokens (with the rows
-  // of a trailing partial block), the record. st.position must equal tokens.size().
-  Result<DocumentRecord> save_document(std::span<const int32_t> tokens, const SequenceState& st, const ModelConfig& c,
-                                       std::chrono::seconds ttl);
+  // Everything in one go: the blocks not yet cached (rows from `row`), the state blob after all
+  // tokens (it carries the rows of a trailing partial block, in options().dtype), the record.
+  Result<DocumentRecord> save_document(std::span<const int32_t> tokens, const KvRowFn& row,
+                                       std::span<const uint8_t> state_blob, std::chrono::seconds ttl);
   // nullopt: no such document (or its record is damaged). An error: the store failed.
   Result<std::optional<LoadedDocument>> load_document(const std::string& id);
 

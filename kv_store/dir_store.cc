@@ -1,3 +1,4 @@
+#include "handoff/bytes.h"
 #include "kv_store/dir_store.h"
 
 #include <dirent.h>
@@ -156,13 +157,13 @@ KvGetResult DirStore::get(std::string_view key) {
   if (!read_all(fd, buf.data(), size)) return damaged();
   const char* p = buf.data();
   if (std::memcmp(p, kMagic, 8) != 0) return damaged();
-  const int64_t expiry = static_cast<int64_t>(kv::get_le(p + 8, 8));
-  const uint64_t key_len = kv::get_le(p + 16, 4);
-  const uint32_t value_crc = static_cast<uint32_t>(kv::get_le(p + 20, 4));
-  const uint64_t value_len = kv::get_le(p + 24, 8);
+  const int64_t expiry = static_cast<int64_t>(load_le<uint64_t>(p + 8));
+  const uint64_t key_len = load_le<uint32_t>(p + 16);
+  const uint32_t value_crc = static_cast<uint32_t>(load_le<uint32_t>(p + 20));
+  const uint64_t value_len = load_le<uint64_t>(p + 24);
   if (key_len > kMaxKeyBytes || kFixedBytes + key_len + 4 > size) return damaged();
   const size_t header = kFixedBytes + key_len + 4;
-  if (crc32c(p, kFixedBytes + key_len) != static_cast<uint32_t>(kv::get_le(p + kFixedBytes + key_len, 4))) return damaged();
+  if (crc32c(p, kFixedBytes + key_len) != static_cast<uint32_t>(load_le<uint32_t>(p + kFixedBytes + key_len))) return damaged();
   if (value_len != size - header) return damaged();
   if (crc32c(p + header, value_len) != value_crc) return damaged();
   if (std::string_view(p + kFixedBytes, key_len) != key) {
@@ -199,12 +200,12 @@ Status DirStore::put(std::string_view key, std::string_view value, std::chrono::
   const std::string dir = path.substr(0, path.rfind('/'));
   std::string header(kFixedBytes + key.size() + 4, '\0');
   std::memcpy(header.data(), kMagic, 8);
-  kv::put_le(header.data() + 8, ttl.count() > 0 ? static_cast<uint64_t>(unix_ms_now() + ttl.count() * 1000) : 0, 8);
-  kv::put_le(header.data() + 16, key.size(), 4);
-  kv::put_le(header.data() + 20, crc32c(value.data(), value.size()), 4);
-  kv::put_le(header.data() + 24, value.size(), 8);
+  store_le<uint64_t>(header.data() + 8, ttl.count() > 0 ? static_cast<uint64_t>(unix_ms_now() + ttl.count() * 1000) : 0);
+  store_le<uint32_t>(header.data() + 16, key.size());
+  store_le<uint32_t>(header.data() + 20, crc32c(value.data(), value.size()));
+  store_le<uint64_t>(header.data() + 24, value.size());
   std::memcpy(header.data() + kFixedBytes, key.data(), key.size());
-  kv::put_le(header.data() + kFixedBytes + key.size(), crc32c(header.data(), kFixedBytes + key.size()), 4);
+  store_le<uint32_t>(header.data() + kFixedBytes + key.size(), crc32c(header.data(), kFixedBytes + key.size()));
 
   const std::string tmp = dir + "/" + kTempPrefix + kv::random_hex();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

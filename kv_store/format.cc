@@ -6,7 +6,7 @@
 
 #include "common/checksum.h"
 #include "common/json.h"
-#include "model/safetensors.h"
+#include "handoff/bytes.h"
 
 namespace yoco {
 
@@ -22,37 +22,20 @@ static_assert(kOffHeaderCrc + 4 == kObjectHeaderBytes);
 constexpr uint64_t kMaxKvDim = 1u << 20;
 constexpr uint64_t kMaxBlockRows = 1u << 20;
 
-void put_u32(std::string& s, size_t off, uint32_t v) {
-  for (int i = 0; i < 4; ++i) s[off + i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-void put_u64(std::string& s, size_t off, uint64_t v) {
-  for (int i = 0; i < 8; ++i) s[off + i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-uint32_t get_u32(std::string_view s, size_t off) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(s[off + i])) << (8 * i);
-  return v;
-}
-uint64_t get_u64(std::string_view s, size_t off) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(s[off + i])) << (8 * i);
-  return v;
-}
-
 size_t elem_bytes(ObjectDType d) { return d == ObjectDType::kF32 ? 4 : d == ObjectDType::kBF16 ? 2 : 1; }
 
 std::string write_header(const Object& obj, uint64_t payload_bytes) {
   YOCO_CHECK(obj.dims.size() <= static_cast<size_t>(kObjectMaxDims));
   std::string h(kObjectHeaderBytes, '\0');
   std::memcpy(h.data(), kMagic, 8);
-  put_u32(h, kOffVersion, kObjectFormatVersion);
-  put_u32(h, kOffKind, static_cast<uint32_t>(obj.kind));
-  put_u64(h, kOffFingerprint, obj.fingerprint);
-  put_u32(h, kOffDType, static_cast<uint32_t>(obj.dtype));
-  put_u32(h, kOffNDims, static_cast<uint32_t>(obj.dims.size()));
-  for (size_t i = 0; i < obj.dims.size(); ++i) put_u64(h, kOffDims + 8 * i, obj.dims[i]);
-  put_u64(h, kOffPayloadBytes, payload_bytes);
-  put_u64(h, kOffExpiry, static_cast<uint64_t>(obj.expiry_ms));
+  store_le<uint32_t>(h.data() + kOffVersion, kObjectFormatVersion);
+  store_le<uint32_t>(h.data() + kOffKind, static_cast<uint32_t>(obj.kind));
+  store_le<uint64_t>(h.data() + kOffFingerprint, obj.fingerprint);
+  store_le<uint32_t>(h.data() + kOffDType, static_cast<uint32_t>(obj.dtype));
+  store_le<uint32_t>(h.data() + kOffNDims, static_cast<uint32_t>(obj.dims.size()));
+  for (size_t i = 0; i < obj.dims.size(); ++i) store_le<uint64_t>(h.data() + kOffDims + 8 * i, obj.dims[i]);
+  store_le<uint64_t>(h.data() + kOffPayloadBytes, payload_bytes);
+  store_le<uint64_t>(h.data() + kOffExpiry, static_cast<uint64_t>(obj.expiry_ms));
   return h;
 }
 
@@ -71,31 +54,6 @@ Result<uint64_t> shape_bytes(ObjectKind kind, ObjectDType dtype, std::span<const
                      " is not bytes");
   if (dims.size() != 1) return data_loss(std::string(object_kind_name(kind)) + ": ndims " + std::to_string(dims.size()) + " != 1");
   return dims[0];
-}
-
-// Two independent 64-bit hashes of the same bytes.
-BlockKey hash128(std::string_view bytes) {
-  BlockKey k;
-  k.a = fnv1a64(bytes);
-  uint64_t h = 0x6a09e667f3bcc909ull ^ bytes.size();
-  size_t i = 0;
-  for (; i + 8 <= bytes.size(); i += 8) h = mix64(h, get_u64(bytes, i));
-  uint64_t tail = 0;
-  for (size_t j = 0; i + j < bytes.size(); ++j) tail |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i + j])) << (8 * j);
-  h = mix64(h, tail);
-  k.b = mix64(h, bytes.size());
-  return k;
-}
-
-void append_u32(std::string& s, uint32_t v) {
-  size_t off = s.size();
-  s.resize(off + 4);
-  put_u32(s, off, v);
-}
-void append_u64(std::string& s, uint64_t v) {
-  size_t off = s.size();
-  s.resize(off + 8);
-  put_u64(s, off, v);
 }
 
 bool parse_hex64(std::string_view s, uint64_t& out) {
@@ -133,8 +91,9 @@ namespace kv_format_detail {
 
 void seal_object(std::string& bytes) {
   YOCO_CHECK(bytes.size() >= kObjectHeaderBytes);
-  put_u32(bytes, kOffPayloadCrc, crc32c(bytes.data() + kObjectHeaderBytes, bytes.size() - kObjectHeaderBytes));
-  put_u32(bytes, kOffHeaderCrc, crc32c(bytes.data(), kOffHeaderCrc));
+  const uint32_t payload_crc = crc32c(bytes.data() + kObjectHeaderBytes, bytes.size() - kObjectHeaderBytes);
+  store_le<uint32_t>(bytes.data() + kOffPayloadCrc, payload_crc);
+  store_le<uint32_t>(bytes.data() + kOffHeaderCrc, crc32c(bytes.data(), kOffHeaderCrc));
 }
 
 std::string kv_block_header_and_space(int64_t rows, int kv_dim, KvDType dtype, uint64_t fingerprint,
@@ -153,16 +112,7 @@ std::string kv_block_header_and_space(int64_t rows, int kv_dim, KvDType dtype, u
 }
 
 void put_row(std::string& out, size_t offset, const float* row, int kv_dim, KvDType dtype) {
-  char* p = out.data() + offset;
-  if (dtype == KvDType::kBF16) {
-    for (int i = 0; i < kv_dim; ++i) {
-      uint16_t b = f32_to_bf16(row[i]);
-      p[2 * i] = static_cast<char>(b & 0xff);
-      p[2 * i + 1] = static_cast<char>(b >> 8);
-    }
-  } else {
-    std::memcpy(p, row, static_cast<size_t>(kv_dim) * 4);  // little-endian hosts only (as model/state.cc)
-  }
+  encode_kv_values(row, kv_dim, dtype, reinterpret_cast<uint8_t*>(out.data() + offset));
 }
 
 }  // namespace kv_format_detail
@@ -182,37 +132,37 @@ Result<Object> decode_object(std::string_view bytes, ObjectKind expected_kind, u
     return data_loss("kv object truncated: " + std::to_string(bytes.size()) + " bytes, header needs " +
                      std::to_string(kObjectHeaderBytes));
   if (std::memcmp(bytes.data(), kMagic, 8) != 0) return data_loss("kv object: bad magic (not a YOCOKVS1 object)");
-  if (crc32c(bytes.data(), kOffHeaderCrc) != get_u32(bytes, kOffHeaderCrc))
+  if (crc32c(bytes.data(), kOffHeaderCrc) != load_le<uint32_t>(bytes.data() + kOffHeaderCrc))
     return data_loss("kv object: header checksum mismatch");
-  const uint32_t version = get_u32(bytes, kOffVersion);
+  const uint32_t version = load_le<uint32_t>(bytes.data() + kOffVersion);
   if (version != kObjectFormatVersion)
     return failed_precondition("kv object: format version " + std::to_string(version) + " (this build reads " +
                                std::to_string(kObjectFormatVersion) + ")");
-  const uint32_t kind = get_u32(bytes, kOffKind);
+  const uint32_t kind = load_le<uint32_t>(bytes.data() + kOffKind);
   if (kind != static_cast<uint32_t>(expected_kind))
     return data_loss("kv object: kind " + std::to_string(kind) + ", expected " +
                      std::to_string(static_cast<uint32_t>(expected_kind)) + " (" + object_kind_name(expected_kind) + ")");
   Object obj;
   obj.kind = expected_kind;
-  obj.fingerprint = get_u64(bytes, kOffFingerprint);
+  obj.fingerprint = load_le<uint64_t>(bytes.data() + kOffFingerprint);
   if (obj.fingerprint != expected_fingerprint)
     return failed_precondition("kv object: model fingerprint " + fingerprint_hex(obj.fingerprint) + " != " +
                                fingerprint_hex(expected_fingerprint));
-  const uint32_t dtype = get_u32(bytes, kOffDType);
+  const uint32_t dtype = load_le<uint32_t>(bytes.data() + kOffDType);
   if (dtype > static_cast<uint32_t>(ObjectDType::kBytes)) return data_loss("kv object: unknown dtype " + std::to_string(dtype));
   obj.dtype = static_cast<ObjectDType>(dtype);
-  const uint32_t ndims = get_u32(bytes, kOffNDims);
+  const uint32_t ndims = load_le<uint32_t>(bytes.data() + kOffNDims);
   if (ndims == 0 || ndims > static_cast<uint32_t>(kObjectMaxDims))
     return data_loss("kv object: ndims " + std::to_string(ndims) + " not in [1, 4]");
   for (uint32_t i = 0; i < static_cast<uint32_t>(kObjectMaxDims); ++i) {
-    const uint64_t d = get_u64(bytes, kOffDims + 8 * i);
+    const uint64_t d = load_le<uint64_t>(bytes.data() + kOffDims + 8 * i);
     if (i < ndims) {
       obj.dims.push_back(d);
     } else if (d != 0) {
       return data_loss("kv object: unused dims[" + std::to_string(i) + "] is not zero");
     }
   }
-  const uint64_t payload_bytes = get_u64(bytes, kOffPayloadBytes);
+  const uint64_t payload_bytes = load_le<uint64_t>(bytes.data() + kOffPayloadBytes);
   auto expect = shape_bytes(obj.kind, obj.dtype, obj.dims);
   if (!expect.ok()) return expect.status();
   if (*expect != payload_bytes)
@@ -223,9 +173,9 @@ Result<Object> decode_object(std::string_view bytes, ObjectKind expected_kind, u
     return data_loss(std::string("kv object: payload ") + (have < payload_bytes ? "truncated" : "has trailing bytes") +
                      ": " + std::to_string(have) + " bytes, header says " + std::to_string(payload_bytes));
   const std::string_view payload = bytes.substr(kObjectHeaderBytes);
-  if (crc32c(payload.data(), payload.size()) != get_u32(bytes, kOffPayloadCrc))
+  if (crc32c(payload.data(), payload.size()) != load_le<uint32_t>(bytes.data() + kOffPayloadCrc))
     return data_loss("kv object: payload checksum mismatch");
-  obj.expiry_ms = static_cast<int64_t>(get_u64(bytes, kOffExpiry));
+  obj.expiry_ms = static_cast<int64_t>(load_le<uint64_t>(bytes.data() + kOffExpiry));
   if (obj.expiry_ms < 0) return data_loss("kv object: negative expiry");
   if (obj.expiry_ms != 0 && obj.expiry_ms <= (now_ms ? now_ms : unix_ms_now()))
     return not_found("kv object: expired at unix ms " + std::to_string(obj.expiry_ms));
@@ -248,70 +198,25 @@ Status decode_kv_block(const Object& obj, int64_t expected_rows, int kv_dim, flo
     return data_loss("kv block: kv_dim " + std::to_string(obj.dims[1]) + " != model kv_dim " + std::to_string(kv_dim));
   const size_t n = static_cast<size_t>(expected_rows) * kv_dim;
   if (obj.payload.size() != 2 * n * elem_bytes(obj.dtype)) return data_loss("kv block: payload size does not match dims");
-  const char* p = obj.payload.data();
-  if (obj.dtype == ObjectDType::kBF16) {
-    for (size_t i = 0; i < 2 * n; ++i) {
-      const uint16_t b = static_cast<uint16_t>(static_cast<uint8_t>(p[2 * i]) | (static_cast<uint8_t>(p[2 * i + 1]) << 8));
-      (i < n ? k_out[i] : v_out[i - n]) = bf16_to_f32(b);
-    }
-  } else if (obj.dtype == ObjectDType::kF32) {
-    std::memcpy(k_out, p, n * 4);
-    std::memcpy(v_out, p + n * 4, n * 4);
-  } else {
+  if (obj.dtype != ObjectDType::kF32 && obj.dtype != ObjectDType::kBF16)
     return data_loss("kv block: dtype is not f32 or bf16");
-  }
+  const KvDType dtype = obj.dtype == ObjectDType::kBF16 ? KvDType::kBF16 : KvDType::kF32;
+  const auto* p = reinterpret_cast<const uint8_t*>(obj.payload.data());
+  decode_kv_values(p, static_cast<int64_t>(n), dtype, k_out);
+  decode_kv_values(p + n * kv_dtype_bytes(dtype), static_cast<int64_t>(n), dtype, v_out);
   return Status::Ok();
-}
-
-std::string BlockKey::hex() const { return hex64(a) + hex64(b); }
-
-BlockKey root_key(uint64_t fingerprint) {
-  std::string buf = "yoco-kv-root";
-  append_u64(buf, fingerprint);
-  return hash128(buf);
-}
-
-BlockKey block_key(const BlockKey& prev, std::span<const int32_t> block_tokens, uint64_t fingerprint) {
-  std::string buf;
-  buf.reserve(28 + 4 * block_tokens.size());
-  append_u64(buf, prev.a);
-  append_u64(buf, prev.b);
-  append_u64(buf, fingerprint);
-  append_u32(buf, static_cast<uint32_t>(block_tokens.size()));
-  for (int32_t t : block_tokens) append_u32(buf, static_cast<uint32_t>(t));
-  return hash128(buf);
-}
-
-std::vector<BlockKey> chain_keys(std::span<const int32_t> tokens, int block_tokens, uint64_t fingerprint) {
-  YOCO_CHECK(block_tokens > 0);
-  std::vector<BlockKey> keys;
-  const size_t n = tokens.size() / static_cast<size_t>(block_tokens);
-  keys.reserve(n);
-  BlockKey prev = root_key(fingerprint);
-  for (size_t i = 0; i < n; ++i) {
-    prev = block_key(prev, tokens.subspan(i * block_tokens, block_tokens), fingerprint);
-    keys.push_back(prev);
-  }
-  return keys;
 }
 
 std::string block_store_key(const BlockKey& k) { return "kv:" + k.hex(); }
 std::string state_store_key(const BlockKey& k) { return "state:" + k.hex(); }
 
-BlockKey state_key_for(std::span<const int32_t> tokens, int block_tokens, uint64_t fingerprint) {
-  auto keys = chain_keys(tokens, block_tokens, fingerprint);
-  const BlockKey last = keys.empty() ? root_key(fingerprint) : keys.back();
-  const size_t full = keys.size() * static_cast<size_t>(block_tokens);
-  if (full == tokens.size()) return last;
-  return block_key(last, tokens.subspan(full), fingerprint);
-}
-
 std::string document_id(std::span<const int32_t> tokens, uint64_t fingerprint) {
-  std::string buf = "yoco-doc";
-  append_u64(buf, fingerprint);
-  append_u64(buf, tokens.size());
-  for (int32_t t : tokens) append_u32(buf, static_cast<uint32_t>(t));
-  return "doc-" + hash128(buf).hex();
+  ByteWriter w(24 + 4 * tokens.size());
+  w.put_raw("yoco-doc", 8);
+  w.put<uint64_t>(fingerprint);
+  w.put<uint64_t>(tokens.size());
+  for (int32_t t : tokens) w.put<uint32_t>(static_cast<uint32_t>(t));
+  return "doc-" + hash128(w.bytes()).hex();
 }
 
 std::string fingerprint_hex(uint64_t fingerprint) { return hex64(fingerprint); }

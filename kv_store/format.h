@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "model/state.h"
+#include "handoff/kv_rows.h"
+#include "handoff/prefix_chain.h"
 
 namespace yoco {
 
@@ -26,7 +27,7 @@ constexpr size_t kObjectHeaderBytes = 88;
 constexpr int kObjectMaxDims = 4;
 
 enum class ObjectKind : uint32_t { kKvBlock = 1, kStateSnapshot = 2, kDocument = 3 };
-// 0 and 1 match KvDType (model/state.h); opaque payloads (state blobs, records) are bytes.
+// 0 and 1 match KvDType (handoff/kv_rows.h); opaque payloads (state blobs, records) are bytes.
 enum class ObjectDType : uint32_t { kF32 = 0, kBF16 = 1, kBytes = 2 };
 
 const char* object_kind_name(ObjectKind k);
@@ -53,7 +54,7 @@ Result<Object> decode_object(std::string_view bytes, ObjectKind expected_kind, u
                              int64_t now_ms = 0);
 
 // ---- K/V blocks: canonical layout K rows [rows, kv_dim] then V rows [rows, kv_dim] ----------
-// bf16 rounds to nearest even (model/safetensors.h).
+// bf16 rounds to nearest even (handoff/kv_rows.h).
 std::string encode_kv_block(const float* k_rows, const float* v_rows, int64_t rows, int kv_dim, KvDType dtype,
                             uint64_t fingerprint, int64_t expiry_ms);
 // As above with rows gathered one at a time (paged pools): row(r) -> {k, v} pointers.
@@ -64,28 +65,15 @@ std::string encode_kv_block_rows(RowFn&& row, int64_t rows, int kv_dim, KvDType 
 // rows·kv_dim floats to each of k_out and v_out.
 Status decode_kv_block(const Object& obj, int64_t expected_rows, int kv_dim, float* k_out, float* v_out);
 
-// ---- Keys -----------------------------------------------------------------------------------
-// 128 bits: two independent 64-bit hashes (FNV-1a and a mix64 chain) of the same bytes.
-struct BlockKey {
-  uint64_t a = 0, b = 0;
-  std::string hex() const;  // 32 lowercase hex chars
-  bool operator==(const BlockKey&) const = default;
-};
-
-// The chain's root: a function of the model fingerprint alone.
-BlockKey root_key(uint64_t fingerprint);
-// key(i) = hash(key(i−1), token ids of block i, fingerprint). The token count is hashed too,
-// so a short (tail) block never collides with a full one.
-BlockKey block_key(const BlockKey& prev, std::span<const int32_t> block_tokens, uint64_t fingerprint);
-// Keys of the full blocks of `tokens` (a trailing partial block gets none).
-std::vector<BlockKey> chain_keys(std::span<const int32_t> tokens, int block_tokens, uint64_t fingerprint);
-
+// ---- Keys: the prefix hash chain (handoff/prefix_chain.h) names blocks and states ----------
 // Store keys of the three object kinds.
 std::string block_store_key(const BlockKey& k);  // "kv:" + hex
 std::string state_store_key(const BlockKey& k);  // "state:" + hex
-// Where the state after all of `tokens` lives: at the last full block's key, or at the key of
-// the trailing partial block chained onto it. Empty tokens: the root.
-BlockKey state_key_for(std::span<const int32_t> tokens, int block_tokens, uint64_t fingerprint);
+// Where the state after all of `tokens` lives: their prefix_key (the last full block's key, or
+// the key of the trailing partial block chained onto it; empty tokens: the root).
+inline BlockKey state_key_for(std::span<const int32_t> tokens, int block_tokens, uint64_t fingerprint) {
+  return prefix_key(tokens, block_tokens, fingerprint);
+}
 // Content-addressed document id: "doc-" + 32 hex; same tokens and model, same id.
 std::string document_id(std::span<const int32_t> tokens, uint64_t fingerprint);
 std::string fingerprint_hex(uint64_t fingerprint);  // 16 hex chars

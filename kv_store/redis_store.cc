@@ -1,4 +1,5 @@
 // The hiredis implementation of redis_store.h (built only when hiredis is found).
+#include "handoff/bytes.h"
 #include "kv_store/redis_store.h"
 
 #include <signal.h>
@@ -46,25 +47,25 @@ struct Manifest {
 std::string encode_manifest(const Manifest& m) {
   std::string s(kManifestBytes, '\0');
   std::memcpy(s.data(), kManifestMagic, 8);
-  kv::put_le(s.data() + 8, kManifestVersion, 4);
-  kv::put_le(s.data() + 12, m.chunks, 4);
-  kv::put_le(s.data() + 16, m.total, 8);
-  kv::put_le(s.data() + 24, m.chunk_bytes, 8);
-  kv::put_le(s.data() + 32, m.writer, 8);
-  kv::put_le(s.data() + 40, m.crc, 4);
-  kv::put_le(s.data() + 44, crc32c(s.data(), 44), 4);
+  store_le<uint32_t>(s.data() + 8, kManifestVersion);
+  store_le<uint32_t>(s.data() + 12, m.chunks);
+  store_le<uint64_t>(s.data() + 16, m.total);
+  store_le<uint64_t>(s.data() + 24, m.chunk_bytes);
+  store_le<uint64_t>(s.data() + 32, m.writer);
+  store_le<uint32_t>(s.data() + 40, m.crc);
+  store_le<uint32_t>(s.data() + 44, crc32c(s.data(), 44));
   return s;
 }
 
 bool decode_manifest(std::string_view s, uint64_t max_value_bytes, Manifest& m) {
   if (s.size() != kManifestBytes || std::memcmp(s.data(), kManifestMagic, 8) != 0) return false;
-  if (crc32c(s.data(), 44) != kv::get_le(s.data() + 44, 4)) return false;
-  if (kv::get_le(s.data() + 8, 4) != kManifestVersion) return false;
-  m.chunks = static_cast<uint32_t>(kv::get_le(s.data() + 12, 4));
-  m.total = kv::get_le(s.data() + 16, 8);
-  m.chunk_bytes = kv::get_le(s.data() + 24, 8);
-  m.writer = kv::get_le(s.data() + 32, 8);
-  m.crc = static_cast<uint32_t>(kv::get_le(s.data() + 40, 4));
+  if (crc32c(s.data(), 44) != load_le<uint32_t>(s.data() + 44)) return false;
+  if (load_le<uint32_t>(s.data() + 8) != kManifestVersion) return false;
+  m.chunks = static_cast<uint32_t>(load_le<uint32_t>(s.data() + 12));
+  m.total = load_le<uint64_t>(s.data() + 16);
+  m.chunk_bytes = load_le<uint64_t>(s.data() + 24);
+  m.writer = load_le<uint64_t>(s.data() + 32);
+  m.crc = static_cast<uint32_t>(load_le<uint32_t>(s.data() + 40));
   if (m.chunk_bytes == 0 || m.chunk_bytes > kMaxChunkBytes || m.total > max_value_bytes) return false;
   return m.chunks == (m.total + m.chunk_bytes - 1) / m.chunk_bytes;
 }

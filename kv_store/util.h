@@ -17,16 +17,6 @@ uint64_t random64();
 using yoco::hex64;  // common/checksum.h
 std::string random_hex();  // 16 hex chars
 
-// Little-endian integers of n bytes (the backends' own small headers).
-inline void put_le(char* p, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-inline uint64_t get_le(const char* p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
-
 // "256MiB", "10GiB", "1.5GB", "4096", "64KiB": binary (KiB..TiB, K/M/G/T) and decimal (KB..TB)
 // suffixes, case-insensitive; INVALID_ARGUMENT naming the text.
 Result<int64_t> parse_byte_size(std::string_view text);

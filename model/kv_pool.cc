@@ -62,6 +62,17 @@ void KvPool::release(KvPages& pages) {
   pages.blocks.clear();
 }
 
+Result<std::vector<int32_t>> KvPool::allocate_blocks(int64_t rows) {
+  KvPages pages = new_pages();
+  YOCO_RETURN_IF_ERROR(reserve(pages, rows));
+  return std::move(pages.blocks);
+}
+
+void KvPool::release_blocks(std::span<const int32_t> blocks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) drop_locked(*it);
+}
+
 int KvPool::share_prefix(KvPages& pages, std::span<const uint64_t> block_hashes) {
   if (pages.k_pool != k_.data()) return 0;
   const size_t block_floats = static_cast<size_t>(block_size_) * kv_dim_;

@@ -1,7 +1,8 @@
 // The paged global-KV pool of a decode worker: one allocation (registered once for transfers),
 // cut into blocks of block_size rows; sequences hold block tables (KvPages). YOCO needs one
 // K/V pair per token for the whole model, so the same bytes hold ~n_layers× more tokens than
-// a Transformer's pool.
+// a Transformer's pool. The KV transfer receiver fills it through KvBlockPool (handoff/), blocks
+// by id, without seeing the engine.
 #pragma once
 
 #include <cstdint>
@@ -11,36 +12,45 @@
 #include <vector>
 
 #include "common/status.h"
+#include "handoff/block_pool.h"
 #include "model/state.h"
 
 namespace yoco {
 
-class KvPool {
+class KvPool final : public KvBlockPool {
  public:
   // block_size must be a multiple of kKvChunkRows.
   static Result<std::unique_ptr<KvPool>> create(int n_blocks, int block_size, int kv_dim);
 
-  int block_size() const { return block_size_; }
+  int block_size() const override { return block_size_; }
+  int row_floats() const override { return kv_dim_; }
   int kv_dim() const { return kv_dim_; }
-  int total_blocks() const { return n_blocks_; }
+  int total_blocks() const override { return n_blocks_; }
   int free_blocks() const;
-  int64_t bytes() const { return static_cast<int64_t>(k_.size() + v_.size()) * 4; }
+  float* k_base() override { return k_.data(); }
+  float* v_base() override { return v_.data(); }
   float* k_data() { return k_.data(); }
   float* v_data() { return v_.data(); }
 
-  // Empty pages bound to this pool.
-  KvPages new_pages() { return KvPages{k_.data(), v_.data(), block_size_, kv_dim_, {}}; }
+  // Empty pages bound to this pool, or pages over blocks this pool handed out (the caller's hold
+  // moves into them).
+  KvPages new_pages(std::vector<int32_t> blocks = {}) {
+    return KvPages{k_.data(), v_.data(), block_size_, kv_dim_, std::move(blocks)};
+  }
   // Grows `pages` so it holds at least `rows` rows. All or nothing: RESOURCE_EXHAUSTED leaves
   // the pages and the pool as they were.
   Status reserve(KvPages& pages, int64_t rows);
   // Drops this sequence's hold on every block of `pages`; a block goes back to the pool when
   // no sequence holds it any more.
   void release(KvPages& pages);
+  // KvBlockPool: the same by block id.
+  Result<std::vector<int32_t>> allocate_blocks(int64_t rows) override;
+  void release_blocks(std::span<const int32_t> blocks) override;
 
   // Prefix sharing: sequences whose prompts start alike hold the same pool blocks for their
   // common whole blocks instead of copies. `block_hashes[i]` names the content of block i of
-  // `pages` (a hash chain over the tokens up to its end and the model: equal hashes mean equal
-  // prefixes). Each of those blocks whose hash is already held by another block with
+  // `pages` (the prefix hash chain, handoff/prefix_chain.h, over the tokens up to its end and
+  // the model: equal hashes mean equal prefixes). Each of those blocks whose hash is already held by another block with
   // bit-identical rows is swapped for that block (its own copy goes back to the pool);
   // otherwise it becomes the block others share. Only blocks that are complete and never
   // written again may be offered (a prompt's whole blocks). Returns the blocks now shared.

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/json.h"
+#include "handoff/bytes.h"
 
 namespace yoco {
 
@@ -60,8 +61,7 @@ const TensorInfo* SafetensorsHeader::find(const std::string& name) const {
 Result<SafetensorsHeader> parse_safetensors_header(const uint8_t* data, size_t available, uint64_t file_size) {
   if (file_size < 8 || available < 8)
     return invalid_argument("safetensors: file is " + std::to_string(file_size) + " bytes, too short for the header length");
-  uint64_t hlen = 0;
-  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | data[i];
+  const uint64_t hlen = load_le<uint64_t>(data);
   if (hlen > kMaxSafetensorsHeaderBytes)
     return invalid_argument("safetensors: header length " + std::to_string(hlen) + " exceeds the limit of " +
                             std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
@@ -175,13 +175,6 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
   return f;
 }
 
-float bf16_to_f32(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
   float f;
@@ -189,14 +182,6 @@ float f16_to_f32(uint16_t h) {
   else if (exp == 31) f = mant ? std::nanf("") : INFINITY;
   else f = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
   return sign ? -f : f;
-}
-
-uint16_t f32_to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
-  bits += 0x7fffu + ((bits >> 16) & 1);
-  return static_cast<uint16_t>(bits >> 16);
 }
 
 Status convert_to_f32(DType dtype, const uint8_t* src, int64_t n, float* dst) {
@@ -260,7 +245,7 @@ Status write_safetensors(const std::string& path, const std::vector<TensorSpec>&
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) return io_error("cannot write " + tmp + ": " + std::strerror(errno));
   uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  store_le<uint64_t>(len, header.size());
   bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(header.data(), 1, header.size(), f) == header.size();
   std::vector<uint8_t> buf;
   Status st;

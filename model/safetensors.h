@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "handoff/kv_rows.h"
 
 namespace yoco {
 
@@ -70,10 +71,8 @@ class SafetensorsFile {
   SafetensorsHeader header_;
 };
 
-// Element conversions used by loading and writing.
-float bf16_to_f32(uint16_t v);
+// Element conversions used by loading and writing (bf16: handoff/kv_rows.h, the one rounding).
 float f16_to_f32(uint16_t v);
-uint16_t f32_to_bf16(float f);  // round to nearest even
 // Converts n elements of a floating dtype (F32, F16, BF16, F64) to fp32.
 Status convert_to_f32(DType dtype, const uint8_t* src, int64_t n, float* dst);
 

@@ -1,5 +1,5 @@
-// A sequence's whole inference state (SPEC 2.5) and its binary hand-off format, the one the
-// cluster ships over UCX and the KV store keeps.
+// A sequence's whole inference state (SPEC 2.5), and its mapping onto the binary hand-off format
+// (handoff/state_blob.h) the cluster ships over UCX and the KV store keeps.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "handoff/state_blob.h"
 #include "model/config.h"
 
 namespace yoco {
@@ -106,16 +107,10 @@ struct SequenceState {
 // A transformer's state starts with no `self` entries and no rows.
 SequenceState make_sequence_state(const ModelConfig& c, int tp_world = 1);
 
-// Hand-off format, version 1. Little-endian:
-//   header  magic "YOCOSEQ1", u32 version, u32 header bytes, u64 model fingerprint,
-//           i64 position, i64 first KV row, i64 KV rows, u32 KV dtype (0 f32, 1 bf16),
-//           u32 kv_dim, u32 dim, u32 n_loops, u32 n_self_layers, u32 mixer (0 gRet, 1 SWA),
-//           u32 n_self_heads, u32 self head dim, u32 window, u32 has_last_hidden
-//   payload K rows, V rows, then per (loop, layer): gRet S (f32) | SWA u32 rows + k rows + v rows
-//           (f32, oldest first, at most W−1), then last_hidden (f32)
-//   trailer u32 CRC32C of everything before it
-// A blob may carry no KV rows (state only, e.g. beside KV blocks in a store) or a row range.
-enum class KvDType : uint32_t { kF32 = 0, kBF16 = 1 };
+// The hand-off format (handoff/state_blob.h holds the bytes; this maps a SequenceState onto
+// them). A blob may carry no KV rows (state only, e.g. beside KV blocks in a store) or a row range.
+// The shapes of `c` as the format records them (whole model, tensor-parallel world 1).
+StateShape state_shape(const ModelConfig& c);
 
 struct StateBlobOptions {
   bool include_kv = true;

@@ -244,7 +244,7 @@ class PrefillService final : public internal::v1::PrefillWorker::Service {
     if (ctx->IsCancelled()) return {grpc::StatusCode::CANCELLED, "cancelled"};
     SequenceState st = model_.new_sequence();
     if (Status p = model_.prefill(st, tokens, opt_); !p.ok()) return to_grpc(p);
-    auto rec = cache_->save_document(tokens, st, model_.config(), std::chrono::seconds(req->ttl_seconds()));
+    auto rec = save_document(*cache_, tokens, st, model_.config(), std::chrono::seconds(req->ttl_seconds()));
     if (!rec.ok()) return {grpc::StatusCode::UNAVAILABLE, "KV store: " + rec.status().message()};
     fill(*rec, doc, false);
     YOCO_LOG(LogLevel::kInfo, "document cached",

@@ -414,7 +414,7 @@ void PrefillScheduler::resume_from_cache(Job& j) {
     cp.v = std::move(rows->v);
     cp.state = std::move(**state);
     SequenceState st;
-    if (!cache_->restore(cp, cfg, st).ok()) continue;
+    if (!restore_prefix(*cache_, cp, cfg, st).ok()) continue;
     j.state = std::move(st);
     j.computed = p;
     j.stats.cached_tokens = p;
@@ -424,7 +424,7 @@ void PrefillScheduler::resume_from_cache(Job& j) {
   CachedPrefix cp = cache_->load_prefix(tokens);
   if (cp.tokens <= 0) return;
   SequenceState st;
-  if (!cache_->restore(cp, cfg, st).ok()) return;
+  if (!restore_prefix(*cache_, cp, cfg, st).ok()) return;
   j.state = std::move(st);
   j.computed = cp.tokens;
   j.stats.cached_tokens = cp.tokens;

@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "kv_store/cache.h"
 #include "model/engine.h"
 #include "model/model.h"
+#include "prefill_service/prompt_cache.h"
 #include "transfer/descriptor.h"
 #include "transfer/transport.h"
 

@@ -4,12 +4,9 @@
 #include <cstring>
 
 #include "common/checksum.h"
-#include "transfer/bytes.h"
+#include "handoff/bytes.h"
 
 namespace yoco {
-
-using transfer_detail::ByteReader;
-using transfer_detail::ByteWriter;
 
 namespace {
 
@@ -114,7 +111,7 @@ std::vector<uint8_t> ReservationDescriptor::serialize() const {
   for (int32_t b : blocks) w.put<int32_t>(b);
   auto& b = w.bytes();
   const uint32_t total = static_cast<uint32_t>(b.size() + 4);
-  for (int i = 0; i < 4; ++i) b[12 + i] = static_cast<uint8_t>(total >> (8 * i));
+  store_le<uint32_t>(b.data() + 12, total);
   w.put<uint32_t>(crc32c(b.data(), b.size()));
   return std::move(b);
 }

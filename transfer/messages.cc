@@ -1,7 +1,7 @@
 #include "transfer/messages.h"
 
 #include "common/checksum.h"
-#include "transfer/bytes.h"
+#include "handoff/bytes.h"
 
 namespace yoco::transfer_detail {
 
@@ -171,7 +171,7 @@ uint32_t combine_row_crcs(std::span<const uint32_t> per_row) {
   while (i < per_row.size()) {
     const size_t n = std::min<size_t>(256, per_row.size() - i);
     for (size_t j = 0; j < n; ++j)
-      for (int b = 0; b < 4; ++b) buf[4 * j + b] = static_cast<uint8_t>(per_row[i + j] >> (8 * b));
+      store_le<uint32_t>(buf + 4 * j, per_row[i + j]);
     crc = crc32c(buf, 4 * n, crc);
     i += n;
   }

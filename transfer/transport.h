@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
-#include "model/state.h"
 #include "transfer/descriptor.h"
 
 namespace yoco {
@@ -74,13 +74,17 @@ class TransferMetrics {
   std::atomic<int64_t> bytes_{0}, transfers_{0}, failures_{0}, in_flight_{0}, nanos_{0};
 };
 
-// An admitted sequence: the restored self-decoder state with state.pages holding the reserved
-// blocks, which now carry rows 0..state.position−1. The caller owns the blocks and returns
-// them with KvPool::release(*state.pages).
+// An admitted sequence: the reserved pool blocks, which now carry rows 0..rows−1, and the
+// validated state blob at position = rows (handoff/state_blob.h: parsed, checksummed, for this
+// model's fingerprint and shapes, no K/V rows inside). The decode side restores the engine state
+// from the blob over the blocks (deserialize_state at admission). The caller owns the blocks and
+// returns them with KvBlockPool::release_blocks.
 struct CommittedSequence {
   uint64_t reservation_id = 0;
   std::string request_id;
-  SequenceState state;
+  int64_t rows = 0;
+  std::vector<int32_t> blocks;
+  std::vector<uint8_t> state_blob;
 };
 
 // Decode side.
@@ -113,7 +117,7 @@ class KvSender {
   // caller's buffers may be reused at once (they are staged). Refused after the lease.
   virtual Status put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
                           const float* v_rows) = 0;
-  // Sends the serialized state (serialize_state with include_kv = false); copied, so the span
+  // Sends the state blob (handoff/state_blob.h, no K/V rows inside); copied, so the span
   // may go away on return.
   virtual Status put_state(const ReservationDescriptor& d, std::span<const uint8_t> state_blob) = 0;
   // Waits for every put and the state to land, then sends the commit and waits for the

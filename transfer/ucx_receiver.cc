@@ -29,8 +29,8 @@ using Clock = TransferClock;
 
 class UcxKvReceiver final : public KvReceiver {
  public:
-  UcxKvReceiver(KvPool& pool, const ModelConfig& config, uint64_t fingerprint, const UcxReceiverOptions& opt)
-      : pool_(pool), config_(config), fingerprint_(fingerprint), opt_(opt) {}
+  UcxKvReceiver(KvBlockPool& pool, const UcxReceiverOptions& opt)
+      : pool_(pool), fingerprint_(opt.fingerprint), opt_(opt) {}
   ~UcxKvReceiver() override;
 
   Status init();
@@ -48,7 +48,7 @@ class UcxKvReceiver final : public KvReceiver {
     uint64_t id = 0;
     std::string request_id;
     int64_t rows = 0;
-    KvPages pages;
+    std::vector<int32_t> blocks;  // the reserved pool blocks, in row order
     Clock::time_point deadline, started;
     Phase phase = Phase::kOpen;
     std::vector<uint64_t> writers;  // connections that sent kBegin or kState for it
@@ -59,7 +59,7 @@ class UcxKvReceiver final : public KvReceiver {
     std::vector<uint8_t> state_blob;
     std::optional<std::pair<CommitMsg, ucp_ep_h>> deferred_commit;  // waits for the state data
     Status failure;
-    SequenceState admitted;
+    std::vector<uint8_t> admitted_blob;  // the validated state blob, once committed
   };
   // What a UCX callback saw, handled later by tick().
   struct Inbound {
@@ -109,8 +109,7 @@ class UcxKvReceiver final : public KvReceiver {
   void expire_leases();
   void teardown();
 
-  KvPool& pool_;
-  const ModelConfig config_;
+  KvBlockPool& pool_;
   const uint64_t fingerprint_;
   const UcxReceiverOptions opt_;
   std::unique_ptr<UcxWorker> ucx_;
@@ -127,7 +126,7 @@ class UcxKvReceiver final : public KvReceiver {
   // Blocks of failed reservations that receives still write into: back to the pool when the
   // last one completes, never earlier.
   struct Draining {
-    KvPages pages;
+    std::vector<int32_t> blocks;
     int pending = 0;
   };
   std::unordered_map<uint64_t, Draining> draining_;
@@ -161,9 +160,10 @@ int64_t unix_ms(Clock::time_point t) {
 }
 
 Status UcxKvReceiver::init() {
-  if (pool_.kv_dim() != config_.kv_dim())
-    return invalid_argument("kv receiver: pool kv_dim " + std::to_string(pool_.kv_dim()) + " != model kv_dim " +
-                            std::to_string(config_.kv_dim()));
+  if (static_cast<uint32_t>(pool_.row_floats()) != opt_.state_shape.kv_dim)
+    return invalid_argument("kv receiver: pool kv_dim " + std::to_string(pool_.row_floats()) + " != model kv_dim " +
+                            std::to_string(opt_.state_shape.kv_dim));
+  if (opt_.max_rows <= 0) return invalid_argument("kv receiver: max_rows must be > 0");
   YOCO_ASSIGN_OR_RETURN(ucx_, UcxWorker::create(opt_.transports, "yoco-kv-receiver"));
   std::random_device rd;
   id_seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
@@ -172,7 +172,7 @@ Status UcxKvReceiver::init() {
   for (int which = 0; which < 2; ++which) {
     ucp_mem_map_params_t mp{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    mp.address = which == 0 ? pool_.k_data() : pool_.v_data();
+    mp.address = which == 0 ? pool_.k_base() : pool_.v_base();
     mp.length = static_cast<size_t>(pool_.bytes() / 2);
     ucp_mem_h& memh = which == 0 ? k_memh_ : v_memh_;
     ucs_status_t st = ucp_mem_map(ucx_->context(), &mp, &memh);
@@ -246,10 +246,10 @@ UcxKvReceiver::~UcxKvReceiver() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [id, r] : reservations_) {
       if (r.phase == Phase::kOpen) fail_locked(r, TransferError::kShutdown, "receiver stopped");
-      if (r.phase == Phase::kCommitted) pool_.release(*r.admitted.pages);  // admitted but never claimed
+      if (r.phase == Phase::kCommitted) pool_.release_blocks(r.blocks);  // admitted but never claimed
     }
     reservations_.clear();
-    for (auto& [id, d] : draining_) pool_.release(d.pages);  // the worker no longer progresses
+    for (auto& [id, d] : draining_) pool_.release_blocks(d.blocks);  // the worker no longer progresses
     draining_.clear();
     cv_.notify_all();
   }
@@ -519,17 +519,17 @@ void UcxKvReceiver::handle_state(Inbound& in, uint64_t conn) {
 float* UcxKvReceiver::rows_destination_locked(Reservation& r, const RowsMsg& m, size_t length) {
   const int64_t bs = pool_.block_size();
   const bool fits = m.row >= 0 && m.rows > 0 && m.row + m.rows <= r.rows &&
-                    static_cast<uint64_t>(length) == static_cast<uint64_t>(m.rows) * pool_.kv_dim() * 4;
+                    static_cast<uint64_t>(length) == static_cast<uint64_t>(m.rows) * pool_.row_floats() * 4;
   bool contiguous = fits;
   for (int64_t b = m.row / bs + 1; contiguous && b <= (m.row + m.rows - 1) / bs; ++b)
-    contiguous = r.pages.blocks[b] == r.pages.blocks[b - 1] + 1;
+    contiguous = r.blocks[b] == r.blocks[b - 1] + 1;
   if (!contiguous) {
     fail_locked(r, TransferError::kInvalid, "rows message [" + std::to_string(m.row) + ", +" + std::to_string(m.rows) +
                                                 ") of " + std::to_string(length) + " bytes does not fit the reservation");
     return nullptr;
   }
   if (r.arrived.empty()) r.arrived.assign(r.rows, 0);
-  return (m.which ? pool_.v_data() : pool_.k_data()) + r.pages.offset(m.row);
+  return (m.which ? pool_.v_base() : pool_.k_base()) + pool_.row_offset(r.blocks, m.row);
 }
 
 void UcxKvReceiver::handle_rows(Inbound& in) {
@@ -563,7 +563,7 @@ void UcxKvReceiver::rows_arrived(const RowsMsg& m, ucs_status_t status) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto d = draining_.find(m.reservation_id); d != draining_.end()) {
     if (--d->second.pending == 0) {
-      pool_.release(d->second.pages);
+      pool_.release_blocks(d->second.blocks);
       draining_.erase(d);
     }
     return;
@@ -652,27 +652,29 @@ void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep)
   }
   if (opt_.verify_rows && m.has_rows_crc) {
     std::vector<uint32_t> crcs(r.rows);
-    const int kv_dim = pool_.kv_dim();
+    const int kv_dim = pool_.row_floats();
     for (int64_t row = 0; row < r.rows; ++row) {
-      const int64_t off = r.pages.offset(row);
-      crcs[row] = row_crc(pool_.k_data() + off, pool_.v_data() + off, kv_dim);
+      const int64_t off = pool_.row_offset(r.blocks, row);
+      crcs[row] = row_crc(pool_.k_base() + off, pool_.v_base() + off, kv_dim);
     }
     if (combine_row_crcs(crcs) != m.rows_crc) return reject(TransferError::kBadChecksum, "K/V rows checksum mismatch");
   }
-  SequenceState st;
-  auto info = deserialize_state(r.state_blob, config_, fingerprint_, st);
-  if (!info.ok()) return reject(TransferError::kBadState, info.status().message());
-  if (info->position != r.rows) return reject(TransferError::kBadState, "state position " + std::to_string(info->position) + " != rows " + std::to_string(r.rows));
-  if (info->kv_rows != 0) return reject(TransferError::kBadState, "state blob carries K/V rows (they come by RMA)");
-  st.pages = r.pages;
-  r.pages.blocks.clear();  // now owned by the admitted state
-  r.admitted = std::move(st);
+  // Everything the decode side's deserialize_state checks, so an admitted blob restores.
+  auto blob = parse_state_blob(r.state_blob);
+  if (!blob.ok()) return reject(TransferError::kBadState, blob.status().message());
+  const StateBlobHeader& h = blob->header;
+  if (Status fits = check_state_blob_model(h, fingerprint_, opt_.state_shape); !fits.ok())
+    return reject(TransferError::kBadState, fits.message());
+  if (h.position != r.rows)
+    return reject(TransferError::kBadState,
+                  "state position " + std::to_string(h.position) + " != rows " + std::to_string(r.rows));
+  if (h.kv_rows != 0) return reject(TransferError::kBadState, "state blob carries K/V rows (they come by RMA)");
+  r.admitted_blob = std::move(r.state_blob);
   r.phase = Phase::kCommitted;
   r.state_blob.clear();
-  r.state_blob.shrink_to_fit();
   metrics_.add_in_flight(-1);
   const double secs = std::chrono::duration<double>(Clock::now() - r.started).count();
-  metrics_.observe_transfer(r.rows * pool_.kv_dim() * 8 + static_cast<int64_t>(m.state_bytes), secs);
+  metrics_.observe_transfer(r.rows * pool_.row_floats() * 8 + static_cast<int64_t>(m.state_bytes), secs);
   send_ack(reply_ep, m.reservation_id, Status::Ok());
   cv_.notify_all();
 }
@@ -680,11 +682,12 @@ void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep)
 void UcxKvReceiver::fail_locked(Reservation& r, TransferError e, const std::string& detail) {
   if (r.phase != Phase::kOpen) return;
   if (r.pending_rows > 0) {
-    draining_[r.id] = Draining{std::move(r.pages), r.pending_rows};
-    r.pages.blocks.clear();
+    draining_[r.id] = Draining{std::move(r.blocks), r.pending_rows};
+    r.blocks.clear();
     r.pending_rows = 0;
   } else {
-    pool_.release(r.pages);
+    pool_.release_blocks(r.blocks);
+    r.blocks.clear();
   }
   r.phase = Phase::kFailed;
   r.failure = transfer_error(e, "reservation " + std::to_string(r.id) + ": " + detail);
@@ -740,11 +743,10 @@ void UcxKvReceiver::expire_leases() {
 
 Result<ReservationDescriptor> UcxKvReceiver::reserve(const std::string& request_id, int64_t rows, Clock::time_point lease_deadline) {
   if (request_id.empty() || request_id.size() > 256) return transfer_error(TransferError::kInvalid, "request_id must be 1..256 bytes");
-  if (rows <= 0 || rows > config_.max_seq_len)
+  if (rows <= 0 || rows > opt_.max_rows)
     return transfer_error(TransferError::kInvalid, "rows " + std::to_string(rows) + " out of range");
   if (lease_deadline <= Clock::now()) return transfer_error(TransferError::kInvalid, "lease_deadline already passed");
-  KvPages pages = pool_.new_pages();
-  YOCO_RETURN_IF_ERROR(pool_.reserve(pages, rows));
+  YOCO_ASSIGN_OR_RETURN(std::vector<int32_t> blocks, pool_.allocate_blocks(rows));
 
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = 0;
@@ -753,14 +755,14 @@ Result<ReservationDescriptor> UcxKvReceiver::reserve(const std::string& request_
   d.reservation_id = id;
   d.request_id = request_id;
   d.fingerprint = fingerprint_;
-  d.kv_dim = pool_.kv_dim();
+  d.kv_dim = pool_.row_floats();
   d.block_size = pool_.block_size();
   d.pool_blocks = pool_.total_blocks();
   d.rows = rows;
-  d.blocks = pages.blocks;
+  d.blocks = blocks;
   d.address = address_;
-  d.k_base = reinterpret_cast<uint64_t>(pool_.k_data());
-  d.v_base = reinterpret_cast<uint64_t>(pool_.v_data());
+  d.k_base = reinterpret_cast<uint64_t>(pool_.k_base());
+  d.v_base = reinterpret_cast<uint64_t>(pool_.v_base());
   d.k_rkey = k_rkey_;
   d.v_rkey = v_rkey_;
   d.lease_deadline_unix_ms = unix_ms(lease_deadline);
@@ -769,7 +771,7 @@ Result<ReservationDescriptor> UcxKvReceiver::reserve(const std::string& request_
   r.id = id;
   r.request_id = request_id;
   r.rows = rows;
-  r.pages = std::move(pages);
+  r.blocks = std::move(blocks);
   r.deadline = lease_deadline;
   r.started = Clock::now();
   reservations_.emplace(id, std::move(r));
@@ -786,7 +788,7 @@ Result<CommittedSequence> UcxKvReceiver::wait_committed(uint64_t reservation_id,
       return transfer_error(TransferError::kUnknownReservation, "reservation " + std::to_string(reservation_id));
     Reservation& r = it->second;
     if (r.phase == Phase::kCommitted) {
-      CommittedSequence c{r.id, r.request_id, std::move(r.admitted)};
+      CommittedSequence c{r.id, r.request_id, r.rows, std::move(r.blocks), std::move(r.admitted_blob)};
       reservations_.erase(it);
       return c;
     }
@@ -811,7 +813,7 @@ void UcxKvReceiver::cancel(uint64_t reservation_id) {
   if (r.phase == Phase::kOpen) {
     fail_locked(r, TransferError::kCancelled, "cancelled by the decode side");
   } else if (r.phase == Phase::kCommitted) {
-    pool_.release(*r.admitted.pages);
+    pool_.release_blocks(r.blocks);
     reservations_.erase(it);
   } else {
     reservations_.erase(it);
@@ -820,9 +822,8 @@ void UcxKvReceiver::cancel(uint64_t reservation_id) {
 
 }  // namespace
 
-Result<std::unique_ptr<KvReceiver>> make_ucx_receiver(KvPool& pool, const ModelConfig& config, uint64_t fingerprint,
-                                                      const UcxReceiverOptions& options) {
-  auto r = std::make_unique<UcxKvReceiver>(pool, config, fingerprint, options);
+Result<std::unique_ptr<KvReceiver>> make_ucx_receiver(KvBlockPool& pool, const UcxReceiverOptions& options) {
+  auto r = std::make_unique<UcxKvReceiver>(pool, options);
   YOCO_RETURN_IF_ERROR(r->init());
   return std::unique_ptr<KvReceiver>(std::move(r));
 }

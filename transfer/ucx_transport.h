@@ -22,13 +22,18 @@
 #include <string>
 
 #include "common/status.h"
-#include "model/config.h"
-#include "model/kv_pool.h"
+#include "handoff/block_pool.h"
+#include "handoff/state_blob.h"
 #include "transfer/transport.h"
 
 namespace yoco {
 
 struct UcxReceiverOptions {
+  // The model this worker runs, as plain numbers (model/state.h: state_shape(config)): commits
+  // from another model and state blobs of other shapes are refused.
+  uint64_t fingerprint = 0;
+  StateShape state_shape;
+  int64_t max_rows = 0;          // longest sequence a reservation may hold (the model's max_seq_len)
   std::string listen_host = "0.0.0.0";
   int listen_port = 0;           // 0: any free port (see KvReceiver::address())
   std::string advertise_host;    // host in descriptors; empty: listen_host, or the hostname for a wildcard
@@ -44,9 +49,8 @@ struct UcxReceiverOptions {
   size_t max_tombstones = 4096;  // failed reservations remembered for late callers
 };
 
-// The pool must outlive the receiver. `config` and `fingerprint` validate commits and state.
-Result<std::unique_ptr<KvReceiver>> make_ucx_receiver(KvPool& pool, const ModelConfig& config, uint64_t fingerprint,
-                                                      const UcxReceiverOptions& options = {});
+// The pool must outlive the receiver; its rows must be state_shape.kv_dim wide.
+Result<std::unique_ptr<KvReceiver>> make_ucx_receiver(KvBlockPool& pool, const UcxReceiverOptions& options);
 
 // How rows travel. kPush: one-sided ucp_put_nbx into the reserved blocks with the descriptor's
 // rkeys (true RMA on rc/dc; over UCX 1.13 shared memory it falls back to active-message

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "handoff/kv_rows.h"
 #include "kernels/cuda/ops.h"
 
 namespace yoco {
@@ -29,19 +30,9 @@ namespace yoco {
   } while (0)
 
 // --- host helpers ------------------------------------------------------------------------------------
-inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);                                                      // round to nearest even
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+// The project's one rounding (handoff/kv_rows.h): nearest even, NaN stays NaN.
+inline uint16_t to_bf16(float f) { return f32_to_bf16(f); }
+inline float from_bf16(uint16_t h) { return bf16_to_f32(h); }
 inline std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
   std::vector<uint16_t> r(x.size());
   for (size_t i = 0; i < x.size(); ++i) r[i] = to_bf16(x[i]);

@@ -9,7 +9,9 @@
 
 #include "common/checksum.h"
 #include "model/config.h"
+#include "model/kv_pool.h"
 #include "model/state.h"
+#include "transfer/ucx_transport.h"
 
 namespace yoco::test {
 
@@ -58,6 +60,25 @@ inline std::vector<uint8_t> test_state_blob(const ModelConfig& c, uint64_t finge
   StateBlobOptions opt;
   opt.include_kv = false;
   return serialize_state(test_state(c, seed, position), c, fingerprint, opt);
+}
+
+// A receiver for model `c`, given the plain numbers a decode worker passes (decode_service/main.cc).
+inline Result<std::unique_ptr<KvReceiver>> make_receiver(KvPool& pool, const ModelConfig& c, uint64_t fingerprint,
+                                                         UcxReceiverOptions ro) {
+  ro.fingerprint = fingerprint;
+  ro.state_shape = state_shape(c);
+  ro.max_rows = c.max_seq_len;
+  return make_ucx_receiver(pool, ro);
+}
+
+// The decode side's admission: the committed blob restored over the committed blocks (whose
+// hold moves into the state's pages).
+inline SequenceState admitted_state(const CommittedSequence& c, const ModelConfig& cfg, uint64_t fingerprint,
+                                    KvPool& pool) {
+  SequenceState st;
+  YOCO_CHECK(deserialize_state(c.state_blob, cfg, fingerprint, st).ok());
+  st.pages = pool.new_pages(c.blocks);
+  return st;
 }
 
 inline std::string to_hex(const std::vector<uint8_t>& b) {

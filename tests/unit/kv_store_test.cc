@@ -1,7 +1,8 @@
 // The KV store (kv_store/): object format, hash chain, documents, the memory / dir / tiered
-// backends, the circuit breaker and the cache helper (label unit), and the redis backend
-// against a real redis-server this file starts on 127.0.0.1 (suites KvStoreRedis*, label
-// integration;redis; skipped when redis-server is not installed).
+// backends, the circuit breaker and the cache with the prefill worker's prompt cache over it
+// (label unit), and the redis backend against a real redis-server this file starts on
+// 127.0.0.1 (suites KvStoreRedis*, label integration;redis; skipped when redis-server is not
+// installed).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -36,6 +37,7 @@
 #include "kv_store/tiered_store.h"
 #include "kv_store/util.h"
 #include "model/safetensors.h"
+#include "prefill_service/prompt_cache.h"
 #include "tests/unit/test_pki.h"
 #include "tests/unit/test_util.h"
 
@@ -985,7 +987,7 @@ TEST(KvStoreCache, StateSnapshotsMakeAPrefixResumable) {
   KvCache cache(store, cache_options(c, B));
   auto tokens = iota_tokens(30);  // 7 full blocks
   SequenceState full = random_state(c, 30, 3);
-  ASSERT_TRUE(cache.write_blocks(tokens, full, 0, 7, 0s).ok());
+  ASSERT_TRUE(write_state_blocks(cache, tokens, full, 0, 7, 0s).ok());
   // No snapshot anywhere: nothing resumable.
   EXPECT_EQ(cache.load_prefix(tokens).tokens, 0);
   // A snapshot at the end of block 5 (position 20): a prefix of 5 blocks.
@@ -998,7 +1000,7 @@ TEST(KvStoreCache, StateSnapshotsMakeAPrefixResumable) {
   EXPECT_EQ(p.tokens, 20);
   EXPECT_EQ(p.blocks, 5);
   SequenceState restored;
-  ASSERT_TRUE(cache.restore(p, c, restored).ok());
+  ASSERT_TRUE(restore_prefix(cache, p, c, restored).ok());
   EXPECT_EQ(serialize_state(restored, c, kFp), serialize_state(at20, c, kFp));
   EXPECT_EQ(cache.load_prefix(tokens, 4).tokens, 0);  // limited below the snapshot
   // get_state round trip; a missing one is nullopt.
@@ -1018,7 +1020,7 @@ TEST(KvStoreCache, DocumentsSaveLoadListDelete) {
     for (int n : {13, 16}) {  // a trailing partial block, and none
       auto tokens = iota_tokens(n, 5 + n);
       SequenceState st = random_state(c, n, 10 + n);
-      auto rec = cache.save_document(tokens, st, c, 3600s);
+      auto rec = save_document(cache, tokens, st, c, 3600s);
       ASSERT_TRUE(rec.ok()) << rec.status().to_string();
       EXPECT_EQ(rec->id, document_id(tokens, kFp));
       EXPECT_EQ(rec->block_keys.size(), static_cast<size_t>(n / B));
@@ -1028,7 +1030,7 @@ TEST(KvStoreCache, DocumentsSaveLoadListDelete) {
       ASSERT_TRUE((*doc)->cached.has_value());
       EXPECT_EQ((*doc)->record.tokens, tokens);
       SequenceState back;
-      ASSERT_TRUE(cache.restore(*(*doc)->cached, c, back).ok());
+      ASSERT_TRUE(restore_prefix(cache, *(*doc)->cached, c, back).ok());
       EXPECT_EQ(serialize_state(back, c, kFp), serialize_state(st, c, kFp)) << n << " tokens";
     }
     auto ids = cache.list_documents();
@@ -1053,7 +1055,7 @@ TEST(KvStoreCache, DocumentWithAMissingBlockNeedsRecompute) {
   MemoryStore store(64 << 20);
   KvCache cache(store, cache_options(c, 4));
   auto tokens = iota_tokens(12);
-  auto rec = cache.save_document(tokens, random_state(c, 12, 1), c, 0s);
+  auto rec = save_document(cache, tokens, random_state(c, 12, 1), c, 0s);
   ASSERT_TRUE(rec.ok());
   ASSERT_TRUE(store.del(block_store_key(rec->block_keys[1])).ok());
   auto doc = cache.load_document(rec->id);
@@ -1550,7 +1552,7 @@ TEST_P(KvStoreRedis, CacheOverTieredMemoryAndRedis) {
   KvCache cache(**made, cache_options(c, 4));
   auto tokens = iota_tokens(22);
   SequenceState st = random_state(c, 22, 8);
-  auto rec = cache.save_document(tokens, st, c, 600s);
+  auto rec = save_document(cache, tokens, st, c, 600s);
   ASSERT_TRUE(rec.ok()) << rec.status().to_string();
   EXPECT_EQ(server_->cli("SISMEMBER yoco:docs:" + fingerprint_hex(kFp) + " " + rec->id), "1");
   // A second process: its own memory tier is empty, redis has everything.
@@ -1560,7 +1562,7 @@ TEST_P(KvStoreRedis, CacheOverTieredMemoryAndRedis) {
   auto doc = cache2.load_document(rec->id);
   ASSERT_TRUE(doc.ok() && doc->has_value() && (*doc)->cached.has_value());
   SequenceState back;
-  ASSERT_TRUE(cache2.restore(*(*doc)->cached, c, back).ok());
+  ASSERT_TRUE(restore_prefix(cache2, *(*doc)->cached, c, back).ok());
   EXPECT_EQ(serialize_state(back, c, kFp), serialize_state(st, c, kFp));
   // Redis gone: the memory tier still serves, lookups never fail.
   server_->stop();

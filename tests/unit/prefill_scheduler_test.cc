@@ -19,6 +19,7 @@
 #include "model/kv_pool.h"
 #include "model/random_model.h"
 #include "prefill_service/scheduler.h"
+#include "tests/transfer/transfer_data.h"
 #include "tests/unit/test_util.h"
 #include "transfer/ucx_transport.h"
 
@@ -147,7 +148,7 @@ struct Cluster {
     UcxReceiverOptions ro;
     ro.listen_host = "127.0.0.1";
     ro.transports = "tcp";
-    receiver = std::move(make_ucx_receiver(*pool, full->config(), full->fingerprint(), ro).value());
+    receiver = std::move(test::make_receiver(*pool, full->config(), full->fingerprint(), ro).value());
     UcxSenderOptions so;
     so.fingerprint = prefill->fingerprint();
     so.transports = "tcp";
@@ -182,7 +183,7 @@ struct Cluster {
   void expect_reservation_failed(const ReservationDescriptor& d) {
     auto c = receiver->wait_committed(d.reservation_id, in(seconds(10)));
     EXPECT_FALSE(c.ok()) << "reservation " << d.reservation_id << " was admitted";
-    if (c.ok()) pool->release(*c->state.pages);
+    if (c.ok()) pool->release_blocks(c->blocks);
     else EXPECT_NE(transfer_error_of(c.status()), TransferError::kTimeout) << c.status().to_string();
   }
   // Blocks return once in-flight receives finish: poll, bounded.
@@ -274,7 +275,7 @@ TEST_P(PrefillSchedulerPresets, InterleavedPromptsDecodeBitwiseLikeALocalPrefill
     so.include_kv = false;
     EXPECT_EQ(st.bytes, int64_t{lengths[i]} * kv_dim * 8 +
                             static_cast<int64_t>(serialize_state(local, cfg, c.full->fingerprint(), so).size()));
-    SequenceState& remote = committed[i].state;
+    SequenceState remote = test::admitted_state(committed[i], cfg, c.full->fingerprint(), *c.pool);
     ASSERT_EQ(remote.position, lengths[i]);
     for (int64_t r = 0; r < lengths[i]; ++r) {
       ASSERT_EQ(0, std::memcmp(remote.k_row(r, kv_dim), local.k_row(r, kv_dim), kv_dim * 4)) << "K row " << r;
@@ -501,7 +502,7 @@ TEST_F(PrefillSchedulerTest, BadInputIsRefusedWithTheFieldNamed) {
   for (const auto& ok : {d60, d40}) {
     auto cs = c.receiver->wait_committed(ok.reservation_id, in(seconds(10)));
     ASSERT_TRUE(cs.ok()) << cs.status().to_string();
-    c.pool->release(*cs->state.pages);
+    c.pool->release_blocks(cs->blocks);
   }
   // Refusals send nothing: those reservations are the caller's to drop (or retry elsewhere).
   for (const auto& refused : {d, big, d50}) c.receiver->cancel(refused.reservation_id);
@@ -529,7 +530,7 @@ TEST_F(PrefillSchedulerTest, StopDrainsInFlightJobsThenRefuses) {
     EXPECT_TRUE(o->status.ok()) << o->status.to_string();
     auto cs = c.receiver->wait_committed(ds[i].reservation_id, in(seconds(10)));
     ASSERT_TRUE(cs.ok());
-    c.pool->release(*cs->state.pages);
+    c.pool->release_blocks(cs->blocks);
   }
   const auto late = c.reserve("late", 10);
   auto r = s->submit(c.job(late, c.prompt(10, 9)), out.callback(9));

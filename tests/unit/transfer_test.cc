@@ -189,7 +189,7 @@ struct Engines {
     UcxReceiverOptions ro;
     ro.listen_host = "127.0.0.1";
     ro.transports = tls;
-    auto r = make_ucx_receiver(*pool, cfg, kFp, ro);
+    auto r = test::make_receiver(*pool, cfg, kFp, ro);
     YOCO_CHECK(r.ok());
     receiver = std::move(r.value());
     sender = make_sender(sender_fp, tls, path);
@@ -215,20 +215,21 @@ Status put_range(KvSender& s, const ReservationDescriptor& d, uint64_t seed, int
 }
 
 // The admitted sequence holds exactly the source rows and a state that restores.
-void expect_sequence(const CommittedSequence& c, const ModelConfig& cfg, uint64_t seed, int64_t rows) {
+void expect_sequence(const CommittedSequence& c, const ModelConfig& cfg, uint64_t seed, int64_t rows, KvPool& pool) {
   const int kv_dim = cfg.kv_dim();
-  ASSERT_TRUE(c.state.pages.has_value());
-  ASSERT_EQ(c.state.position, rows);
-  ASSERT_GE(c.state.pages->capacity(), rows);
+  ASSERT_EQ(c.rows, rows);
+  const SequenceState st = test::admitted_state(c, cfg, kFp, pool);
+  ASSERT_EQ(st.position, rows);
+  ASSERT_GE(st.pages->capacity(), rows);
   auto k = test::kv_rows(seed, 0, 0, rows, kv_dim);
   auto v = test::kv_rows(seed, 1, 0, rows, kv_dim);
   for (int64_t r = 0; r < rows; ++r) {
-    ASSERT_EQ(0, std::memcmp(c.state.k_row(r, kv_dim), k.data() + r * kv_dim, kv_dim * 4)) << "K row " << r;
-    ASSERT_EQ(0, std::memcmp(c.state.v_row(r, kv_dim), v.data() + r * kv_dim, kv_dim * 4)) << "V row " << r;
+    ASSERT_EQ(0, std::memcmp(st.k_row(r, kv_dim), k.data() + r * kv_dim, kv_dim * 4)) << "K row " << r;
+    ASSERT_EQ(0, std::memcmp(st.v_row(r, kv_dim), v.data() + r * kv_dim, kv_dim * 4)) << "V row " << r;
   }
   StateBlobOptions opt;
   opt.include_kv = false;
-  EXPECT_EQ(serialize_state(c.state, cfg, kFp, opt), test::test_state_blob(cfg, kFp, seed, rows));
+  EXPECT_EQ(serialize_state(st, cfg, kFp, opt), test::test_state_blob(cfg, kFp, seed, rows));
 }
 
 class TransferTest : public ::testing::Test {
@@ -269,7 +270,7 @@ TEST_P(TransferInProcess, PipelinedChunksLandInTheReservedBlocks) {
   auto c = e.receiver->wait_committed(d->reservation_id, in(seconds(10)));
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->request_id, "req-1");
-  expect_sequence(*c, e.cfg, seed, rows);
+  expect_sequence(*c, e.cfg, seed, rows, *e.pool);
   EXPECT_EQ(e.receiver->in_flight(), 0);
   EXPECT_EQ(e.sender->in_flight(), 0);
   const auto rm = e.receiver->metrics().snapshot(), sm = e.sender->metrics().snapshot();
@@ -283,7 +284,7 @@ TEST_P(TransferInProcess, PipelinedChunksLandInTheReservedBlocks) {
   EXPECT_EQ(transfer_error_of(e.receiver->wait_committed(d->reservation_id, in(milliseconds(10))).status()),
             TransferError::kUnknownReservation);
 
-  e.pool->release(*c->state.pages);
+  e.pool->release_blocks(c->blocks);
   e.pool->release(filler2);
   EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
 }
@@ -306,7 +307,7 @@ TEST_F(TransferTest, SenderReusesItsEndpointAndReconnectsAfterTheReceiverRestart
     UcxReceiverOptions ro;
     ro.listen_host = "127.0.0.1";
     ro.transports = kTcp;
-    auto receiver = std::move(make_ucx_receiver(*pool, cfg, kFp, ro).value());
+    auto receiver = std::move(test::make_receiver(*pool, cfg, kFp, ro).value());
     for (int i = 0; i < 2; ++i) {
       auto d = receiver->reserve("r", 40, in(seconds(20)));
       ASSERT_TRUE(d.ok());
@@ -316,8 +317,8 @@ TEST_F(TransferTest, SenderReusesItsEndpointAndReconnectsAfterTheReceiverRestart
       ASSERT_TRUE(st.ok()) << "round " << round << ": " << st.to_string();
       auto c = receiver->wait_committed(d->reservation_id, in(seconds(10)));
       ASSERT_TRUE(c.ok());
-      expect_sequence(*c, cfg, round * 10 + i, 40);
-      pool->release(*c->state.pages);
+      expect_sequence(*c, cfg, round * 10 + i, 40, *pool);
+      pool->release_blocks(c->blocks);
     }
   }
   EXPECT_EQ(pool->free_blocks(), pool->total_blocks());
@@ -355,8 +356,8 @@ TEST_F(TransferTest, ConcurrentTransfersFromSeveralThreads) {
   for (int slot = 0; slot < kThreads * kEach; ++slot) {
     ASSERT_TRUE(results[slot].ok()) << slot << ": " << results[slot].to_string();
     ASSERT_TRUE(seqs[slot].has_value());
-    expect_sequence(*seqs[slot], e.cfg, slot, 20 + 7 * slot);
-    e.pool->release(*seqs[slot]->state.pages);
+    expect_sequence(*seqs[slot], e.cfg, slot, 20 + 7 * slot, *e.pool);
+    e.pool->release_blocks(seqs[slot]->blocks);
   }
   EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
   EXPECT_EQ(e.receiver->metrics().snapshot().transfers, kThreads * kEach);
@@ -368,7 +369,7 @@ TEST_F(TransferTest, StagingBudgetHoldsPutRowsBack) {
   UcxReceiverOptions ro;
   ro.listen_host = "127.0.0.1";
   ro.transports = kTcp;
-  auto receiver = std::move(make_ucx_receiver(*pool, cfg, kFp, ro).value());
+  auto receiver = std::move(test::make_receiver(*pool, cfg, kFp, ro).value());
   UcxSenderOptions so;
   so.fingerprint = kFp;
   so.transports = kTcp;
@@ -382,8 +383,8 @@ TEST_F(TransferTest, StagingBudgetHoldsPutRowsBack) {
   ASSERT_TRUE(sender->commit(*d, rows, in(seconds(20))).ok());
   auto c = receiver->wait_committed(d->reservation_id, in(seconds(10)));
   ASSERT_TRUE(c.ok());
-  expect_sequence(*c, cfg, 9, rows);
-  pool->release(*c->state.pages);
+  expect_sequence(*c, cfg, 9, rows, *pool);
+  pool->release_blocks(c->blocks);
 }
 
 // ---- 3. validation: every rejection has its reason, nothing is admitted, no block leaks ----
@@ -605,7 +606,7 @@ TEST_F(TransferTest, CommitToAPeerThatIsGoneFailsByItsDeadline) {
   UcxReceiverOptions ro;
   ro.listen_host = "127.0.0.1";
   ro.transports = kTcp;
-  auto receiver = std::move(make_ucx_receiver(*pool, cfg, kFp, ro).value());
+  auto receiver = std::move(test::make_receiver(*pool, cfg, kFp, ro).value());
   auto d = receiver->reserve("gone", 10, in(seconds(30)));
   ASSERT_TRUE(d.ok());
   receiver.reset();  // the decode worker goes away
@@ -715,7 +716,7 @@ class TransferTwoProcess : public TransferTest, public ::testing::WithParamInter
     ro.listen_host = "127.0.0.1";
     ro.transports = GetParam().tls;
     ro.peer_error_handling = GetParam().peer_errors;
-    auto r = make_ucx_receiver(*pool, cfg, kFp, ro);
+    auto r = test::make_receiver(*pool, cfg, kFp, ro);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     receiver = std::move(r.value());
   }
@@ -734,8 +735,8 @@ class TransferTwoProcess : public TransferTest, public ::testing::WithParamInter
     ASSERT_EQ(rc, 0) << peer.output();
     auto c = receiver->wait_committed(d->reservation_id, in(seconds(10)));
     ASSERT_TRUE(c.ok()) << c.status().to_string();
-    expect_sequence(*c, cfg, seed, rows);
-    pool->release(*c->state.pages);
+    expect_sequence(*c, cfg, seed, rows, *pool);
+    pool->release_blocks(c->blocks);
     EXPECT_EQ(pool->free_blocks(), pool->total_blocks());
   }
 };
