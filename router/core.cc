@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/checksum.h"
+#include "handoff/prefix_chain.h"
 
 namespace yoco {
 
@@ -47,10 +48,11 @@ std::optional<size_t> RouterCore::pick_prefill(const std::vector<WorkerSnapshot>
 }
 
 uint64_t RouterCore::prefix_hash(std::span<const int32_t> tokens) const {
-  uint64_t h = 0x9e3779b97f4a7c15ull;
-  for (size_t i = 0; i < tokens.size() && i < static_cast<size_t>(std::max(0, limits_.affinity_tokens)); ++i)
-    h = mix64(h, static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])));
-  return h;
+  // The project's one prefix chain (handoff/prefix_chain.h) over the first affinity_tokens
+  // tokens, as one block: prompts that start alike land on the same prefill worker.
+  const size_t n = static_cast<size_t>(std::max(0, limits_.affinity_tokens));
+  if (n == 0) return 0;
+  return prefix_key(tokens.first(std::min(tokens.size(), n)), static_cast<int>(n), /*fingerprint=*/0).fold64();
 }
 
 Status RouterCore::try_admit(int64_t prompt_tokens) {
