@@ -30,6 +30,11 @@ Status ContinuousBatcher::validate(const DecodeRequest& req) const {
   if (static_cast<int64_t>(req.prompt.size()) + req.max_tokens > model_.config().max_seq_len)
     return invalid_argument("max_tokens: prompt + max_tokens exceeds max_seq_len " +
                             std::to_string(model_.config().max_seq_len));
+  if (!req.forced.empty()) {
+    if (req.max_tokens != static_cast<int>(req.forced.size()))
+      return invalid_argument("max_tokens: must be the number of forced tokens when scoring");
+    YOCO_RETURN_IF_ERROR(model_.validate_tokens(req.forced, static_cast<int64_t>(req.prompt.size()), "forced"));
+  }
   if (req.state && (!req.state->pages || req.state->pages->k_pool != pool_.k_data()))
     return invalid_argument("state: a shipped state must hold its K/V rows in this worker's pool");
   if (req.state && req.state->position != static_cast<int64_t>(req.prompt.size() + req.generated_before.size()))
@@ -136,6 +141,7 @@ TokenLogprobs token_logprobs(const float* logits, int vocab, int32_t token, int 
   TokenLogprobs out;
   out.token = token;
   out.logprob = static_cast<float>(logits[token] - lse);
+  if (n <= 0) return out;
   std::vector<int32_t> idx(vocab);
   std::iota(idx.begin(), idx.end(), 0);
   n = std::min(n, vocab);
@@ -149,13 +155,20 @@ TokenLogprobs token_logprobs(const float* logits, int vocab, int32_t token, int 
 
 bool ContinuousBatcher::sample_and_emit(Seq& s, const float* logits) {
   const int V = model_.config().vocab_size;
-  std::vector<float> row(logits, logits + V);
-  const int32_t tok = s.sampler->sample(row.data());
+  const bool forced = !s.req.forced.empty();
+  int32_t tok;
+  if (forced) {
+    tok = s.req.forced[s.generated.size()];
+  } else {
+    std::vector<float> row(logits, logits + V);
+    tok = s.sampler->sample(row.data());
+  }
   s.generated.push_back(tok);
-  if (s.req.logprobs > 0 && s.req.on_logprobs) s.req.on_logprobs(token_logprobs(logits, V, tok, s.req.logprobs));
+  if ((forced || s.req.logprobs > 0) && s.req.on_logprobs)
+    s.req.on_logprobs(token_logprobs(logits, V, tok, s.req.logprobs));
   if (s.req.on_token) s.req.on_token(tok);
   const auto& stops = s.req.stop_token_ids;
-  if (std::find(stops.begin(), stops.end(), tok) != stops.end()) return true;
+  if (!forced && std::find(stops.begin(), stops.end(), tok) != stops.end()) return true;
   if (static_cast<int>(s.req.generated_before.size() + s.generated.size()) >= s.req.max_tokens) return true;
   s.next_input = tok;
   return false;

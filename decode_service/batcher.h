@@ -62,6 +62,11 @@ struct DecodeRequest {
   std::vector<int32_t> stop_token_ids;
   Clock::time_point deadline = Clock::time_point::max();
   int logprobs = 0;  // > 0: on_logprobs gets each token's log-prob and the top-n, before on_token
+  // Scoring (teacher forcing): instead of sampling, the sequence consumes these tokens one per
+  // step after its prompt; on_logprobs gets each one's log-prob under the model's raw next-token
+  // distribution (and the top `logprobs`, which may be 0), then on_token. max_tokens must be
+  // their count; stop tokens do not apply. Empty: an ordinary sampled request.
+  std::vector<int32_t> forced;
   std::function<void(const TokenLogprobs&)> on_logprobs;
   std::function<void(int32_t token)> on_token;         // called from the batcher thread
   std::function<void(const FinishInfo&)> on_finish;    // exactly once

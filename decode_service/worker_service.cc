@@ -1,5 +1,6 @@
 #include "decode_service/worker_service.h"
 
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -160,6 +161,60 @@ grpc::Status DecodeWorkerService::GetLoad(grpc::ServerContext*, const internal::
   load->set_reservations(receiver_.in_flight());
   load->set_fingerprint(hex64(model_.fingerprint()));
   load->set_serving(serving_);
+  return grpc::Status::OK;
+}
+
+grpc::Status DecodeWorkerService::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp) {
+  if (!serving_) return {grpc::StatusCode::UNAVAILABLE, "decode worker is draining"};
+  if (req->input_case() != v1::ScoreRequest::kTokens)
+    return {grpc::StatusCode::INVALID_ARGUMENT, "input.tokens: required (the router tokenizes)"};
+  const std::vector<int32_t> ids(req->tokens().ids().begin(), req->tokens().ids().end());
+  if (ids.size() < 2) return {grpc::StatusCode::INVALID_ARGUMENT, "tokens: scoring needs at least 2 tokens"};
+  if (Status v = model_.validate_tokens(ids, 0, "tokens"); !v.ok()) return to_grpc(v);
+  DecodeRequest dr;
+  dr.prompt.assign(ids.begin(), ids.begin() + 1);
+  dr.forced.assign(ids.begin() + 1, ids.end());
+  dr.max_tokens = static_cast<int>(dr.forced.size());
+  dr.sampling.temperature = 0;  // never used: every token is forced
+  dr.logprobs = static_cast<int>(std::min<uint32_t>(req->top_logprobs(), 20));
+  if (ctx->deadline() != std::chrono::system_clock::time_point::max())
+    dr.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(ctx->deadline() - std::chrono::system_clock::now());
+  std::vector<TokenLogprobs> lps;
+  auto pumped = pump_tokens(ctx, batcher_, std::move(dr),
+                            [&](const std::vector<int32_t>&, const std::vector<TokenLogprobs>& batch) {
+                              lps.insert(lps.end(), batch.begin(), batch.end());
+                              return true;
+                            });
+  if (!pumped.ok()) return to_grpc(pumped.status());
+  if (!pumped->info.status.ok()) return to_grpc(pumped->info.status);
+  if (pumped->client_gone) return {grpc::StatusCode::CANCELLED, "the router went away"};
+  if (lps.size() + 1 != ids.size()) return {grpc::StatusCode::INTERNAL, "score: a position's log-prob is missing"};
+  double sum = 0;
+  for (int32_t t : ids) resp->add_token_ids(t);
+  for (const TokenLogprobs& lp : lps) {
+    resp->add_token_logprobs(lp.logprob);
+    sum += lp.logprob;
+    if (req->top_logprobs() > 0) fill_logprobs(lp, resp->add_top());
+  }
+  resp->set_sum_logprob(sum);
+  resp->set_perplexity(std::exp(-sum / static_cast<double>(lps.size())));
+  return grpc::Status::OK;
+}
+
+grpc::Status DecodeWorkerService::Describe(grpc::ServerContext*, const internal::v1::DescribeRequest*,
+                                           v1::ModelInfo* info) {
+  // The tokenizer's fields (bos_id, eos_id) are the router's: it holds the tokenizer.
+  const ModelConfig& c = model_.config();
+  info->set_fingerprint(hex64(model_.fingerprint()));
+  info->set_arch(c.arch == Arch::kYoco ? "yoco" : "transformer");
+  info->set_params_json(c.to_json().dump());
+  info->set_vocab_size(c.vocab_size);
+  info->set_max_seq_len(c.max_seq_len);
+  info->set_n_layers(c.n_layers);
+  info->set_n_self_layers(c.n_self_layers);
+  info->set_n_loops(c.n_loops);
+  info->set_sliding_window(c.sliding_window);
+  info->set_kv_bytes_per_token(c.kv_bytes_per_token());
   return grpc::Status::OK;
 }
 

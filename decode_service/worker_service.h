@@ -24,6 +24,11 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
                       grpc::ServerWriter<internal::v1::DecodeEvent>* writer) override;
   grpc::Status GetLoad(grpc::ServerContext* ctx, const internal::v1::LoadRequest* req,
                        internal::v1::DecodeLoad* load) override;
+  // Scoring runs in the batcher like any sequence (queued, batched, preempted, under the pool's
+  // blocks): the first token is its prompt, the rest are forced one per step.
+  grpc::Status Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp) override;
+  grpc::Status Describe(grpc::ServerContext* ctx, const internal::v1::DescribeRequest* req,
+                        v1::ModelInfo* info) override;
 
   // Draining: new Decode calls get UNAVAILABLE; running ones finish.
   void set_serving(bool serving) { serving_ = serving; }
