@@ -147,9 +147,8 @@ std::string with_redis_password(const std::string& spec, const std::string& pass
 
 class PrefillService final : public internal::v1::PrefillWorker::Service {
  public:
-  PrefillService(const Model& model, PrefillScheduler& scheduler, PrefillMetrics& m, KvCache* cache,
-                 PrefillOptions opt)
-      : model_(model), scheduler_(scheduler), m_(m), cache_(cache), opt_(opt) {}
+  PrefillService(const Model& model, PrefillScheduler& scheduler, PrefillMetrics& m, KvCache* cache)
+      : model_(model), scheduler_(scheduler), m_(m), cache_(cache) {}
 
   // ---- documents (SPEC 5): computed here, kept in the KV store every prefill worker shares ----
   grpc::Status CacheDocument(grpc::ServerContext* ctx, const v1::CacheDocumentRequest* req, v1::Document* doc) override {
@@ -242,14 +241,56 @@ class PrefillService final : public internal::v1::PrefillWorker::Service {
       return grpc::Status::OK;
     }
     if (ctx->IsCancelled()) return {grpc::StatusCode::CANCELLED, "cancelled"};
-    SequenceState st = model_.new_sequence();
-    if (Status p = model_.prefill(st, tokens, opt_); !p.ok()) return to_grpc(p);
-    auto rec = cache_->save_document(tokens, st, model_.config(), std::chrono::seconds(req->ttl_seconds()));
-    if (!rec.ok()) return {grpc::StatusCode::UNAVAILABLE, "KV store: " + rec.status().message()};
-    fill(*rec, doc, false);
+    // Computed by the scheduler on the worker's engine, under its queue bound, like a prompt.
+    PrefillJob job;
+    job.tokens = tokens;
+    job.document = true;
+    job.document_ttl = std::chrono::seconds(req->ttl_seconds());
+    job.deadline = steady_deadline(*ctx);
+    auto out = run_job(ctx, std::move(job));
+    if (!out.ok()) return to_grpc(out.status());
+    if (!out->status.ok()) return to_grpc(out->status);
+    const DocumentRecord& rec = out->document;
+    fill(rec, doc, false);
     YOCO_LOG(LogLevel::kInfo, "document cached",
-             LogFields().kv("id", rec->id).kv("tokens", static_cast<int64_t>(tokens.size())).kv("bytes", rec->stored_bytes));
+             LogFields().kv("id", rec.id).kv("tokens", static_cast<int64_t>(tokens.size())).kv("bytes", rec.stored_bytes));
     return grpc::Status::OK;
+  }
+
+  static TransferClock::time_point steady_deadline(const grpc::ServerContext& ctx) {
+    const auto deadline = ctx.deadline();
+    if (deadline == std::chrono::system_clock::time_point::max()) return TransferClock::time_point::max();
+    return TransferClock::now() +
+           std::chrono::duration_cast<TransferClock::duration>(deadline - std::chrono::system_clock::now());
+  }
+
+  // Submits the job and waits for its outcome on this handler thread (the scheduler completes it
+  // on its own threads); a caller that goes away cancels it. The error: the scheduler refused it.
+  Result<PrefillOutcome> run_job(grpc::ServerContext* ctx, PrefillJob job, const std::function<void()>& accepted = {}) {
+    struct Channel {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::optional<PrefillOutcome> done;
+    };
+    auto ch = std::make_shared<Channel>();
+    YOCO_ASSIGN_OR_RETURN(const uint64_t id, scheduler_.submit(std::move(job), [ch](const PrefillOutcome& o) {
+      std::lock_guard<std::mutex> lock(ch->mu);
+      ch->done = o;
+      ch->cv.notify_all();
+    }));
+    if (accepted) accepted();
+    bool cancel_sent = false;
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(ch->mu);
+        if (ch->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return ch->done.has_value(); }))
+          return std::move(*ch->done);
+      }
+      if (!cancel_sent && ctx->IsCancelled()) {  // the router gave up: free the decode worker's blocks now
+        scheduler_.cancel(id);
+        cancel_sent = true;
+      }
+    }
   }
 
   grpc::Status prefill(grpc::ServerContext* ctx, const internal::v1::PrefillRequest* req,
@@ -264,42 +305,11 @@ class PrefillService final : public internal::v1::PrefillWorker::Service {
     job.tokens.assign(req->tokens().begin(), req->tokens().end());
     job.cached_prefix_candidates.assign(req->cached_prefix_candidates().begin(), req->cached_prefix_candidates().end());
     job.reservation = std::move(d).value();
-    const auto deadline = ctx->deadline();
-    if (deadline != std::chrono::system_clock::time_point::max())
-      job.deadline = TransferClock::now() +
-                     std::chrono::duration_cast<TransferClock::duration>(deadline - std::chrono::system_clock::now());
+    job.deadline = steady_deadline(*ctx);
     const int64_t n_tokens = static_cast<int64_t>(job.tokens.size());
-
-    // The scheduler completes the job on its threads; this handler thread waits for it.
-    struct Channel {
-      std::mutex mu;
-      std::condition_variable cv;
-      std::optional<PrefillOutcome> done;
-    };
-    auto ch = std::make_shared<Channel>();
-    auto id = scheduler_.submit(std::move(job), [ch](const PrefillOutcome& o) {
-      std::lock_guard<std::mutex> lock(ch->mu);
-      ch->done = o;
-      ch->cv.notify_all();
-    });
-    if (!id.ok()) return to_grpc(id.status());
-    m_.observe_accepted(n_tokens);
-
-    bool cancel_sent = false;
-    PrefillOutcome out;
-    while (true) {
-      {
-        std::unique_lock<std::mutex> lock(ch->mu);
-        if (ch->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return ch->done.has_value(); })) {
-          out = std::move(*ch->done);
-          break;
-        }
-      }
-      if (!cancel_sent && ctx->IsCancelled()) {  // the router gave up: free the decode worker's blocks now
-        scheduler_.cancel(id.value());
-        cancel_sent = true;
-      }
-    }
+    auto done = run_job(ctx, std::move(job), [&] { m_.observe_accepted(n_tokens); });
+    if (!done.ok()) return to_grpc(done.status());
+    const PrefillOutcome& out = done.value();
     m_.observe_outcome(out);
     if (!out.status.ok()) return to_grpc(out.status);
     resp->set_rows(out.stats.rows);
@@ -319,7 +329,6 @@ class PrefillService final : public internal::v1::PrefillWorker::Service {
   PrefillScheduler& scheduler_;
   PrefillMetrics& m_;
   KvCache* const cache_;
-  const PrefillOptions opt_;
   std::atomic<bool> draining_{false};
 };
 
@@ -447,7 +456,7 @@ int run(int argc, char** argv) {
     return 1;
   }
 
-  PrefillService service(**model, **scheduler, metrics, cache.get(), PrefillOptions{lim.chunk_tokens, lim.retention_chunk});
+  PrefillService service(**model, **scheduler, metrics, cache.get());
   int port = 0;
   std::unique_ptr<grpc::Server> server = start_grpc_server(listen, {&service}, &port);
   if (!server) {

@@ -62,6 +62,7 @@ struct PrefillScheduler::Job {
   // Before adoption: the fresh or cache-restored state. After: on a device engine, the host
   // mirror of the K/V rows (each slice's rows are copied here to be shipped and stored).
   SequenceState state;
+  DocumentRecord document;  // a document job's record, once stored
   int64_t computed = 0;
   Clock::time_point submitted, started, prefilled;
   PrefillStats stats;
@@ -99,6 +100,11 @@ void PrefillScheduler::start() {
 // ---- admission ------------------------------------------------------------------------------
 
 Status PrefillScheduler::check(const PrefillJob& job) const {
+  if (job.document) {
+    if (!cache_) return failed_precondition("document: this prefill worker has no KV store");
+    if (job.tokens.empty()) return invalid_argument("content: empty document");
+    return model_.validate_tokens(job.tokens, 0, "content.tokens");
+  }
   const ReservationDescriptor& d = job.reservation;
   if (Status st = d.validate(); !st.ok()) return invalid_argument("reservation: " + st.message());
   if (d.fingerprint != model_.fingerprint())
@@ -145,7 +151,7 @@ Result<uint64_t> PrefillScheduler::submit(PrefillJob job, PrefillCallback on_don
     }
   }
   // The caller gave up already: free the decode worker's blocks now rather than at the lease.
-  sender_.abort(job.reservation, "deadline passed before the prefill was queued");
+  if (!job.document) sender_.abort(job.reservation, "deadline passed before the prefill was queued");
   return Status(StatusCode::kDeadlineExceeded, "request " + job.reservation.request_id + ": deadline already passed");
 }
 
@@ -257,7 +263,7 @@ void PrefillScheduler::sweep_locked(std::vector<Ended>& ended) {
       return Status(StatusCode::kDeadlineExceeded,
                     "request " + j.req.reservation.request_id + ": deadline passed before its prefill finished");
     // Computing for a reservation the decode worker has dropped is wasted work.
-    if (lease_over(j.req.reservation))
+    if (!j.req.document && lease_over(j.req.reservation))
       return transfer_error(TransferError::kLeaseExpired, "reservation " + std::to_string(j.req.reservation.reservation_id) +
                                                               ": lease over before the prefill finished");
     return Status::Ok();
@@ -309,7 +315,7 @@ void PrefillScheduler::run_slice(Slice& s) {
     j.started = t0;
     j.stats.started = true;
     j.stats.queue_seconds = seconds_between(j.submitted, t0);
-    if (cache_) resume_from_cache(j);
+    if (cache_ && !j.req.document) resume_from_cache(j);
     auto seq = engine_.adopt(j.state);
     if (!seq.ok()) {
       s.status = seq.status();
@@ -330,9 +336,10 @@ void PrefillScheduler::run_slice(Slice& s) {
   }
   // With prompt caching, a slice that would cross the prompt's last whole block stops there,
   // so the state at that boundary can be snapshotted for later prompts sharing the prefix.
+  const bool write_prompt = cache_ && write_prompts_ && !j.req.document;
   const int64_t B = cache_ ? cache_->options().block_tokens : 0;
   const int64_t boundary = B > 0 ? j.size() / B * B : 0;
-  if (cache_ && write_prompts_ && boundary > j.computed && j.computed + s.tokens > boundary)
+  if (write_prompt && boundary > j.computed && j.computed + s.tokens > boundary)
     s.tokens = static_cast<int>(boundary - j.computed);
   if (s.tokens > 0) {
     const PrefillOptions opt{limits_.chunk_tokens, limits_.retention_chunk};
@@ -349,15 +356,16 @@ void PrefillScheduler::run_slice(Slice& s) {
     s.computed = true;
     // Staged by the sender: these rows travel while the next slice computes.
     const SequenceState& rows = host_rows(j);
-    s.status = sender_.put_rows(d, j.computed, s.tokens, rows.k.data() + j.computed * kv_dim,
-                                rows.v.data() + j.computed * kv_dim);
+    if (!j.req.document)
+      s.status = sender_.put_rows(d, j.computed, s.tokens, rows.k.data() + j.computed * kv_dim,
+                                  rows.v.data() + j.computed * kv_dim);
     if (!s.status.ok()) {
       j.stats.transfer_failed = true;
       return;
     }
     j.stats.chunks.push_back(s.tokens);
     j.computed += s.tokens;
-    if (cache_ && write_prompts_ && j.computed == boundary && boundary > j.stats.cached_tokens) {
+    if (write_prompt && j.computed == boundary && boundary > j.stats.cached_tokens) {
       // The state at the last whole block, without rows (they go in blocks): best effort.
       StateBlobOptions so;
       so.include_kv = false;
@@ -372,9 +380,15 @@ void PrefillScheduler::run_slice(Slice& s) {
   }
   if (j.computed < j.size()) return;
 
-  if (cache_ && write_prompts_) write_back(j);
+  if (write_prompt) write_back(j);
   j.prefilled = Clock::now();
   j.stats.prefill_seconds = seconds_between(j.started, j.prefilled);
+  if (j.req.document) {  // stored, not shipped: settle ends it without a commit
+    s.status = store_document(j);
+    drop_sequence(j);
+    s.last = s.status.ok();
+    return;
+  }
   StateBlobOptions so;
   so.include_kv = false;  // the rows went ahead with put_rows
   SequenceState snap;
@@ -430,6 +444,20 @@ void PrefillScheduler::resume_from_cache(Job& j) {
   j.stats.cached_tokens = cp.tokens;
 }
 
+Status PrefillScheduler::store_document(Job& j) {
+  const SequenceState* own = engine_.host_state(j.seq);
+  SequenceState snap;
+  if (!own) {  // a device engine: the state without rows, plus the rows of the host mirror
+    YOCO_RETURN_IF_ERROR(engine_.snapshot(j.seq, snap));
+    snap.k = std::move(j.state.k);
+    snap.v = std::move(j.state.v);
+  }
+  auto rec = cache_->save_document(j.req.tokens, own ? *own : snap, model_.config(), j.req.document_ttl);
+  if (!rec.ok()) return Status(StatusCode::kUnavailable, "KV store: " + rec.status().message());
+  j.document = std::move(rec).value();
+  return Status::Ok();
+}
+
 void PrefillScheduler::write_back(Job& j) {
   const int64_t B = cache_->options().block_tokens;
   const int64_t first = j.stats.cached_tokens / B;  // blocks below this were loaded, not computed
@@ -465,6 +493,13 @@ void PrefillScheduler::settle_locked(std::vector<Slice>& plan, std::vector<Ended
     queued_tokens_ -= s.tokens + s.cached;
     j.settled += s.tokens + s.cached;
     if (!s.last) continue;
+    if (j.req.document) {  // stored: nothing to commit
+      active_.erase(std::find(active_.begin(), active_.end(), s.job));
+      jobs_.erase(j.id);
+      ended.push_back({s.job, Status::Ok()});
+      idle_cv_.notify_all();
+      continue;
+    }
     active_.erase(std::find(active_.begin(), active_.end(), s.job));
     j.phase = Job::Phase::kCommitting;
     to_commit_.push_back(s.job);
@@ -534,14 +569,14 @@ void PrefillScheduler::commit_loop() {
 
 void PrefillScheduler::end(const Ended& e) {
   // Best effort; the receiver drops the reservation and its blocks go back to the pool now.
-  if (!e.job->aborted.exchange(true)) sender_.abort(e.job->req.reservation, e.status.message());
+  if (!e.job->req.document && !e.job->aborted.exchange(true)) sender_.abort(e.job->req.reservation, e.status.message());
   complete(*e.job, e.status);
 }
 
 void PrefillScheduler::complete(Job& j, Status st) {
   PrefillCallback cb = std::move(j.on_done);
   j.on_done = nullptr;
-  if (cb) cb(PrefillOutcome{std::move(st), j.stats});
+  if (cb) cb(PrefillOutcome{std::move(st), j.stats, j.document});
 }
 
 }  // namespace yoco

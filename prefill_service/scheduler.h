@@ -66,6 +66,11 @@ struct PrefillJob {
   // cache the longest one found is loaded instead of computed. Without candidates the
   // longest cached whole-block prefix is looked up (automatic prefix caching).
   std::vector<int64_t> cached_prefix_candidates = {};
+  // A document to store (CacheDocument) instead of a prompt to ship: no reservation, computed
+  // from scratch like any prompt, then saved whole in the KV store with this TTL
+  // (KvCache::save_document). Needs a cache.
+  bool document = false;
+  std::chrono::seconds document_ttl{0};
 };
 
 struct PrefillStats {
@@ -84,8 +89,9 @@ struct PrefillStats {
 };
 
 struct PrefillOutcome {
-  Status status;  // OK: the decode worker admitted the sequence
+  Status status;  // OK: the decode worker admitted the sequence (a document: it is stored)
   PrefillStats stats;
+  DocumentRecord document;  // a document job's stored record
 };
 
 using PrefillCallback = std::function<void(const PrefillOutcome&)>;
@@ -148,6 +154,8 @@ class PrefillScheduler {
   void write_back(Job& j);
   // The job's K/V rows on the host: the CPU engine's own state, else the job's mirror.
   const SequenceState& host_rows(const Job& j) const;
+  // Last slice of a document job: the state with its rows into the KV store.
+  Status store_document(Job& j);
   // Compute thread: frees the job's engine sequence (if it has one).
   void drop_sequence(Job& j);
   struct Slice {
