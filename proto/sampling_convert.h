@@ -5,7 +5,7 @@
 #include <random>
 
 #include "common/status.h"
-#include "model/sampler.h"
+#include "common/sampling_params.h"
 #include "yoco/v1/yoco.pb.h"
 
 namespace yoco {

@@ -156,9 +156,11 @@ class Launcher:
             return None
         return dict(need)
 
-    def common_args(self, listen):
+    def common_args(self, listen, threads=True):
+        """Flags every process takes; the router computes nothing, so it gets no --threads."""
         o = self.opts
-        return ["--listen", listen, "--metrics-listen", "127.0.0.1:0", "--model", o.model, "--threads", str(o.threads)]
+        args = ["--listen", listen, "--metrics-listen", "127.0.0.1:0", "--model", o.model]
+        return args + ["--threads", str(o.threads)] if threads else args
 
     def env(self):
         env = dict(os.environ)
@@ -216,7 +218,7 @@ class Launcher:
         if not self.launch(prefill, deadline):
             return False
         if not o.no_router:
-            args = self.common_args(o.router_listen)
+            args = self.common_args(o.router_listen, threads=False)
             if prefill:
                 args += ["--prefill", ",".join(c.describe()["grpc"] for c in prefill)]
             if decode:

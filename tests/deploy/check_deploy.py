@@ -385,9 +385,9 @@ def check_containers(pods):
                 errors.append("%s: terminationGracePeriodSeconds %d does not cover --drain-seconds %d" % (w, grace, drain))
             threads = c.values.get("threads")
             cpu = str(((res.get("limits") or {}).get("cpu")) or "")
-            if threads is None:
+            if threads is None and "threads" in c.binary.flags:  # the router computes nothing: no --threads
                 errors.append("%s: no threads setting: the binary would use every core of the node" % w)
-            elif cpu:
+            elif threads is not None and cpu:
                 limit = float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
                 if int(threads) > max(1, int(limit + 0.999)):
                     errors.append("%s: threads %s exceeds its CPU limit %s" % (w, threads, cpu))

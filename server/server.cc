@@ -1,0 +1,87 @@
+#include "server/server.h"
+
+#include "server/call.h"  // compiled here once so the header stays self-contained
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <thread>
+
+namespace yoco {
+
+ServerOptions server_options(ServerFlags& flags) {
+  ServerOptions o;
+  o.program = flags.program();
+  o.listen = flags.str("listen", o.listen);
+  flags.listen_address("listen");  // checked here; gRPC takes the string as given
+  o.metrics_listen = flags.listen_address("metrics-listen");
+  if (flags.has("port-file") && flags.str("port-file").empty()) flags.fail("--port-file: empty path");
+  o.port_file = flags.str("port-file");
+  o.drain = std::chrono::seconds(flags.int_in("drain-seconds", 30, 0, 24 * 3600));
+  return o;
+}
+
+Server::~Server() {
+  if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now());
+  if (http_) http_->stop();
+}
+
+Result<std::unique_ptr<Server>> Server::start(const ServerOptions& options, std::vector<grpc::Service*> services,
+                                              MetricsRegistry& registry, std::function<void()> refresh,
+                                              Json::Object port_fields) {
+  std::unique_ptr<Server> s(new Server());
+  s->opt_ = options;
+  auto http = HttpServer::start(options.metrics_listen.host, static_cast<uint16_t>(options.metrics_listen.port),
+                                {{"/metrics", [&registry, refresh] {
+                                    if (refresh) refresh();
+                                    return HttpResponse{200, kPrometheusContentType, registry.expose()};
+                                  }}});
+  if (!http.ok()) return Status(StatusCode::kUnavailable, "--metrics-listen: " + http.status().message());
+  s->http_ = std::move(http).value();
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->grpc_port_);
+  for (grpc::Service* svc : services) builder.RegisterService(svc);
+  s->grpc_ = builder.BuildAndStart();
+  if (!s->grpc_ || s->grpc_port_ == 0) return Status(StatusCode::kUnavailable, "--listen: cannot listen on " + options.listen);
+  s->grpc_->GetHealthCheckService()->SetServingStatus(true);
+
+  if (!options.port_file.empty()) {
+    port_fields["grpc_port"] = Json(s->grpc_port_);
+    port_fields["metrics_port"] = Json(s->metrics_port());
+    if (Status st = write_port_file(options.port_file, Json(std::move(port_fields))); !st.ok()) return st;
+  }
+  return s;
+}
+
+int Server::metrics_port() const { return http_ ? http_->port() : 0; }
+
+void Server::log_serving(const LogFields& extra) const {
+  LogFields f;
+  f.kv("grpc_port", grpc_port_).kv("metrics_port", metrics_port());
+  const std::string tail = extra.str().empty() ? f.str() : f.str() + " " + extra.str();
+  log_line(LogLevel::kInfo, opt_.program + " serving", tail);
+}
+
+void Server::wait_and_drain(const DrainSteps& steps) {
+  wait_for_shutdown_signal();
+  drain(steps);
+}
+
+void Server::drain(const DrainSteps& steps) {
+  YOCO_LOG(LogLevel::kInfo, "draining", LogFields().kv("drain_seconds", opt_.drain.count()));
+  grpc_->GetHealthCheckService()->SetServingStatus(false);  // load balancers stop sending at once
+  if (steps.refuse) steps.refuse();
+  if (steps.finish) steps.finish(std::chrono::steady_clock::now() + opt_.drain);
+  grpc_->Shutdown(std::chrono::system_clock::now() + opt_.shutdown_grace);
+  http_->stop();
+  YOCO_LOG(LogLevel::kInfo, "stopped", LogFields());
+}
+
+void wait_until_idle(const std::function<bool()>& idle, std::chrono::steady_clock::time_point until) {
+  while (!idle() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+}  // namespace yoco
