@@ -307,80 +307,92 @@ std::vector<PrefillScheduler::Slice> PrefillScheduler::plan_locked() {
 void PrefillScheduler::run_slice(Slice& s) {
   Job& j = *s.job;
   if (j.cancel_requested) return;  // settle ends it
-  const ReservationDescriptor& d = j.req.reservation;
   const auto t0 = Clock::now();
-  const int64_t kv_dim = model_.config().kv_dim();
-  if (j.computed == 0 && !j.stats.started) {
-    j.state = model_.new_sequence();
-    j.started = t0;
-    j.stats.started = true;
-    j.stats.queue_seconds = seconds_between(j.submitted, t0);
-    if (cache_ && !j.req.document) resume_from_cache(j);
-    auto seq = engine_.adopt(j.state);
-    if (!seq.ok()) {
-      s.status = seq.status();
-      return;
-    }
-    j.seq = *seq;
-    if (j.computed > 0) {
-      // The cached rows go out first, as one transfer of whole runs.
-      s.cached = j.computed;
-      const SequenceState& rows = host_rows(j);
-      s.status = sender_.put_rows(d, 0, static_cast<int>(j.computed), rows.k.data(), rows.v.data());
-      if (!s.status.ok()) {
-        j.stats.transfer_failed = true;
-        return;
-      }
-      s.tokens = static_cast<int>(std::min<int64_t>(s.tokens, j.size() - j.computed));
-    }
+  if (j.computed == 0 && !j.stats.started && !start_job(s, t0)) return;
+  if (s.tokens > 0 && !compute_slice(s, t0)) return;
+  if (j.computed < j.size()) return;
+  finish_job(s);
+}
+
+bool PrefillScheduler::start_job(Slice& s, Clock::time_point t0) {
+  Job& j = *s.job;
+  j.state = model_.new_sequence();
+  j.started = t0;
+  j.stats.started = true;
+  j.stats.queue_seconds = seconds_between(j.submitted, t0);
+  if (cache_ && !j.req.document) resume_from_cache(j);
+  auto seq = engine_.adopt(j.state);
+  if (!seq.ok()) {
+    s.status = seq.status();
+    return false;
   }
-  // With prompt caching, a slice that would cross the prompt's last whole block stops there,
-  // so the state at that boundary can be snapshotted for later prompts sharing the prefix.
-  const bool write_prompt = cache_ && write_prompts_ && !j.req.document;
-  const int64_t B = cache_ ? cache_->options().block_tokens : 0;
-  const int64_t boundary = B > 0 ? j.size() / B * B : 0;
-  if (write_prompt && boundary > j.computed && j.computed + s.tokens > boundary)
-    s.tokens = static_cast<int>(boundary - j.computed);
-  if (s.tokens > 0) {
-    const PrefillOptions opt{limits_.chunk_tokens, limits_.retention_chunk};
-    s.status = engine_.prefill(j.seq, std::span<const int32_t>(j.req.tokens).subspan(j.computed, s.tokens), opt);
-    if (!s.status.ok()) return;
-    if (!engine_.host_state(j.seq)) {  // a device engine: this slice's rows into the host mirror
-      j.state.k.resize(static_cast<size_t>(j.computed + s.tokens) * kv_dim);
-      j.state.v.resize(j.state.k.size());
-      s.status = engine_.read_rows(j.seq, j.computed, s.tokens, j.state.k.data() + j.computed * kv_dim,
-                                   j.state.v.data() + j.computed * kv_dim);
-      if (!s.status.ok()) return;
-    }
-    if (limits_.inject_slice_delay.count() > 0) std::this_thread::sleep_until(t0 + limits_.inject_slice_delay);
-    s.computed = true;
-    // Staged by the sender: these rows travel while the next slice computes.
+  j.seq = *seq;
+  if (j.computed > 0) {
+    // The cached rows go out first, as one transfer of whole runs.
+    s.cached = j.computed;
     const SequenceState& rows = host_rows(j);
-    if (!j.req.document)
-      s.status = sender_.put_rows(d, j.computed, s.tokens, rows.k.data() + j.computed * kv_dim,
-                                  rows.v.data() + j.computed * kv_dim);
+    s.status = sender_.put_rows(j.req.reservation, 0, static_cast<int>(j.computed), rows.k.data(), rows.v.data());
     if (!s.status.ok()) {
       j.stats.transfer_failed = true;
-      return;
+      return false;
     }
-    j.stats.chunks.push_back(s.tokens);
-    j.computed += s.tokens;
-    if (write_prompt && j.computed == boundary && boundary > j.stats.cached_tokens) {
-      // The state at the last whole block, without rows (they go in blocks): best effort.
-      StateBlobOptions so;
-      so.include_kv = false;
-      SequenceState snap;
-      if (engine_.snapshot(j.seq, snap).ok()) {
-        const auto blob = serialize_state(snap, model_.config(), model_.fingerprint(), so);
-        (void)cache_->put_state(state_key_for(std::span<const int32_t>(j.req.tokens).first(boundary), static_cast<int>(B),
-                                            model_.fingerprint()),
-                                blob, std::chrono::seconds(0));
-      }
+    s.tokens = static_cast<int>(std::min<int64_t>(s.tokens, j.size() - j.computed));
+  }
+  return true;
+}
+
+bool PrefillScheduler::writes_prompt(const Job& j) const { return cache_ && write_prompts_ && !j.req.document; }
+
+bool PrefillScheduler::compute_slice(Slice& s, Clock::time_point t0) {
+  Job& j = *s.job;
+  const int64_t kv_dim = model_.config().kv_dim();
+  // With prompt caching, a slice that would cross the prompt's last whole block stops there,
+  // so the state at that boundary can be snapshotted for later prompts sharing the prefix.
+  const int64_t B = cache_ ? cache_->options().block_tokens : 0;
+  const int64_t boundary = B > 0 ? j.size() / B * B : 0;
+  if (writes_prompt(j) && boundary > j.computed && j.computed + s.tokens > boundary)
+    s.tokens = static_cast<int>(boundary - j.computed);
+  const PrefillOptions opt{limits_.chunk_tokens, limits_.retention_chunk};
+  s.status = engine_.prefill(j.seq, std::span<const int32_t>(j.req.tokens).subspan(j.computed, s.tokens), opt);
+  if (!s.status.ok()) return false;
+  if (!engine_.host_state(j.seq)) {  // a device engine: this slice's rows into the host mirror
+    j.state.k.resize(static_cast<size_t>(j.computed + s.tokens) * kv_dim);
+    j.state.v.resize(j.state.k.size());
+    s.status = engine_.read_rows(j.seq, j.computed, s.tokens, j.state.k.data() + j.computed * kv_dim,
+                                 j.state.v.data() + j.computed * kv_dim);
+    if (!s.status.ok()) return false;
+  }
+  if (limits_.inject_slice_delay.count() > 0) std::this_thread::sleep_until(t0 + limits_.inject_slice_delay);
+  s.computed = true;
+  // Staged by the sender: these rows travel while the next slice computes.
+  const SequenceState& rows = host_rows(j);
+  if (!j.req.document)
+    s.status = sender_.put_rows(j.req.reservation, j.computed, s.tokens, rows.k.data() + j.computed * kv_dim,
+                                rows.v.data() + j.computed * kv_dim);
+  if (!s.status.ok()) {
+    j.stats.transfer_failed = true;
+    return false;
+  }
+  j.stats.chunks.push_back(s.tokens);
+  j.computed += s.tokens;
+  if (writes_prompt(j) && j.computed == boundary && boundary > j.stats.cached_tokens) {
+    // The state at the last whole block, without rows (they go in blocks): best effort.
+    StateBlobOptions so;
+    so.include_kv = false;
+    SequenceState snap;
+    if (engine_.snapshot(j.seq, snap).ok()) {
+      const auto blob = serialize_state(snap, model_.config(), model_.fingerprint(), so);
+      (void)cache_->put_state(state_key_for(std::span<const int32_t>(j.req.tokens).first(boundary), static_cast<int>(B),
+                                          model_.fingerprint()),
+                              blob, std::chrono::seconds(0));
     }
   }
-  if (j.computed < j.size()) return;
+  return true;
+}
 
-  if (write_prompt) write_back(j);
+void PrefillScheduler::finish_job(Slice& s) {
+  Job& j = *s.job;
+  if (writes_prompt(j)) write_back(j);
   j.prefilled = Clock::now();
   j.stats.prefill_seconds = seconds_between(j.started, j.prefilled);
   if (j.req.document) {  // stored, not shipped: settle ends it without a commit
@@ -396,10 +408,10 @@ void PrefillScheduler::run_slice(Slice& s) {
   if (!s.status.ok()) return;
   const std::vector<uint8_t> blob = serialize_state(snap, model_.config(), model_.fingerprint(), so);
   j.stats.rows = j.size();
-  j.stats.bytes = j.size() * kv_dim * 4 * 2 + static_cast<int64_t>(blob.size());
+  j.stats.bytes = j.size() * model_.config().kv_dim() * 4 * 2 + static_cast<int64_t>(blob.size());
   // The rows are staged in the sender: a job waiting for its acknowledgement keeps nothing.
   drop_sequence(j);
-  s.status = sender_.put_state(d, blob);
+  s.status = sender_.put_state(j.req.reservation, blob);
   if (!s.status.ok()) {
     j.stats.transfer_failed = true;
     return;

@@ -177,7 +177,13 @@ class PrefillScheduler {
   // Removes cancelled, expired and lease-expired jobs from waiting_ and active_ (lock held).
   void sweep_locked(std::vector<Ended>& ended);
   std::vector<Slice> plan_locked();
+  // One slice of a job: its first one starts it (cache, engine sequence), each computes and
+  // ships its rows, the last one ships the state (or stores a document).
   void run_slice(Slice& s);
+  bool start_job(Slice& s, TransferClock::time_point t0);  // false: s.status says why
+  bool compute_slice(Slice& s, TransferClock::time_point t0);
+  void finish_job(Slice& s);
+  bool writes_prompt(const Job& j) const;  // automatic prefix caching applies to this job
   void settle_locked(std::vector<Slice>& plan, std::vector<Ended>& ended);
   void record_throughput(int64_t tokens, double busy_seconds);
   // Aborts the reservation (best effort) and completes the job: outside the lock.
