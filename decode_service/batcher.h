@@ -121,7 +121,14 @@ class ContinuousBatcher {
   };
   using SeqPtr = std::unique_ptr<Seq>;
 
+  // The batcher thread: each turn sweeps cancelled and expired requests, admits waiting ones,
+  // makes room for one more row per running sequence (preempting the newest), and steps.
   void loop();
+  enum class Sweep { kGoOn, kExit };
+  Sweep sweep();
+  void admit_waiting();
+  std::vector<Seq*> make_room();
+  void step(const std::vector<Seq*>& batch, std::vector<float>& logits);
   bool admit(Seq& s);                 // false: the pool is short (stays waiting)
   void finish(SeqPtr s, std::string reason, Status status);
   void preempt_newest();
