@@ -1,8 +1,10 @@
 // yoco-router: the cluster's front door. Serves the public yoco.v1 API, finds prefill and
 // decode workers (static lists or DNS names of Kubernetes headless Services), checks their
-// health and load, and drives every request through them (router/service.h).
+// health and load, learns the model from the decode workers (DecodeWorker.Describe), and drives
+// every request through them (router/service.h). With no --prefill it runs colocated: decode
+// workers prefill locally.
 #include "common/log.h"
-#include "model/config.h"
+#include "router/core.h"
 #include "router/service.h"
 #include "router/workers.h"
 #include "server/server.h"
@@ -32,8 +34,11 @@ WorkerGroupOptions read_worker_options(ServerFlags& f) {
   return o;
 }
 
-std::vector<Target> read_targets(ServerFlags& f, const std::string& name) {
-  auto t = parse_targets(f.required(name, "host:port,... or dns:name:port"));
+// host:port,... or dns:name:port; an absent (or empty) optional list is no workers.
+std::vector<Target> read_targets(ServerFlags& f, const std::string& name, bool required) {
+  const std::string value = required ? f.required(name, "host:port,... or dns:name:port") : f.str(name);
+  if (value.empty()) return {};
+  auto t = parse_targets(value);
   if (!t.ok()) f.fail("--" + name + ": " + t.status().message());
   return t.ok() ? std::move(t).value() : std::vector<Target>{};
 }
@@ -43,37 +48,38 @@ int run(int argc, char** argv) {
                 {"model", "prefill", "decode", "max-in-flight", "max-queued-tokens", "prefill-attempts", "migrations",
                  "lease-ms", "health-interval-ms", "dns-refresh-seconds", "affinity-tokens", "affinity-max-extra-tokens"});
   const ServerOptions so = server_options(f);
-  const std::string model_dir = f.required("model", "a model directory: params.json and the tokenizer");
-  const std::vector<Target> ptargets = read_targets(f, "prefill");
-  const std::vector<Target> dtargets = read_targets(f, "decode");
+  const std::string model_dir = f.required("model", "a model directory: the router reads its tokenizer");
+  const std::vector<Target> ptargets = read_targets(f, "prefill", /*required=*/false);
+  const std::vector<Target> dtargets = read_targets(f, "decode", /*required=*/true);
   const RouterLimits lim = read_limits(f);
   const WorkerGroupOptions wopt = read_worker_options(f);
   if (!f.ok()) return f.usage_error();
-  auto config = load_model_config(model_dir + "/params.json");
-  if (!config.ok()) return exit_with(kProgram, "--model: " + config.status().message(), 2);
-  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<Tokenizer> tok;  // optional: without one, requests carry token ids
   if (auto t = Tokenizer::load(model_dir); t.ok()) tok = std::move(t).value();
   install_shutdown_signal_handlers();
 
   WorkerGroup prefill(WorkerRole::kPrefill, ptargets, wopt);
   WorkerGroup decode(WorkerRole::kDecode, dtargets, wopt);
+  ModelInfoCache model(decode);
+  decode.set_on_poll([&] { model.refresh(); });  // the first poll (in start) describes the model
   prefill.start();
   decode.start();
 
   MetricsRegistry registry;
   RouterMetrics metrics(registry);
-  RouterService service(config.value(), tok.get(), prefill, decode, lim, metrics);
+  RouterCore core(tok.get(), prefill, decode, model, lim, metrics, /*colocated=*/ptargets.empty());
+  RouterService service(core);
   auto server = Server::start(so, {&service}, registry, [&] {
-    metrics.healthy_workers.with({"prefill"}).set(prefill.healthy_count());
-    metrics.healthy_workers.with({"decode"}).set(decode.healthy_count());
+    metrics.set_healthy_workers("prefill", prefill.healthy_count());
+    metrics.set_healthy_workers("decode", decode.healthy_count());
   });
   if (!server.ok()) return exit_with(kProgram, server.status().message(), 1);
-  (*server)->log_serving(
-      LogFields().kv("prefill_healthy", prefill.healthy_count()).kv("decode_healthy", decode.healthy_count()));
+  (*server)->log_serving(LogFields().kv("prefill_healthy", prefill.healthy_count())
+                             .kv("decode_healthy", decode.healthy_count()).kv("colocated", ptargets.empty()));
 
   // In-flight streams finish; new requests are refused (the router has no queue of its own).
-  (*server)->wait_and_drain({.refuse = [&] { service.set_serving(false); },
-                             .finish = [&](auto until) { wait_until_idle([&] { return service.in_flight() == 0; }, until); }});
+  (*server)->wait_and_drain({.refuse = [&] { core.set_serving(false); },
+                             .finish = [&](auto until) { wait_until_idle([&] { return core.in_flight() == 0; }, until); }});
   prefill.stop();
   decode.stop();
   return 0;

@@ -83,7 +83,7 @@ void WorkerGroup::poll_all() {
     }
     fresh[a] = std::move(w);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   for (auto& [a, w] : fresh) {
     auto old = workers_.find(a);
     if (old != workers_.end() && old->second.snap.healthy != w.snap.healthy)
@@ -93,6 +93,8 @@ void WorkerGroup::poll_all() {
   workers_ = std::move(fresh);
   for (auto it = channels_.begin(); it != channels_.end();)  // forget workers discovery dropped
     it = workers_.count(it->first) ? std::next(it) : channels_.erase(it);
+  lock.unlock();
+  if (on_poll_) on_poll_();
 }
 
 std::vector<WorkerSnapshot> WorkerGroup::snapshot() const {

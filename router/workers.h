@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,8 @@ class WorkerGroup {
   ~WorkerGroup();
 
   void start();  // first discovery + poll happen before start returns
+  // Runs after every poll (outside the group's lock); set before start().
+  void set_on_poll(std::function<void()> hook) { on_poll_ = std::move(hook); }
   void stop();
 
   // Snapshots of every known worker, with local adjustments for work sent since the last poll.
@@ -68,6 +71,7 @@ class WorkerGroup {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::thread thread_;
+  std::function<void()> on_poll_;
 };
 
 }  // namespace yoco

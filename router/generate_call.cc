@@ -1,0 +1,371 @@
+#include "router/generate_call.h"
+
+#include <algorithm>
+
+#include "common/checksum.h"
+#include "common/log.h"
+#include "proto/grpc_util.h"
+#include "proto/sampling_convert.h"
+#include "router/call_util.h"
+#include "router/documents.h"
+
+namespace yoco {
+
+GenerateCall::GenerateCall(RouterCore& core, grpc::ServerContext* ctx, const v1::GenerateRequest& req,
+                           grpc::ServerWriter<v1::GenerateResponse>* writer)
+    : core_(core), ctx_(ctx), req_(req), writer_(writer), tok_(core.tokenizer()) {}
+
+GenerateCall::~GenerateCall() {
+  if (!admitted_) return;
+  core_.release(static_cast<int64_t>(prompt_.size()));
+  core_.metrics().observe_released(/*still_waiting=*/!first_token_);
+}
+
+grpc::Status GenerateCall::run() {
+  if (!core_.serving()) return {grpc::StatusCode::UNAVAILABLE, "router is draining"};
+  if (grpc::Status st = validate(); !st.ok()) return st;
+  if (grpc::Status st = admit(); !st.ok()) return st;
+  prepare_stream();
+  while (true) {
+    Step s = attempt();
+    if (s.kind == Step::kEnd) return s.status;
+  }
+}
+
+// ---- validate: everything before anything is reserved; errors name the field ----
+
+grpc::Status GenerateCall::validate() {
+  auto model = core_.model();
+  if (!model.ok()) return to_grpc(model.status());
+  if (grpc::Status st = validate_prompt(**model); !st.ok()) return st;
+  if (grpc::Status st = resolve_documents(); !st.ok()) return st;
+  return validate_options(**model);
+}
+
+grpc::Status GenerateCall::validate_prompt(const v1::ModelInfo& model) {
+  if (req_.prompt_case() == v1::GenerateRequest::kText) {
+    if (!tok_) return {grpc::StatusCode::FAILED_PRECONDITION, "prompt.text: the router has no tokenizer; send tokens"};
+    prompt_ = tok_->encode(req_.text(), false, tok_->add_bos_token());
+  } else {
+    prompt_.assign(req_.tokens().ids().begin(), req_.tokens().ids().end());
+  }
+  if (prompt_.empty()) return invalid("prompt: empty (give text or at least one token id)");
+  return check_token_ids(prompt_, model.vocab_size(), "prompt.tokens");
+}
+
+// Cached documents go first, in order; their ends are where a prefill worker may resume from the
+// KV store instead of computing (docs/design.md, generate with documents).
+grpc::Status GenerateCall::resolve_documents() {
+  if (req_.document_ids_size() == 0) return grpc::Status::OK;
+  if (req_.document_ids_size() > 64) return invalid("document_ids: at most 64 documents");
+  std::vector<int32_t> full;
+  for (int i = 0; i < req_.document_ids_size(); ++i) {
+    internal::v1::DocumentRecord rec;
+    grpc::Status st = fetch_document(core_, ctx_, req_.document_ids(i), &rec);
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND)
+      return {grpc::StatusCode::NOT_FOUND,
+              "document_ids[" + std::to_string(i) + "]: unknown document \"" + req_.document_ids(i) + "\""};
+    if (!st.ok()) return st;
+    full.insert(full.end(), rec.tokens().begin(), rec.tokens().end());
+    cached_candidates_.push_back(static_cast<int64_t>(full.size()));
+  }
+  full.insert(full.end(), prompt_.begin(), prompt_.end());
+  prompt_ = std::move(full);
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerateCall::validate_options(const v1::ModelInfo& model) {
+  const RouterLimits& lim = core_.limits();
+  max_tokens_ = req_.max_tokens() == 0 ? 16 : req_.max_tokens();
+  if (static_cast<int64_t>(prompt_.size()) + max_tokens_ > model.max_seq_len())
+    return invalid("max_tokens: prompt (" + std::to_string(prompt_.size()) + " tokens) + max_tokens (" +
+                   std::to_string(max_tokens_) + ") exceeds the model's max_seq_len " + std::to_string(model.max_seq_len()));
+  if (auto sampling = sampling_from_proto(req_.sampling()); !sampling.ok()) return invalid(sampling.status().message());
+  if (req_.stop_size() > lim.max_stop_strings)
+    return invalid("stop: at most " + std::to_string(lim.max_stop_strings) + " stop strings");
+  for (int i = 0; i < req_.stop_size(); ++i) {
+    if (req_.stop(i).empty()) return invalid("stop[" + std::to_string(i) + "]: empty");
+    if (req_.stop(i).size() > 256) return invalid("stop[" + std::to_string(i) + "]: longer than 256 bytes");
+  }
+  if (req_.stop_size() > 0 && !tok_) return invalid("stop: stop strings need the router's tokenizer");
+  const std::vector<int32_t> stop_ids(req_.stop_token_ids().begin(), req_.stop_token_ids().end());
+  if (grpc::Status st = check_token_ids(stop_ids, model.vocab_size(), "stop_token_ids"); !st.ok()) return st;
+  if (req_.logprobs() > static_cast<uint32_t>(lim.max_logprobs))
+    return invalid("logprobs: at most " + std::to_string(lim.max_logprobs));
+  return grpc::Status::OK;
+}
+
+// ---- admit: the request holds a place from here until the destructor ----
+
+grpc::Status GenerateCall::admit() {
+  sampling_ = req_.sampling();
+  if (!sampling_.has_seed()) sampling_.set_seed(core_.next_seed());
+  request_id_ = req_.request_id().empty() ? "req-" + hex64(core_.next_seed()) : req_.request_id();
+  if (Status a = core_.try_admit(static_cast<int64_t>(prompt_.size())); !a.ok())
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED, a.message()};
+  admitted_ = true;
+  core_.metrics().observe_admitted(static_cast<int64_t>(prompt_.size()));
+  return grpc::Status::OK;
+}
+
+void GenerateCall::prepare_stream() {
+  // The prompt's first tokens pick its preferred prefill worker (KV store memory tier warm).
+  prefix_hash_ = core_.prefix_hash(prompt_);
+  stop_ids_.assign(req_.stop_token_ids().begin(), req_.stop_token_ids().end());
+  eos_ = tok_ ? tok_->eos_id() : std::nullopt;
+  if (eos_ && !req_.ignore_eos()) stop_ids_.push_back(*eos_);
+  stops_ = std::make_unique<StopStringMatcher>(std::vector<std::string>(req_.stop().begin(), req_.stop().end()));
+  if (tok_) text_ = std::make_unique<StreamDecoder>(*tok_, /*skip_special=*/true);
+}
+
+std::optional<grpc::Status> GenerateCall::client_end() const { return yoco::client_end(ctx_); }
+
+// ---- attempt: one decode worker (and one prefill worker), until the stream ends or moves ----
+
+GenerateCall::Step GenerateCall::attempt() {
+  if (auto end = client_end()) return Step::end(*end);
+  if (static_cast<int64_t>(generated_.size()) >= max_tokens_) return finish("length");
+  DecodePick pick;
+  if (Step s = pick_decode(&pick); s.kind != Step::kNext) return s;
+  WorkerGroup& decode = core_.decode();
+  decode.add_pending(pick.address, pick.blocks);
+  struct Pending {  // released when this attempt ends, whatever way
+    WorkerGroup& g;
+    const DecodePick& p;
+    ~Pending() { g.add_pending(p.address, -p.blocks); }
+  } pending{decode, pick};
+
+  DecodeStream stream = open_decode(pick);
+  if (!core_.colocated()) {
+    internal::v1::DecodeEvent ev;
+    if (!stream.reader->Read(&ev) || ev.kind_case() != internal::v1::DecodeEvent::kReservation) {
+      const grpc::Status st = stream.reader->Finish();
+      return decode_failed(pick.address, st.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "no reservation") : st);
+    }
+    if (Step s = prefill(pick, ev.reservation().transfer_descriptor(), stream); s.kind != Step::kNext) return s;
+  }
+  return relay(stream, pick.address);
+}
+
+// A decode worker that reserves blocks for everything the state will cover.
+GenerateCall::Step GenerateCall::pick_decode(DecodePick* pick) {
+  const int64_t rows_needed = static_cast<int64_t>(prompt_.size()) + max_tokens_;
+  auto snap = core_.decode_snapshot();
+  auto choose = [&](const std::vector<std::string>& ex) { return yoco::pick_decode(snap, rows_needed, ex); };
+  auto di = pick_excluding(bad_decode_, choose);
+  if (!di) {  // the load reports may predate requests that just finished: ask again once
+    core_.decode().refresh_now();
+    snap = core_.decode_snapshot();
+    di = pick_excluding(bad_decode_, choose);
+  }
+  if (!di) {
+    if (core_.decode().healthy_count() > 0)
+      return Step::end({grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "no decode worker has KV room for " + std::to_string(rows_needed) + " rows"});
+    return Step::end({grpc::StatusCode::UNAVAILABLE,
+                      "no healthy decode worker" + (last_error_.empty() ? "" : " (last error: " + last_error_ + ")")});
+  }
+  const int64_t block_rows = std::max<int64_t>(1, snap[*di].kv_block_rows);
+  *pick = {snap[*di].address, snap[*di].fingerprint, (rows_needed + block_rows - 1) / block_rows};
+  return Step::next();
+}
+
+GenerateCall::DecodeStream GenerateCall::open_decode(const DecodePick& pick) {
+  internal::v1::DecodeRequest dreq;
+  dreq.set_request_id(request_id_);
+  dreq.mutable_prompt()->Add(prompt_.begin(), prompt_.end());
+  dreq.mutable_generated()->Add(generated_.begin(), generated_.end());
+  *dreq.mutable_sampling() = sampling_;
+  dreq.set_max_tokens(static_cast<uint32_t>(max_tokens_));
+  dreq.mutable_stop_token_ids()->Add(stop_ids_.begin(), stop_ids_.end());
+  dreq.set_logprobs(req_.logprobs());
+  dreq.set_lease_ms(core_.limits().lease_ms);
+  dreq.set_priority(req_.priority());
+  dreq.set_local_prefill(core_.colocated());  // no prefill workers: the decode worker prefills itself
+  DecodeStream s;
+  s.ctx = grpc::ClientContext::FromServerContext(*ctx_);
+  s.reader = internal::v1::DecodeWorker::NewStub(core_.decode().channel(pick.address))->Decode(s.ctx.get(), dreq);
+  return s;
+}
+
+void GenerateCall::DecodeStream::cancel_and_drain() {
+  ctx->TryCancel();
+  internal::v1::DecodeEvent ev;
+  while (reader->Read(&ev)) {
+  }
+  reader->Finish();
+}
+
+// A prefill worker of the same model fills the reservation over UCX and returns once the decode
+// worker admitted the sequence; a failure is retried on another prefill worker.
+GenerateCall::Step GenerateCall::prefill(const DecodePick& pick, const std::string& reservation, DecodeStream& stream) {
+  auto snap = core_.prefill().snapshot();
+  for (auto& w : snap)  // never pair workers of different models (llm-d #2433)
+    if (!pick.fingerprint.empty() && w.fingerprint != pick.fingerprint) w.healthy = false;
+  auto choose = [&](const std::vector<std::string>& ex) { return core_.pick_prefill(snap, prefix_hash_, ex); };
+  const auto pi = pick_excluding(bad_prefill_, choose);
+  if (!pi) {
+    stream.ctx->TryCancel();
+    stream.reader->Finish();
+    return Step::end({grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker for model " + pick.fingerprint +
+                                                         (last_error_.empty() ? "" : " (last error: " + last_error_ + ")")});
+  }
+  const std::string paddr = snap[*pi].address;
+  internal::v1::PrefillRequest preq;
+  preq.set_request_id(request_id_);
+  preq.mutable_tokens()->Add(prompt_.begin(), prompt_.end());
+  preq.mutable_tokens()->Add(generated_.begin(), generated_.end());
+  preq.set_reservation(reservation);
+  preq.set_priority(req_.priority());
+  preq.mutable_cached_prefix_candidates()->Add(cached_candidates_.begin(), cached_candidates_.end());
+  const int64_t rows = static_cast<int64_t>(prompt_.size() + generated_.size());
+  internal::v1::PrefillResponse presp;
+  core_.prefill().add_pending(paddr, rows);
+  grpc::Status pst;
+  {
+    std::unique_ptr<grpc::ClientContext> pctx = grpc::ClientContext::FromServerContext(*ctx_);
+    pst = internal::v1::PrefillWorker::NewStub(core_.prefill().channel(paddr))->Prefill(pctx.get(), preq, &presp);
+  }
+  core_.prefill().add_pending(paddr, -rows);
+  if (!pst.ok()) {
+    stream.cancel_and_drain();
+    return prefill_failed(paddr, pst);
+  }
+  if (generated_.empty()) {  // the first prefill's timings are the request's
+    timings_.set_queue_seconds(presp.queue_seconds());
+    timings_.set_prefill_seconds(presp.prefill_seconds());
+    timings_.set_transfer_seconds(presp.transfer_seconds());
+    cached_tokens_ = presp.cached_tokens();
+    core_.metrics().observe_prefill(presp);
+  }
+  return Step::next();
+}
+
+GenerateCall::Step GenerateCall::prefill_failed(const std::string& address, const grpc::Status& st) {
+  if (auto end = client_end()) return Step::end(*end);
+  if (st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) return Step::end(st);
+  last_error_ = "prefill " + address + ": " + st.error_message();
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) core_.prefill().mark_failed(address);
+  bad_prefill_.push_back(address);
+  core_.metrics().observe_retry("prefill");
+  YOCO_LOG(LogLevel::kWarn, "prefill failed; retrying",
+           LogFields().kv("request_id", request_id_).kv("worker", address).kv("error", st.error_message()));
+  if (++prefill_failures_ >= core_.limits().prefill_attempts)
+    return Step::end({grpc::StatusCode::UNAVAILABLE,
+                      "prefill failed on " + std::to_string(prefill_failures_) + " attempts; " + last_error_});
+  return Step::retry();
+}
+
+// ---- relay: the decode worker's tokens to the client ----
+
+GenerateCall::Step GenerateCall::relay(DecodeStream& stream, const std::string& address) {
+  internal::v1::DecodeEvent ev;
+  bool finished = false;
+  std::string reason;
+  while (stream.reader->Read(&ev)) {
+    if (ev.kind_case() == internal::v1::DecodeEvent::kFinished) {
+      finished = true;
+      reason = ev.finished().reason();
+      // Colocated: no prefill worker reported a queue time; the decode worker's is the request's.
+      if (core_.colocated() && migrations_ == 0)
+        timings_.set_queue_seconds(ev.finished().queue_seconds());
+      continue;
+    }
+    if (ev.kind_case() != internal::v1::DecodeEvent::kTokens || stop_hit_ || client_gone_) continue;
+    if (!relay_tokens(ev.tokens())) client_gone_ = true;
+    if (stop_hit_ || client_gone_) stream.ctx->TryCancel();
+  }
+  const grpc::Status st = stream.reader->Finish();
+  if (client_gone_) return Step::end({grpc::StatusCode::CANCELLED, "the client went away"});
+  if (stop_hit_) return finish("stop_string");
+  if (finished && st.ok()) return finish(reason);
+  if (static_cast<int64_t>(generated_.size()) >= max_tokens_) return finish("length");
+  // The decode worker was lost (or failed) mid-stream: continue the same stream elsewhere.
+  return decode_failed(address, st.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended early") : st);
+}
+
+bool GenerateCall::relay_tokens(const internal::v1::Tokens& tokens) {
+  v1::GenerateResponse resp;
+  auto* delta = resp.mutable_delta();
+  const auto& ids = tokens.ids();
+  for (int i = 0; i < ids.size() && !stop_hit_; ++i) {
+    if (static_cast<int64_t>(generated_.size()) >= max_tokens_) break;  // never more than asked
+    generated_.push_back(ids[i]);
+    delta->add_token_ids(ids[i]);
+    if (i < tokens.logprobs_size()) {
+      auto* e = delta->add_logprobs();
+      *e = tokens.logprobs(i);
+      fill_logprob_text(e, ids[i]);
+    }
+    if (text_) *delta->mutable_text() += stops_->push(text_->push(ids[i]));
+    stop_hit_ = stops_->stopped();
+  }
+  const auto now = Clock::now();
+  if (!first_token_) {
+    first_token_ = now;
+    core_.metrics().observe_ttft(std::chrono::duration<double>(now - t0_).count());
+  } else if (delta->token_ids_size() > 0) {
+    core_.metrics().observe_itl(std::chrono::duration<double>(now - *last_token_).count() / delta->token_ids_size());
+  }
+  last_token_ = now;
+  core_.metrics().observe_generated(delta->token_ids_size());
+  return writer_->Write(resp);
+}
+
+void GenerateCall::fill_logprob_text(v1::LogprobEntry* e, int32_t chosen) const {
+  if (!tok_) return;
+  e->mutable_chosen()->set_text(tok_->decode(std::span<const int32_t>(&chosen, 1)));
+  for (auto& t : *e->mutable_top()) {
+    const int32_t id = t.id();
+    t.set_text(tok_->decode(std::span<const int32_t>(&id, 1)));
+  }
+}
+
+// ---- migrate: a decode worker failed; the stream moves to another (prompt + tokens so far) ----
+
+GenerateCall::Step GenerateCall::decode_failed(const std::string& address, const grpc::Status& st) {
+  if (auto end = client_end()) return Step::end(*end);
+  if (final_error(st.error_code())) return Step::end(st);
+  last_error_ = "decode " + address + ": " + st.error_message();
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) core_.decode().mark_failed(address);
+  bad_decode_.push_back(address);
+  core_.metrics().observe_retry("migration");
+  if (++migrations_ > core_.limits().migrations)
+    return Step::end({grpc::StatusCode::UNAVAILABLE, "decode failed " + std::to_string(migrations_) + " times; " + last_error_});
+  YOCO_LOG(LogLevel::kWarn, "moving request to another decode worker",
+           LogFields().kv("request_id", request_id_).kv("from", address).kv("generated", static_cast<int64_t>(generated_.size()))
+               .kv("error", st.error_message()));
+  return Step::retry();
+}
+
+// ---- finish: what the text decoder and the stop matcher still hold, then the final message ----
+
+GenerateCall::Step GenerateCall::finish(const std::string& reason) {
+  v1::GenerateResponse resp;
+  if (text_) {
+    std::string rest = stops_->push(text_->flush());
+    rest += stops_->flush();
+    if (!rest.empty()) {
+      resp.mutable_delta()->set_text(rest);
+      writer_->Write(resp);
+      resp.Clear();
+    }
+  }
+  auto* fin = resp.mutable_final();
+  fin->set_request_id(request_id_);
+  const bool eos_hit = reason == "stop" && eos_ && !generated_.empty() && generated_.back() == *eos_;
+  fin->set_finish_reason(reason == "length" ? v1::FINISH_REASON_LENGTH
+                         : eos_hit          ? v1::FINISH_REASON_EOS
+                                            : v1::FINISH_REASON_STOP);
+  fin->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(prompt_.size()));
+  fin->mutable_usage()->set_cached_tokens(static_cast<uint32_t>(cached_tokens_));
+  fin->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(generated_.size()));
+  *fin->mutable_timings() = timings_;
+  if (first_token_)
+    fin->mutable_timings()->set_first_token_seconds(std::chrono::duration<double>(*first_token_ - t0_).count());
+  fin->mutable_timings()->set_total_seconds(std::chrono::duration<double>(Clock::now() - t0_).count());
+  writer_->Write(resp);
+  return Step::end(grpc::Status::OK);
+}
+
+}  // namespace yoco

@@ -1,0 +1,73 @@
+#include "router/metrics.h"
+
+#include "proto/grpc_util.h"
+
+namespace yoco {
+namespace {
+
+// Keeps each metric name whole in the binary (not folded into inline stores): the deployment
+// check reads the names a binary exports from the binary itself (tests/deploy/check_deploy.py).
+[[gnu::noipa]] std::string name(const char* metric) { return metric; }
+
+}  // namespace
+
+RouterMetrics::RouterMetrics(MetricsRegistry& r)
+    : ttft_(r.histogram(name("yoco_time_to_first_token_seconds"), "Time from request to first streamed token.",
+                        Histogram::latency_buckets())),
+      itl_(r.histogram(name("yoco_inter_token_latency_seconds"), "Time between streamed tokens.", Histogram::latency_buckets())),
+      e2e_(r.histogram(name("yoco_e2e_request_latency_seconds"), "Request latency, first byte in to last out.",
+                       Histogram::latency_buckets())),
+      queue_(r.histogram(name("yoco_request_queue_seconds"), "Time a request waited in a prefill worker's queue.",
+                         Histogram::latency_buckets())),
+      prefill_(r.histogram(name("yoco_prefill_seconds"), "Prefill compute time per request.", Histogram::latency_buckets())),
+      transfer_(r.histogram(name("yoco_kv_transfer_seconds"), "KV transfer time not hidden behind prefill compute.",
+                            Histogram::latency_buckets())),
+      prompt_tokens_(r.counter(name("yoco_prompt_tokens_total"), "Prompt tokens of admitted requests.")),
+      generation_tokens_(r.counter(name("yoco_generation_tokens_total"), "Tokens streamed to clients.")),
+      cached_tokens_(r.counter(name("yoco_cached_prompt_tokens_total"), "Prompt tokens served from the KV store.")),
+      requests_(*r.counter_family(name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"}).value()),
+      retries_(*r.counter_family(name("yoco_router_retries_total"),
+                                 "Prefill retries and decode migrations after a worker failure.", {"kind"})
+                    .value()),
+      running_(r.gauge(name("yoco_requests_running"), "Admitted requests in flight.")),
+      waiting_(r.gauge(name("yoco_requests_waiting"), "Admitted requests that have not streamed a token yet.")),
+      healthy_workers_(*r.gauge_family(name("yoco_router_healthy_workers"), "Workers passing health checks, by role.", {"role"})
+                            .value()) {}
+
+void RouterMetrics::observe_finished(grpc::StatusCode code, double seconds) {
+  requests_.with({grpc_code_label(code)}).inc();
+  e2e_.observe(seconds);
+}
+
+void RouterMetrics::observe_admitted(int64_t prompt_tokens) {
+  running_.inc();
+  waiting_.inc();
+  prompt_tokens_.inc(static_cast<double>(prompt_tokens));
+}
+
+void RouterMetrics::observe_ttft(double seconds) {
+  ttft_.observe(seconds);
+  waiting_.dec();
+}
+
+void RouterMetrics::observe_itl(double seconds_per_token) { itl_.observe(seconds_per_token); }
+
+void RouterMetrics::observe_generated(int64_t tokens) { generation_tokens_.inc(static_cast<double>(tokens)); }
+
+void RouterMetrics::observe_released(bool still_waiting) {
+  running_.dec();
+  if (still_waiting) waiting_.dec();
+}
+
+void RouterMetrics::observe_prefill(const internal::v1::PrefillResponse& p) {
+  cached_tokens_.inc(static_cast<double>(p.cached_tokens()));
+  queue_.observe(p.queue_seconds());
+  prefill_.observe(p.prefill_seconds());
+  transfer_.observe(p.transfer_seconds());
+}
+
+void RouterMetrics::observe_retry(const char* kind) { retries_.with({kind}).inc(); }
+
+void RouterMetrics::set_healthy_workers(const char* role, int n) { healthy_workers_.with({role}).set(n); }
+
+}  // namespace yoco

@@ -1,0 +1,44 @@
+// yoco-router's metrics as one typed object: each event a call reports is a method, so the
+// metric names and their units live here only (docs/design.md, metric names).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/metrics.h"
+#include "yoco/internal/v1/worker.pb.h"
+
+namespace yoco {
+
+class RouterMetrics {
+ public:
+  explicit RouterMetrics(MetricsRegistry& r);
+
+  // A finished public call (every RPC but Tokenize/Detokenize/GetModelInfo): status and latency.
+  void observe_finished(grpc::StatusCode code, double seconds);
+  // A Generate admitted: running and waiting until its first token.
+  void observe_admitted(int64_t prompt_tokens);
+  void observe_ttft(double seconds);           // the first token streamed (leaves waiting)
+  void observe_itl(double seconds_per_token);  // later tokens
+  void observe_generated(int64_t tokens);
+  // The end of an admitted Generate; `still_waiting` when it never streamed a token.
+  void observe_released(bool still_waiting);
+  // A first prefill's timings and the prompt tokens it loaded from the KV store.
+  void observe_prefill(const internal::v1::PrefillResponse& p);
+  // A retry after a worker failure: "prefill" (another prefill worker) or "migration".
+  void observe_retry(const char* kind);
+  // Workers passing health checks, by role ("prefill", "decode"); set before each scrape.
+  void set_healthy_workers(const char* role, int n);
+
+ private:
+  Histogram &ttft_, &itl_, &e2e_, &queue_, &prefill_, &transfer_;
+  Counter &prompt_tokens_, &generation_tokens_, &cached_tokens_;
+  Family<Counter>& requests_;
+  Family<Counter>& retries_;
+  Gauge &running_, &waiting_;
+  Family<Gauge>& healthy_workers_;
+};
+
+}  // namespace yoco

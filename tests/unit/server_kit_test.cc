@@ -1,0 +1,122 @@
+// The server kit (server/): flag ranges and errors naming the flag, the common server flags, the
+// deadline conversion and the cancellable wait.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "server/call.h"
+#include "server/flags.h"
+#include "server/server.h"
+
+namespace yoco {
+namespace {
+
+ServerFlags parse(std::vector<std::string> args, std::set<std::string> known = {"n", "x", "model"}) {
+  args.insert(args.begin(), "prog");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return ServerFlags("yoco-test", static_cast<int>(argv.size()), argv.data(), std::move(known));
+}
+
+TEST(ServerFlags, RangesAndTheFirstErrorNamingTheFlag) {
+  auto f = parse({"--n", "7", "--x=0.5"});
+  EXPECT_EQ(f.int_in("n", 1, 0, 10), 7);
+  EXPECT_DOUBLE_EQ(f.double_in("x", 1.0, 0.0, 1.0), 0.5);
+  EXPECT_EQ(f.int_in("absent", 3, 0, 10), 3);
+  EXPECT_TRUE(f.ok());
+  EXPECT_EQ(f.int_in("n", 1, 0, 5), 1);  // out of range: the default, and an error
+  EXPECT_FALSE(f.ok());
+  EXPECT_EQ(f.error(), "--n: must be in [0, 5], got 7");
+  f.required("model", "a directory");  // a later error does not replace the first
+  EXPECT_EQ(f.error(), "--n: must be in [0, 5], got 7");
+  EXPECT_EQ(f.usage_error(), 2);
+}
+
+TEST(ServerFlags, ParseErrorsRequiredAndMalformed) {
+  EXPECT_EQ(parse({"--bogus", "1"}).error(), "unknown flag --bogus");
+  auto f = parse({"--n", "x"});
+  f.int_in("n", 0, 0, 10);
+  EXPECT_EQ(f.error(), "--n: not an integer: x");
+  auto g = parse({});
+  EXPECT_EQ(g.required("model", "a directory"), "");
+  EXPECT_EQ(g.error(), "--model: required (a directory)");
+}
+
+TEST(ServerFlags, CommonServerOptions) {
+  auto f = parse({"--listen", "0.0.0.0:7000", "--metrics-listen", "[::1]:9090", "--drain-seconds", "5", "--port-file", "p"});
+  const ServerOptions o = server_options(f);
+  ASSERT_TRUE(f.ok()) << f.error();
+  EXPECT_EQ(o.program, "yoco-test");
+  EXPECT_EQ(o.listen, "0.0.0.0:7000");
+  EXPECT_EQ(o.metrics_listen.host, "::1");
+  EXPECT_EQ(o.metrics_listen.port, 9090);
+  EXPECT_EQ(o.drain, std::chrono::seconds(5));
+  EXPECT_EQ(o.port_file, "p");
+  auto bad = parse({"--listen", "nohost"});
+  server_options(bad);
+  EXPECT_NE(bad.error().find("--listen"), std::string::npos) << bad.error();
+  auto neg = parse({"--drain-seconds", "-1"});
+  server_options(neg);
+  EXPECT_NE(neg.error().find("--drain-seconds"), std::string::npos) << neg.error();
+}
+
+TEST(ServerCall, DeadlineConversionAndCancellableWait) {
+  grpc::ServerContext ctx;  // no client deadline
+  EXPECT_FALSE(steady_deadline(ctx).has_value());
+  EXPECT_FALSE(deadline_passed(ctx));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  int cancels = 0;
+  wait_cancellable(ctx, lock, cv, [&] { return done; }, [&] { ++cancels; });
+  EXPECT_TRUE(done);
+  EXPECT_EQ(cancels, 0);
+  lock.unlock();
+  t.join();
+}
+
+TEST(Server, StartsWritesThePortFileAndDrainsInOrder) {
+  ServerOptions o;
+  o.program = "yoco-test";
+  o.port_file = testing::TempDir() + "/server_kit_test.port";
+  o.drain = std::chrono::seconds(0);
+  MetricsRegistry registry;
+  int refreshed = 0;
+  auto s = Server::start(o, {}, registry, [&] { ++refreshed; }, {{"extra", Json("x")}});
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_GT((*s)->grpc_port(), 0);
+  EXPECT_GT((*s)->metrics_port(), 0);
+  std::ifstream in(o.port_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = Json::parse(ss.str());
+  ASSERT_TRUE(j.ok()) << ss.str();
+  EXPECT_EQ(j->as_object().at("grpc_port").as_int(), (*s)->grpc_port());
+  EXPECT_EQ(j->as_object().at("metrics_port").as_int(), (*s)->metrics_port());
+  EXPECT_EQ(j->as_object().at("extra").as_string(), "x");
+  std::vector<std::string> order;
+  (*s)->drain({.refuse = [&] { order.push_back("refuse"); },
+               .finish = [&](auto until) {
+                 EXPECT_LE(until, std::chrono::steady_clock::now());  // --drain-seconds 0
+                 order.push_back("finish");
+               }});
+  EXPECT_EQ(order, (std::vector<std::string>{"refuse", "finish"}));
+  ServerOptions bad = o;
+  bad.listen = "256.0.0.1:1";
+  bad.port_file.clear();
+  auto busy = Server::start(bad, {}, registry);
+  ASSERT_FALSE(busy.ok());
+  EXPECT_NE(busy.status().message().find("--listen"), std::string::npos) << busy.status().message();
+}
+
+}  // namespace
+}  // namespace yoco
