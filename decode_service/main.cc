@@ -26,7 +26,6 @@
 #include "decode_service/stream_pump.h"
 #include "decode_service/worker_service.h"
 #include "transfer/ucx_transport.h"
-#include "kernels/cpu/ops.h"
 #include "tokenizer/tokenizer.h"
 #include "yoco/v1/yoco.grpc.pb.h"
 
@@ -218,7 +217,6 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "yoco-decode: --model: required\n");
     return 2;
   }
-  cpu::set_num_threads(static_cast<int>(num("threads", 0)));
   auto model = Model::load(f->get("model"));
   if (!model.ok()) {
     std::fprintf(stderr, "yoco-decode: %s\n", model.status().message().c_str());
@@ -239,7 +237,6 @@ int run(int argc, char** argv) {
   BatcherLimits lim;
   lim.max_running = static_cast<int>(num("max-running", 32));
   lim.max_waiting = static_cast<int>(num("max-waiting", 256));
-  lim.threads = cpu::num_threads();  // the batcher thread sets the same count for itself
   // --device cuda: the batcher runs on the GPU engine; shipped states still arrive in the host
   // pool (the UCX receive buffer) and move to the device when admitted.
   auto device = parse_device_flag(f->get("device", "cpu"));
@@ -247,22 +244,20 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "yoco-decode: %s\n", device.status().message().c_str());
     return 2;
   }
-  std::unique_ptr<Engine> engine;
-  if (*device >= 0) {
-    CudaEngineOptions co;
-    co.device = *device;
-    co.max_sequences = co.max_batch = lim.max_running;
-    co.max_chunk_tokens = lim.prefill.chunk_tokens;
-    co.max_context = std::min<int64_t>(num("cuda-max-context", 32768), (*model)->config().max_seq_len);
-    co.kv_blocks = static_cast<int>(num("cuda-kv-blocks", 4096));
-    co.cuda_graphs = f->get_bool("cuda-graphs");
-    auto e = make_cuda_engine(**model, pool->get(), co);
-    if (!e.ok()) {
-      std::fprintf(stderr, "yoco-decode: --device %s: %s\n", f->get("device").c_str(), e.status().message().c_str());
-      return 1;
-    }
-    engine = std::move(e).value();
+  EngineOptions eo;
+  eo.device = *device;
+  eo.threads = static_cast<int>(num("threads", 0));
+  eo.cuda.max_sequences = eo.cuda.max_batch = lim.max_running;
+  eo.cuda.max_chunk_tokens = lim.prefill.chunk_tokens;
+  eo.cuda.max_context = std::min<int64_t>(num("cuda-max-context", 32768), (*model)->config().max_seq_len);
+  eo.cuda.kv_blocks = static_cast<int>(num("cuda-kv-blocks", 4096));
+  eo.cuda.cuda_graphs = f->get_bool("cuda-graphs");
+  auto made = make_engine(**model, pool->get(), eo);
+  if (!made.ok()) {
+    std::fprintf(stderr, "yoco-decode: --device %s: %s\n", f->get("device").c_str(), made.status().message().c_str());
+    return 1;
   }
+  std::unique_ptr<Engine> engine = std::move(made).value();
   ContinuousBatcher batcher(**model, **pool, lim, engine.get());
 
   // The UCX receiver: the pool is registered once; prefill workers write into reserved blocks.
@@ -324,7 +319,7 @@ int run(int argc, char** argv) {
   }
   YOCO_LOG(LogLevel::kInfo, "yoco-decode serving",
            LogFields().kv("grpc_port", port).kv("metrics_port", (*http)->port()).kv("ucx", (*receiver)->address())
-               .kv("model", f->get("model")).kv("device", engine ? engine->device() : "cpu"));
+               .kv("model", f->get("model")).kv("device", engine->device()));
   if (f->has("port-file")) {
     Status st = write_port_file(f->get("port-file"), Json(Json::Object{{"grpc_port", Json(port)},
                                                                      {"metrics_port", Json((*http)->port())},

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cuda/ops.h"
+#include "model/kv_pool.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 
@@ -86,6 +87,7 @@ struct Slot {
 struct CudaEngine::Impl {
   ModelConfig cfg;
   CudaEngineOptions opt;
+  KvPool* host_pool = nullptr;  // where shipped states arrive (adopt gives their blocks back)
   bool cross = true;
   cudaStream_t stream = nullptr;
 
@@ -853,11 +855,13 @@ struct CudaEngine::Impl {
 CudaEngine::CudaEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaEngine::~CudaEngine() = default;
 
-Result<std::unique_ptr<CudaEngine>> CudaEngine::create(const Model& model, const CudaEngineOptions& opt) {
+Result<std::unique_ptr<CudaEngine>> CudaEngine::create(const Model& model, const CudaEngineOptions& opt,
+                                                        KvPool* pool) {
   if (model.tensor_parallel().world != 1)
     return invalid_argument("cuda engine: tensor-parallel models are not supported");
   auto impl = std::make_unique<Impl>();
   impl->init_sizes(model.config(), opt);
+  impl->host_pool = pool;
   impl->cross = model.has_cross_decoder();
   YOCO_RETURN_IF_ERROR(impl->check_options());
   YOCO_RETURN_IF_ERROR(impl->setup_device());
@@ -881,6 +885,7 @@ Result<std::unique_ptr<CudaEngine>> CudaEngine::create_random(const ModelConfig&
 }
 
 const ModelConfig& CudaEngine::config() const { return impl_->cfg; }
+std::string CudaEngine::device() const { return "cuda:" + std::to_string(impl_->opt.device); }
 const CudaEngineOptions& CudaEngine::options() const { return impl_->opt; }
 bool CudaEngine::has_cross_decoder() const { return impl_->cross; }
 int CudaEngine::free_blocks() const { return static_cast<int>(impl_->free_blocks.size()); }
@@ -990,6 +995,11 @@ Status CudaEngine::prefill(SeqId id, std::span<const int32_t> tokens, int chunk_
   YOCO_RETURN_IF_ERROR(m.finish("prefill"));
   s.position = position;
   return Status::Ok();
+}
+
+Status CudaEngine::prefill(SeqId id, std::span<const int32_t> tokens, const PrefillOptions& opt) {
+  if (opt.chunk_tokens <= 0) return invalid_argument("chunk_tokens must be > 0");
+  return prefill(id, tokens, std::min(opt.chunk_tokens, impl_->opt.max_chunk_tokens));
 }
 
 Status CudaEngine::logits(std::span<const SeqId> ids, float* out) {
@@ -1201,5 +1211,20 @@ Status CudaEngine::read_rows(SeqId id, int64_t first, int64_t n, float* k, float
                             ") is outside the sequence's " + std::to_string(slot.position) + " rows");
   return m.rows_down(slot, first, n, k, v);
 }
+
+Result<CudaEngine::SeqId> CudaEngine::adopt(SequenceState& st) {
+  KvPool* pool = impl_->host_pool;
+  if (st.pages && (!pool || st.pages->k_pool != pool->k_data()))
+    return invalid_argument("state: its K/V rows are paged in a pool this engine does not own");
+  YOCO_ASSIGN_OR_RETURN(SeqId id, upload(st));
+  // The rows are on the device now: the host blocks go back to the pool for the next transfer.
+  if (st.pages) {
+    pool->release(*st.pages);
+    st.pages.reset();
+  }
+  return id;
+}
+
+Status CudaEngine::snapshot(SeqId id, SequenceState& out) const { return download(id, out, /*with_kv=*/false); }
 
 }  // namespace yoco

@@ -22,7 +22,6 @@
 #include "common/metrics.h"
 #include "common/process.h"
 #include "proto/grpc_util.h"
-#include "kernels/cpu/ops.h"
 #include "kv_store/factory.h"
 #include "prefill_service/scheduler.h"
 #include "transfer/ucx_transport.h"
@@ -350,7 +349,7 @@ int run(int argc, char** argv) {
   auto metrics_hp = parse_listen_address(f->get("metrics-listen", "127.0.0.1:0"), "metrics-listen");
   if (!metrics_hp.ok()) usage_error(metrics_hp.status().message());
   PrefillLimits lim;
-  lim.threads = static_cast<int>(int_flag("threads", 0, 0, 1024));
+  const int threads = static_cast<int>(int_flag("threads", 0, 0, 1024));
   lim.chunk_tokens = static_cast<int>(int_flag("chunk-tokens", 512, 1, 1 << 20));
   lim.max_active = static_cast<int>(int_flag("max-active", 4, 1, 4096));
   lim.max_queued_tokens = int_flag("max-queued-tokens", int64_t{1} << 20, 1, int64_t{1} << 40);
@@ -361,8 +360,6 @@ int run(int argc, char** argv) {
   if (f->has("port-file") && f->get("port-file").empty()) usage_error("--port-file: empty path");
 
   install_shutdown_signal_handlers();  // a SIGTERM while the model loads still drains
-  cpu::set_num_threads(lim.threads);
-  lim.threads = cpu::num_threads();  // the compute thread sets the same count for itself
 
   auto model = Model::load(f->get("model"), WeightSet::kPrefill);
   if (!model.ok()) {
@@ -410,24 +407,22 @@ int run(int argc, char** argv) {
   // the host to be shipped (and stored), the state at the end.
   auto device = parse_device_flag(f->get("device", "cpu"));
   if (!device.ok()) usage_error(device.status().message());
-  std::unique_ptr<Engine> engine;
-  if (*device >= 0) {
-    CudaEngineOptions co;
-    co.device = *device;
-    co.max_sequences = lim.max_active;
-    co.max_batch = 1;  // no decode steps here
-    co.max_chunk_tokens = std::min(lim.chunk_tokens, 4096);
-    co.max_context = std::min<int64_t>(int_flag("cuda-max-context", 1 << 17, 1, int64_t{1} << 30),
-                                       (*model)->config().max_seq_len);
-    co.kv_blocks = static_cast<int>(int_flag("cuda-kv-blocks", 8192, 1, 1 << 24));
-    co.retention_chunk = lim.retention_chunk;
-    auto e = make_cuda_engine(**model, nullptr, co);
-    if (!e.ok()) {
-      std::fprintf(stderr, "yoco-prefill: --device %s: %s\n", f->get("device").c_str(), e.status().message().c_str());
-      return 1;
-    }
-    engine = std::move(e).value();
+  EngineOptions eo;
+  eo.device = *device;
+  eo.threads = threads;
+  eo.cuda.max_sequences = lim.max_active;
+  eo.cuda.max_batch = 1;  // no decode steps here
+  eo.cuda.max_chunk_tokens = std::min(lim.chunk_tokens, 4096);
+  eo.cuda.max_context = std::min<int64_t>(int_flag("cuda-max-context", 1 << 17, 1, int64_t{1} << 30),
+                                          (*model)->config().max_seq_len);
+  eo.cuda.kv_blocks = static_cast<int>(int_flag("cuda-kv-blocks", 8192, 1, 1 << 24));
+  eo.cuda.retention_chunk = lim.retention_chunk;
+  auto made = make_engine(**model, nullptr, eo);
+  if (!made.ok()) {
+    std::fprintf(stderr, "yoco-prefill: --device %s: %s\n", f->get("device").c_str(), made.status().message().c_str());
+    return 1;
   }
+  std::unique_ptr<Engine> engine = std::move(made).value();
   auto scheduler =
       PrefillScheduler::create(**model, **sender, lim, cache.get(), !f->get_bool("no-prompt-cache"), engine.get());
   if (!scheduler.ok()) usage_error(scheduler.status().message());
@@ -457,7 +452,7 @@ int run(int argc, char** argv) {
   YOCO_LOG(LogLevel::kInfo, "yoco-prefill serving",
            LogFields().kv("grpc_port", port).kv("metrics_port", (*http)->port()).kv("model", f->get("model"))
                .kv("fingerprint", hex64((*model)->fingerprint())).kv("chunk_tokens", lim.chunk_tokens)
-               .kv("max_active", lim.max_active).kv("device", engine ? engine->device() : "cpu"));
+               .kv("max_active", lim.max_active).kv("device", engine->device()));
   if (f->has("port-file")) {
     Status st = write_port_file(f->get("port-file"),
                                 Json(Json::Object{{"grpc_port", Json(port)}, {"metrics_port", Json((*http)->port())}}));
