@@ -1,11 +1,11 @@
 #include "decode_service/batcher.h"
 
-#include "kernels/cpu/ops.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+
+#include "model/cpu_engine.h"
 
 namespace yoco {
 
@@ -13,7 +13,7 @@ ContinuousBatcher::ContinuousBatcher(const Model& model, KvPool& pool, BatcherLi
     : model_(model),
       pool_(pool),
       limits_(limits),
-      own_engine_(engine ? nullptr : make_cpu_engine(model, &pool)),
+      own_engine_(engine ? nullptr : std::make_unique<CpuEngine>(model, &pool)),
       engine_(engine ? *engine : *own_engine_) {}
 
 ContinuousBatcher::~ContinuousBatcher() { stop(/*drain=*/false); }
@@ -231,7 +231,6 @@ void ContinuousBatcher::preempt_newest() {
 }
 
 void ContinuousBatcher::loop() {
-  if (limits_.threads > 0) cpu::set_num_threads(limits_.threads);
   std::vector<float> logits;
   while (true) {
     const Sweep sw = sweep();

@@ -77,7 +77,6 @@ struct BatcherLimits {
   int max_running = 32;          // sequences per decode step
   int max_waiting = 256;         // queued requests; beyond: RESOURCE_EXHAUSTED
   int reserve_ahead_rows = 32;   // rows reserved past the current need, to grow less often
-  int threads = 0;               // OpenMP threads of the batcher thread (a per-thread setting); 0: default
   PrefillOptions prefill;
 };
 

@@ -5,7 +5,6 @@
 #include "decode_service/batcher.h"
 #include "decode_service/metrics.h"
 #include "decode_service/worker_service.h"
-#include "kernels/cpu/ops.h"  // --threads, until the engine takes it as an option
 #include "server/server.h"
 #include "transfer/ucx_transport.h"
 
@@ -18,7 +17,6 @@ BatcherLimits read_limits(ServerFlags& f) {
   BatcherLimits lim;
   lim.max_running = static_cast<int>(f.int_in("max-running", 32, 1, 1 << 16));
   lim.max_waiting = static_cast<int>(f.int_in("max-waiting", 256, 0, 1 << 24));
-  lim.threads = static_cast<int>(f.int_in("threads", 0, 0, 1024));
   return lim;
 }
 
@@ -33,26 +31,21 @@ UcxReceiverOptions read_receiver_options(ServerFlags& f) {
   return ro;
 }
 
-// --device cpu|cuda[:N] and the CUDA engine's options (device −1: the CPU engine).
-CudaEngineOptions read_device(ServerFlags& f, const BatcherLimits& lim) {
-  CudaEngineOptions co;
+// --device cpu|cuda[:N], --threads and the CUDA engine's sizes. With cuda the batcher runs on
+// the GPU; shipped states still arrive in the host pool (the UCX receive buffer) and move to the
+// device when admitted.
+EngineOptions read_engine_options(ServerFlags& f, const BatcherLimits& lim) {
+  EngineOptions eo;
   auto device = parse_device_flag(f.str("device", "cpu"));
   if (!device.ok()) f.fail(device.status().message());
-  co.device = device.ok() ? *device : -1;
-  co.max_sequences = co.max_batch = lim.max_running;
-  co.max_chunk_tokens = lim.prefill.chunk_tokens;
-  co.max_context = f.int_in("cuda-max-context", 32768, 1, int64_t{1} << 30);
-  co.kv_blocks = static_cast<int>(f.int_in("cuda-kv-blocks", 4096, 1, 1 << 24));
-  co.cuda_graphs = f.boolean("cuda-graphs");
-  return co;
-}
-
-// --device cuda: the batcher runs on the GPU engine; shipped states still arrive in the host
-// pool (the UCX receive buffer) and move to the device when admitted. Null: the CPU engine.
-Result<std::unique_ptr<Engine>> device_engine(CudaEngineOptions co, const Model& model, KvPool& pool) {
-  if (co.device < 0) return std::unique_ptr<Engine>();
-  co.max_context = std::min<int64_t>(co.max_context, model.config().max_seq_len);
-  return make_cuda_engine(model, &pool, co);
+  eo.device = device.ok() ? *device : -1;
+  eo.threads = static_cast<int>(f.int_in("threads", 0, 0, 1024));
+  eo.cuda.max_sequences = eo.cuda.max_batch = lim.max_running;
+  eo.cuda.max_chunk_tokens = lim.prefill.chunk_tokens;
+  eo.cuda.max_context = f.int_in("cuda-max-context", 32768, 1, int64_t{1} << 30);
+  eo.cuda.kv_blocks = static_cast<int>(f.int_in("cuda-kv-blocks", 4096, 1, 1 << 24));
+  eo.cuda.cuda_graphs = f.boolean("cuda-graphs");
+  return eo;
 }
 
 int run(int argc, char** argv) {
@@ -64,23 +57,22 @@ int run(int argc, char** argv) {
   ServerOptions so = server_options(f);
   so.shutdown_grace = so.drain;  // handlers still waiting for a commit get the whole drain
   const std::string model_dir = f.required("model", "a model directory");
-  BatcherLimits lim = read_limits(f);
+  const BatcherLimits lim = read_limits(f);
   const int kv_blocks = static_cast<int>(f.int_in("kv-blocks", 4096, 1, 1 << 24));
   const int block_size = static_cast<int>(f.int_in("block-size", 32, 1, 1 << 16));
   const UcxReceiverOptions ro = read_receiver_options(f);
-  const CudaEngineOptions cuda = read_device(f, lim);
+  EngineOptions eo = read_engine_options(f, lim);
   if (!f.ok()) return f.usage_error();
   install_shutdown_signal_handlers();
 
-  cpu::set_num_threads(lim.threads);
-  lim.threads = cpu::num_threads();  // the batcher thread sets the same count for itself
   auto model = Model::load(model_dir);
   if (!model.ok()) return exit_with(kProgram, model.status().message(), 1);
   if ((*model)->config().is_transformer())  // its state has no hand-off format
     return exit_with(kProgram, "--model: arch \"transformer\" is the benchmark baseline; the cluster serves arch \"yoco\"", 2);
   auto pool = KvPool::create(kv_blocks, block_size, (*model)->config().kv_dim());
   if (!pool.ok()) return exit_with(kProgram, pool.status().message(), 2);
-  auto engine = device_engine(cuda, **model, **pool);
+  eo.cuda.max_context = std::min<int64_t>(eo.cuda.max_context, (*model)->config().max_seq_len);
+  auto engine = make_engine(**model, pool->get(), eo);
   if (!engine.ok()) return exit_with(kProgram, "--device " + f.str("device") + ": " + engine.status().message(), 1);
   ContinuousBatcher batcher(**model, **pool, lim, engine->get());
   // The UCX receiver: the pool is registered once; prefill workers write into reserved blocks.
@@ -96,7 +88,7 @@ int run(int argc, char** argv) {
                               {{"ucx_address", Json((*receiver)->address())}});
   if (!server.ok()) return exit_with(kProgram, server.status().message(), 1);
   (*server)->log_serving(LogFields().kv("ucx", (*receiver)->address()).kv("model", model_dir)
-                             .kv("device", *engine ? (*engine)->device() : "cpu"));
+                             .kv("device", (*engine)->device()));
 
   // Running and waiting sequences finish; new calls are refused.
   (*server)->wait_and_drain({.refuse = [&] { worker.set_serving(false); },

@@ -5,7 +5,6 @@
 // Serves yoco.internal.v1.PrefillWorker (worker_service.h) on the server kit: gRPC health and
 // reflection, /metrics, drain on SIGTERM.
 #include "common/checksum.h"
-#include "kernels/cpu/ops.h"  // --threads, until the engine takes it as an option
 #include "prefill_service/kv_store_flags.h"
 #include "prefill_service/metrics.h"
 #include "prefill_service/scheduler.h"
@@ -20,7 +19,6 @@ constexpr const char* kProgram = "yoco-prefill";
 
 PrefillLimits read_limits(ServerFlags& f) {
   PrefillLimits lim;
-  lim.threads = static_cast<int>(f.int_in("threads", 0, 0, 1024));
   lim.chunk_tokens = static_cast<int>(f.int_in("chunk-tokens", 512, 1, 1 << 20));
   lim.max_active = static_cast<int>(f.int_in("max-active", 4, 1, 4096));
   lim.max_queued_tokens = f.int_in("max-queued-tokens", int64_t{1} << 20, 1, int64_t{1} << 40);
@@ -30,26 +28,22 @@ PrefillLimits read_limits(ServerFlags& f) {
   return lim;
 }
 
-// --device cuda: every prompt's sequence lives on the GPU; each slice's K/V rows are copied to
-// the host to be shipped (and stored), the state at the end. Device −1: the CPU engine.
-CudaEngineOptions read_device(ServerFlags& f, const PrefillLimits& lim) {
-  CudaEngineOptions co;
+// --device cpu|cuda[:N], --threads and the CUDA engine's sizes. With cuda every prompt's
+// sequence lives on the GPU; each slice's K/V rows are copied to the host to be shipped (and
+// stored), the state at the end.
+EngineOptions read_engine_options(ServerFlags& f, const PrefillLimits& lim) {
+  EngineOptions eo;
   auto device = parse_device_flag(f.str("device", "cpu"));
   if (!device.ok()) f.fail(device.status().message());
-  co.device = device.ok() ? *device : -1;
-  co.max_sequences = lim.max_active;
-  co.max_batch = 1;  // no decode steps here
-  co.max_chunk_tokens = std::min(lim.chunk_tokens, 4096);
-  co.max_context = f.int_in("cuda-max-context", 1 << 17, 1, int64_t{1} << 30);
-  co.kv_blocks = static_cast<int>(f.int_in("cuda-kv-blocks", 8192, 1, 1 << 24));
-  co.retention_chunk = lim.retention_chunk;
-  return co;
-}
-
-Result<std::unique_ptr<Engine>> device_engine(CudaEngineOptions co, const Model& model) {
-  if (co.device < 0) return std::unique_ptr<Engine>();
-  co.max_context = std::min<int64_t>(co.max_context, model.config().max_seq_len);
-  return make_cuda_engine(model, nullptr, co);
+  eo.device = device.ok() ? *device : -1;
+  eo.threads = static_cast<int>(f.int_in("threads", 0, 0, 1024));
+  eo.cuda.max_sequences = lim.max_active;
+  eo.cuda.max_batch = 1;  // no decode steps here
+  eo.cuda.max_chunk_tokens = std::min(lim.chunk_tokens, 4096);
+  eo.cuda.max_context = f.int_in("cuda-max-context", 1 << 17, 1, int64_t{1} << 30);
+  eo.cuda.kv_blocks = static_cast<int>(f.int_in("cuda-kv-blocks", 8192, 1, 1 << 24));
+  eo.cuda.retention_chunk = lim.retention_chunk;
+  return eo;
 }
 
 int run(int argc, char** argv) {
@@ -62,13 +56,11 @@ int run(int argc, char** argv) {
   ServerOptions so = server_options(f);
   so.shutdown_grace = std::chrono::seconds(5);  // every job has completed by then
   const std::string model_dir = f.required("model", "a model directory");
-  PrefillLimits lim = read_limits(f);
+  const PrefillLimits lim = read_limits(f);
   const int block_tokens = static_cast<int>(f.int_in("kv-block-tokens", 64, 1, 1 << 16));
-  const CudaEngineOptions cuda = read_device(f, lim);
+  EngineOptions eo = read_engine_options(f, lim);
   if (!f.ok()) return f.usage_error();
   install_shutdown_signal_handlers();  // a SIGTERM while the model loads still drains
-  cpu::set_num_threads(lim.threads);
-  lim.threads = cpu::num_threads();  // the compute thread sets the same count for itself
 
   auto model = Model::load(model_dir, WeightSet::kPrefill);
   if (!model.ok()) return exit_with(kProgram, "--model: " + model.status().message(), 1);
@@ -89,7 +81,8 @@ int run(int argc, char** argv) {
     store = std::move(s).value();
     cache = std::make_unique<KvCache>(*store, KvCacheOptions{(*model)->fingerprint(), (*model)->config().kv_dim(), block_tokens});
   }
-  auto engine = device_engine(cuda, **model);
+  eo.cuda.max_context = std::min<int64_t>(eo.cuda.max_context, (*model)->config().max_seq_len);
+  auto engine = make_engine(**model, nullptr, eo);
   if (!engine.ok()) return exit_with(kProgram, "--device " + f.str("device") + ": " + engine.status().message(), 1);
   auto scheduler = PrefillScheduler::create(**model, **sender, lim, cache.get(), !f.boolean("no-prompt-cache"), engine->get());
   if (!scheduler.ok()) return exit_with(kProgram, scheduler.status().message(), 2);
@@ -105,7 +98,7 @@ int run(int argc, char** argv) {
   if (!server.ok()) return exit_with(kProgram, server.status().message(), 1);
   (*server)->log_serving(LogFields().kv("model", model_dir).kv("fingerprint", hex64((*model)->fingerprint()))
                              .kv("chunk_tokens", lim.chunk_tokens).kv("max_active", lim.max_active)
-                             .kv("device", *engine ? (*engine)->device() : "cpu"));
+                             .kv("device", (*engine)->device()));
 
   // Refuse new work, let queued and in-flight jobs finish (bounded by --drain-seconds).
   (*server)->wait_and_drain({.refuse = [&] { service.drain(); },

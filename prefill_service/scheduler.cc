@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "common/checksum.h"
-#include "kernels/cpu/ops.h"
+#include "model/cpu_engine.h"
 
 namespace yoco {
 
@@ -41,7 +41,6 @@ Status PrefillLimits::validate() const {
     return invalid_argument("max_queued_tokens: must be > 0, got " + std::to_string(max_queued_tokens));
   if (committers <= 0) return invalid_argument("committers: must be > 0, got " + std::to_string(committers));
   if (retention_chunk <= 0) return invalid_argument("retention_chunk: must be > 0, got " + std::to_string(retention_chunk));
-  if (threads < 0) return invalid_argument("threads: must be >= 0, got " + std::to_string(threads));
   if (commit_grace.count() < 0) return invalid_argument("commit_grace: must be >= 0");
   return Status::Ok();
 }
@@ -82,7 +81,7 @@ PrefillScheduler::PrefillScheduler(const Model& model, KvSender& sender, Prefill
     : model_(model),
       sender_(sender),
       limits_(limits),
-      own_engine_(engine ? nullptr : make_cpu_engine(model)),
+      own_engine_(engine ? nullptr : std::make_unique<CpuEngine>(model)),
       engine_(engine ? *engine : *own_engine_),
       cache_(cache),
       write_prompts_(write_prompts) {}
@@ -226,8 +225,6 @@ PrefillSchedulerLoad PrefillScheduler::load() const {
 // ---- compute thread -------------------------------------------------------------------------
 
 void PrefillScheduler::compute_loop() {
-  // OpenMP's thread count is a per-thread setting (libgomp): this thread sets its own.
-  if (limits_.threads > 0) cpu::set_num_threads(limits_.threads);
   std::vector<Slice> plan;
   while (true) {
     std::vector<Ended> ended;
@@ -330,8 +327,9 @@ bool PrefillScheduler::start_job(Slice& s, Clock::time_point t0) {
   if (j.computed > 0) {
     // The cached rows go out first, as one transfer of whole runs.
     s.cached = j.computed;
-    const SequenceState& rows = host_rows(j);
-    s.status = sender_.put_rows(j.req.reservation, 0, static_cast<int>(j.computed), rows.k.data(), rows.v.data());
+    s.status = mirror_rows(j, 0, j.computed);
+    if (!s.status.ok()) return false;
+    s.status = sender_.put_rows(j.req.reservation, 0, static_cast<int>(j.computed), j.state.k.data(), j.state.v.data());
     if (!s.status.ok()) {
       j.stats.transfer_failed = true;
       return false;
@@ -355,20 +353,14 @@ bool PrefillScheduler::compute_slice(Slice& s, Clock::time_point t0) {
   const PrefillOptions opt{limits_.chunk_tokens, limits_.retention_chunk};
   s.status = engine_.prefill(j.seq, std::span<const int32_t>(j.req.tokens).subspan(j.computed, s.tokens), opt);
   if (!s.status.ok()) return false;
-  if (!engine_.host_state(j.seq)) {  // a device engine: this slice's rows into the host mirror
-    j.state.k.resize(static_cast<size_t>(j.computed + s.tokens) * kv_dim);
-    j.state.v.resize(j.state.k.size());
-    s.status = engine_.read_rows(j.seq, j.computed, s.tokens, j.state.k.data() + j.computed * kv_dim,
-                                 j.state.v.data() + j.computed * kv_dim);
-    if (!s.status.ok()) return false;
-  }
+  s.status = mirror_rows(j, j.computed, s.tokens);
+  if (!s.status.ok()) return false;
   if (limits_.inject_slice_delay.count() > 0) std::this_thread::sleep_until(t0 + limits_.inject_slice_delay);
   s.computed = true;
   // Staged by the sender: these rows travel while the next slice computes.
-  const SequenceState& rows = host_rows(j);
   if (!j.req.document)
-    s.status = sender_.put_rows(j.req.reservation, j.computed, s.tokens, rows.k.data() + j.computed * kv_dim,
-                                rows.v.data() + j.computed * kv_dim);
+    s.status = sender_.put_rows(j.req.reservation, j.computed, s.tokens, j.state.k.data() + j.computed * kv_dim,
+                                j.state.v.data() + j.computed * kv_dim);
   if (!s.status.ok()) {
     j.stats.transfer_failed = true;
     return false;
@@ -457,14 +449,12 @@ void PrefillScheduler::resume_from_cache(Job& j) {
 }
 
 Status PrefillScheduler::store_document(Job& j) {
-  const SequenceState* own = engine_.host_state(j.seq);
+  // The state without rows, plus the rows of the host mirror.
   SequenceState snap;
-  if (!own) {  // a device engine: the state without rows, plus the rows of the host mirror
-    YOCO_RETURN_IF_ERROR(engine_.snapshot(j.seq, snap));
-    snap.k = std::move(j.state.k);
-    snap.v = std::move(j.state.v);
-  }
-  auto rec = cache_->save_document(j.req.tokens, own ? *own : snap, model_.config(), j.req.document_ttl);
+  YOCO_RETURN_IF_ERROR(engine_.snapshot(j.seq, snap));
+  snap.k = std::move(j.state.k);
+  snap.v = std::move(j.state.v);
+  auto rec = cache_->save_document(j.req.tokens, snap, model_.config(), j.req.document_ttl);
   if (!rec.ok()) return Status(StatusCode::kUnavailable, "KV store: " + rec.status().message());
   j.document = std::move(rec).value();
   return Status::Ok();
@@ -474,14 +464,16 @@ void PrefillScheduler::write_back(Job& j) {
   const int64_t B = cache_->options().block_tokens;
   const int64_t first = j.stats.cached_tokens / B;  // blocks below this were loaded, not computed
   const int64_t last = j.size() / B;
-  const SequenceState& rows = host_rows(j);
   if (last > first)
-    (void)cache_->write_blocks(j.req.tokens, rows.k.data(), rows.v.data(), first, last - first, std::chrono::seconds(0));
+    (void)cache_->write_blocks(j.req.tokens, j.state.k.data(), j.state.v.data(), first, last - first,
+                               std::chrono::seconds(0));
 }
 
-const SequenceState& PrefillScheduler::host_rows(const Job& j) const {
-  const SequenceState* own = engine_.host_state(j.seq);
-  return own ? *own : j.state;
+Status PrefillScheduler::mirror_rows(Job& j, int64_t first, int64_t n) {
+  const int64_t kv_dim = model_.config().kv_dim();
+  j.state.k.resize(static_cast<size_t>(first + n) * kv_dim);
+  j.state.v.resize(j.state.k.size());
+  return engine_.read_rows(j.seq, first, n, j.state.k.data() + first * kv_dim, j.state.v.data() + first * kv_dim);
 }
 
 void PrefillScheduler::drop_sequence(Job& j) {

@@ -42,7 +42,6 @@ struct PrefillLimits {
   int64_t max_queued_tokens = int64_t{1} << 20;   // uncomputed tokens waiting or active; beyond: RESOURCE_EXHAUSTED
   int committers = 8;                             // threads waiting for commit acknowledgements
   int retention_chunk = 64;                       // C of the chunkwise gated-retention form
-  int threads = 0;                                // OpenMP threads of the compute thread; 0: leave the default
   // Slack past the reservation's lease for the commit acknowledgement (its wait must end).
   std::chrono::milliseconds commit_grace{5000};
   // Fault injection for tests and drills, off by default: every slice takes at least this long
@@ -152,8 +151,9 @@ class PrefillScheduler {
   void resume_from_cache(Job& j);
   // Last slice: the blocks computed here go to the store, best effort.
   void write_back(Job& j);
-  // The job's K/V rows on the host: the CPU engine's own state, else the job's mirror.
-  const SequenceState& host_rows(const Job& j) const;
+  // Rows [first, first + n) of the job's sequence into its host mirror (j.state.k/v, which then
+  // holds first + n rows): what is shipped and written to the store.
+  Status mirror_rows(Job& j, int64_t first, int64_t n);
   // Last slice of a document job: the state with its rows into the KV store.
   Status store_document(Job& j);
   // Compute thread: frees the job's engine sequence (if it has one).

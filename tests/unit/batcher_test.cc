@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "decode_service/batcher.h"
+#include "model/cpu_engine.h"
 #include "model/generate.h"
 #include "model/random_model.h"
 #include "tests/unit/test_util.h"
@@ -315,7 +316,7 @@ TEST_P(BatcherTest, CancellationAndDeadlinesFreeBlocks) {
 TEST_P(BatcherTest, ShippedStateNeverAdmittedFreesItsBlocks) {
   auto pool = KvPool::create(16, 32, model_->config().kv_dim());
   ASSERT_TRUE(pool.ok());
-  auto engine = make_cpu_engine(*model_, pool->get());
+  auto engine = std::make_unique<CpuEngine>(*model_, pool->get());
   ContinuousBatcher b(*model_, **pool, BatcherLimits{}, engine.get());
   std::vector<Outcome> outs(2);
   Collector c;
