@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "decode_service/batcher.h"
+#include "server/call.h"
 #include "yoco/v1/yoco.pb.h"
 
 namespace yoco {
@@ -78,7 +79,7 @@ inline Result<PumpResult> pump_tokens(grpc::ServerContext* ctx, ContinuousBatche
     std::optional<FinishInfo> done;
     {
       std::unique_lock<std::mutex> lock(ch->mu);
-      ch->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return !ch->tokens.empty() || ch->done; });
+      ch->cv.wait_for(lock, kCancelPollInterval, [&] { return !ch->tokens.empty() || ch->done; });
       tokens.swap(ch->tokens);
       // on_logprobs runs before on_token: take only the entries of the tokens taken, so a
       // message carries one per id (a later token's entry waits for its token).
