@@ -68,7 +68,8 @@ int run(int argc, char** argv) {
   auto model = Model::load(model_dir);
   if (!model.ok()) return exit_with(kProgram, model.status().message(), 1);
   if ((*model)->config().is_transformer())  // its state has no hand-off format
-    return exit_with(kProgram, "--model: arch \"transformer\" is the benchmark baseline; the cluster serves arch \"yoco\"", 2);
+    return exit_with(kProgram,
+                     "--model: arch \"transformer\" is the benchmark baseline; the cluster serves arch \"yoco\"", 2);
   auto pool = KvPool::create(kv_blocks, block_size, (*model)->config().kv_dim());
   if (!pool.ok()) return exit_with(kProgram, pool.status().message(), 2);
   eo.cuda.max_context = std::min<int64_t>(eo.cuda.max_context, (*model)->config().max_seq_len);
@@ -87,12 +88,12 @@ int run(int argc, char** argv) {
   auto server = Server::start(so, {&worker}, registry, [&] { worker.refresh_metrics(); },
                               {{"ucx_address", Json((*receiver)->address())}});
   if (!server.ok()) return exit_with(kProgram, server.status().message(), 1);
-  (*server)->log_serving(LogFields().kv("ucx", (*receiver)->address()).kv("model", model_dir)
-                             .kv("device", (*engine)->device()));
+  (*server)->log_serving(
+      LogFields().kv("ucx", (*receiver)->address()).kv("model", model_dir).kv("device", (*engine)->device()));
 
   // Running and waiting sequences finish; new calls are refused.
-  (*server)->wait_and_drain({.refuse = [&] { worker.set_serving(false); },
-                             .finish = [&](auto) { batcher.stop(/*drain=*/true); }});
+  (*server)->wait_and_drain(
+      {.refuse = [&] { worker.set_serving(false); }, .finish = [&](auto) { batcher.stop(/*drain=*/true); }});
   return 0;
 }
 

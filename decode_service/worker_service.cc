@@ -25,7 +25,10 @@ grpc::Status DecodeWorkerService::Decode(grpc::ServerContext* ctx, const interna
   m_.e2e.observe(seconds_since(t0));
   if (!st.ok())
     YOCO_LOG(LogLevel::kInfo, "decode request ended",
-             LogFields().kv("request_id", req->request_id()).kv("code", grpc_code_label(st.error_code())).kv("message", st.error_message()));
+             LogFields()
+                 .kv("request_id", req->request_id())
+                 .kv("code", grpc_code_label(st.error_code()))
+                 .kv("message", st.error_message()));
   return st;
 }
 
@@ -60,7 +63,8 @@ Result<DecodeRequest> DecodeWorkerService::to_request(const grpc::ServerContext&
 }
 
 grpc::Status DecodeWorkerService::receive_state(grpc::ServerContext* ctx, const internal::v1::DecodeRequest& req,
-                                                DecodeRequest& dr, grpc::ServerWriter<internal::v1::DecodeEvent>* writer,
+                                                DecodeRequest& dr,
+                                                grpc::ServerWriter<internal::v1::DecodeEvent>* writer,
                                                 Clock::time_point t0) {
   // 1. Reserve: the lease bounds how long the blocks wait for a commit, and never outlives
   //    the request's own deadline.
@@ -199,7 +203,8 @@ grpc::Status DecodeWorkerService::GetLoad(grpc::ServerContext*, const internal::
   return grpc::Status::OK;
 }
 
-grpc::Status DecodeWorkerService::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp) {
+grpc::Status DecodeWorkerService::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req,
+                                        v1::ScoreResponse* resp) {
   if (!serving_) return {grpc::StatusCode::UNAVAILABLE, "decode worker is draining"};
   if (req->input_case() != v1::ScoreRequest::kTokens)
     return {grpc::StatusCode::INVALID_ARGUMENT, "input.tokens: required (the router tokenizes)"};

@@ -60,7 +60,8 @@ Result<std::unique_ptr<KvStore>> open_kv_store(const std::string& spec, const st
   auto s = make_kv_store(with_password);
   if (s.ok()) return s;
   std::string msg = s.status().message();  // never echo the password
-  for (size_t at; !password.empty() && (at = msg.find(password)) != std::string::npos;) msg.replace(at, password.size(), "***");
+  for (size_t at; !password.empty() && (at = msg.find(password)) != std::string::npos;)
+    msg.replace(at, password.size(), "***");
   return invalid_argument("--kv-store: " + msg);
 }
 

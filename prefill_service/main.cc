@@ -47,12 +47,12 @@ EngineOptions read_engine_options(ServerFlags& f, const PrefillLimits& lim) {
 }
 
 int run(int argc, char** argv) {
-  ServerFlags f(kProgram, argc, argv,
-                {"model", "threads", "chunk-tokens", "max-active", "max-queued-tokens", "ucx-transports",
-                 "ucx-no-peer-error-handling", "inject-chunk-delay-ms", "inject-commit-delay-ms", "kv-store",
-                 "kv-block-tokens", "no-prompt-cache", "kv-store-password-env", "device", "cuda-kv-blocks",
-                 "cuda-max-context"},
-                {"ucx-no-peer-error-handling", "no-prompt-cache"});
+  ServerFlags f(
+      kProgram, argc, argv,
+      {"model", "threads", "chunk-tokens", "max-active", "max-queued-tokens", "ucx-transports",
+       "ucx-no-peer-error-handling", "inject-chunk-delay-ms", "inject-commit-delay-ms", "kv-store", "kv-block-tokens",
+       "no-prompt-cache", "kv-store-password-env", "device", "cuda-kv-blocks", "cuda-max-context"},
+      {"ucx-no-peer-error-handling", "no-prompt-cache"});
   ServerOptions so = server_options(f);
   so.shutdown_grace = std::chrono::seconds(5);  // every job has completed by then
   const std::string model_dir = f.required("model", "a model directory");
@@ -65,7 +65,8 @@ int run(int argc, char** argv) {
   auto model = Model::load(model_dir, WeightSet::kPrefill);
   if (!model.ok()) return exit_with(kProgram, "--model: " + model.status().message(), 1);
   if ((*model)->config().is_transformer())  // its state has no hand-off format
-    return exit_with(kProgram, "--model: arch \"transformer\" is the benchmark baseline; the cluster serves arch \"yoco\"", 2);
+    return exit_with(kProgram,
+                     "--model: arch \"transformer\" is the benchmark baseline; the cluster serves arch \"yoco\"", 2);
   UcxSenderOptions uo;
   uo.fingerprint = (*model)->fingerprint();
   uo.transports = f.str("ucx-transports");
@@ -79,12 +80,14 @@ int run(int argc, char** argv) {
     auto s = open_kv_store(f.str("kv-store"), f.str("kv-store-password-env"));
     if (!s.ok()) return exit_with(kProgram, s.status().message(), 2);
     store = std::move(s).value();
-    cache = std::make_unique<KvCache>(*store, KvCacheOptions{(*model)->fingerprint(), (*model)->config().kv_dim(), block_tokens});
+    cache = std::make_unique<KvCache>(
+        *store, KvCacheOptions{(*model)->fingerprint(), (*model)->config().kv_dim(), block_tokens});
   }
   eo.cuda.max_context = std::min<int64_t>(eo.cuda.max_context, (*model)->config().max_seq_len);
   auto engine = make_engine(**model, nullptr, eo);
   if (!engine.ok()) return exit_with(kProgram, "--device " + f.str("device") + ": " + engine.status().message(), 1);
-  auto scheduler = PrefillScheduler::create(**model, **sender, lim, cache.get(), !f.boolean("no-prompt-cache"), engine->get());
+  auto scheduler =
+      PrefillScheduler::create(**model, **sender, lim, cache.get(), !f.boolean("no-prompt-cache"), engine->get());
   if (!scheduler.ok()) return exit_with(kProgram, scheduler.status().message(), 2);
   (*scheduler)->start();
 
@@ -96,16 +99,18 @@ int run(int argc, char** argv) {
     if (cache) metrics.refresh_store(cache->stats(), store->stats());
   });
   if (!server.ok()) return exit_with(kProgram, server.status().message(), 1);
-  (*server)->log_serving(LogFields().kv("model", model_dir).kv("fingerprint", hex64((*model)->fingerprint()))
-                             .kv("chunk_tokens", lim.chunk_tokens).kv("max_active", lim.max_active)
+  (*server)->log_serving(LogFields()
+                             .kv("model", model_dir)
+                             .kv("fingerprint", hex64((*model)->fingerprint()))
+                             .kv("chunk_tokens", lim.chunk_tokens)
+                             .kv("max_active", lim.max_active)
                              .kv("device", (*engine)->device()));
 
   // Refuse new work, let queued and in-flight jobs finish (bounded by --drain-seconds).
-  (*server)->wait_and_drain({.refuse = [&] { service.drain(); },
-                             .finish = [&](auto until) {
-                               (*scheduler)->stop(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   until - std::chrono::steady_clock::now()));
-                             }});
+  auto finish = [&](std::chrono::steady_clock::time_point until) {
+    (*scheduler)->stop(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()));
+  };
+  (*server)->wait_and_drain({.refuse = [&] { service.drain(); }, .finish = finish});
   return 0;
 }
 

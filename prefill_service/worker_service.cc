@@ -40,7 +40,10 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const internal::v
   m_.observe_finished(st.error_code());
   if (!st.ok())
     YOCO_LOG(LogLevel::kInfo, "prefill failed",
-             LogFields().kv("request", req->request_id()).kv("code", static_cast<int>(st.error_code())).kv("error", st.error_message()));
+             LogFields()
+                 .kv("request", req->request_id())
+                 .kv("code", static_cast<int>(st.error_code()))
+                 .kv("error", st.error_message()));
   return st;
 }
 
@@ -123,8 +126,9 @@ grpc::Status PrefillService::cache_document(grpc::ServerContext* ctx, const v1::
   if (!out->status.ok()) return to_grpc(out->status);
   const DocumentRecord& rec = out->document;
   fill(rec, doc, false);
-  YOCO_LOG(LogLevel::kInfo, "document cached",
-           LogFields().kv("id", rec.id).kv("tokens", static_cast<int64_t>(tokens.size())).kv("bytes", rec.stored_bytes));
+  YOCO_LOG(
+      LogLevel::kInfo, "document cached",
+      LogFields().kv("id", rec.id).kv("tokens", static_cast<int64_t>(tokens.size())).kv("bytes", rec.stored_bytes));
   return grpc::Status::OK;
 }
 
@@ -132,7 +136,8 @@ grpc::Status PrefillService::prefill(grpc::ServerContext* ctx, const internal::v
                                      internal::v1::PrefillResponse* resp) {
   if (draining_) return {grpc::StatusCode::UNAVAILABLE, "this prefill worker is draining"};
   const std::string& bytes = req->reservation();
-  auto d = ReservationDescriptor::parse(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  auto d = ReservationDescriptor::parse(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
   if (!d.ok()) return {grpc::StatusCode::INVALID_ARGUMENT, "reservation: " + d.status().message()};
   PrefillJob job;
   job.request_id = req->request_id();
@@ -155,8 +160,12 @@ grpc::Status PrefillService::prefill(grpc::ServerContext* ctx, const internal::v
   resp->set_cached_tokens(out.stats.cached_tokens);
   m_.observe_cached(out.stats.cached_tokens);
   YOCO_LOG(LogLevel::kDebug, "prefill done",
-           LogFields().kv("request", req->request_id()).kv("rows", out.stats.rows).kv("queue_s", out.stats.queue_seconds)
-               .kv("prefill_s", out.stats.prefill_seconds).kv("transfer_s", out.stats.transfer_seconds));
+           LogFields()
+               .kv("request", req->request_id())
+               .kv("rows", out.stats.rows)
+               .kv("queue_s", out.stats.queue_seconds)
+               .kv("prefill_s", out.stats.prefill_seconds)
+               .kv("transfer_s", out.stats.transfer_seconds));
   return grpc::Status::OK;
 }
 
@@ -176,7 +185,8 @@ Result<PrefillOutcome> PrefillService::run_job(grpc::ServerContext* ctx, Prefill
   if (accepted) accepted();
   std::unique_lock<std::mutex> lock(ch->mu);
   // The router gave up: the cancel frees the decode worker's blocks now; the job still completes.
-  wait_cancellable(*ctx, lock, ch->cv, [&] { return ch->done.has_value(); }, [&] { scheduler_.cancel(id); });
+  const auto done = [&] { return ch->done.has_value(); };
+  wait_cancellable(*ctx, lock, ch->cv, done, [&] { scheduler_.cancel(id); });
   return std::move(*ch->done);
 }
 
