@@ -11,6 +11,15 @@
 
 namespace yoco {
 
+Result<int> parse_device_flag(const std::string& value) {
+  if (value == "cpu") return -1;
+  if (value == "cuda") return 0;
+  if (value.rfind("cuda:", 0) == 0 && value.size() > 5 && value.size() <= 8 &&
+      value.find_first_not_of("0123456789", 5) == std::string::npos)
+    return std::stoi(value.substr(5));
+  return invalid_argument("--device: must be cpu, cuda or cuda:N, got \"" + value + "\"");
+}
+
 Result<std::pair<std::string, int>> parse_listen_address(const std::string& value, const std::string& flag) {
   const auto colon = value.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == value.size())

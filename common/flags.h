@@ -17,6 +17,10 @@ namespace yoco {
 // socket; the error names `flag`.
 Result<std::pair<std::string, int>> parse_listen_address(const std::string& value, const std::string& flag);
 
+// A worker's --device value: "cpu" → −1, "cuda" → 0, "cuda:N" → N (EngineOptions::device).
+// Errors name --device.
+Result<int> parse_device_flag(const std::string& value);
+
 class Flags {
  public:
   // `known` lists the accepted flag names (without "--"); `booleans` those that take no value.

@@ -1,11 +1,11 @@
 #include "decode_service/batcher.h"
 
-#include "kernels/cpu/ops.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
+
+#include "model/cpu_engine.h"
 
 namespace yoco {
 
@@ -13,7 +13,7 @@ ContinuousBatcher::ContinuousBatcher(const Model& model, KvPool& pool, BatcherLi
     : model_(model),
       pool_(pool),
       limits_(limits),
-      own_engine_(engine ? nullptr : make_cpu_engine(model, &pool)),
+      own_engine_(engine ? nullptr : std::make_unique<CpuEngine>(model, &pool)),
       engine_(engine ? *engine : *own_engine_) {}
 
 ContinuousBatcher::~ContinuousBatcher() { stop(/*drain=*/false); }
@@ -30,6 +30,11 @@ Status ContinuousBatcher::validate(const DecodeRequest& req) const {
   if (static_cast<int64_t>(req.prompt.size()) + req.max_tokens > model_.config().max_seq_len)
     return invalid_argument("max_tokens: prompt + max_tokens exceeds max_seq_len " +
                             std::to_string(model_.config().max_seq_len));
+  if (!req.forced.empty()) {
+    if (req.max_tokens != static_cast<int>(req.forced.size()))
+      return invalid_argument("max_tokens: must be the number of forced tokens when scoring");
+    YOCO_RETURN_IF_ERROR(model_.validate_tokens(req.forced, static_cast<int64_t>(req.prompt.size()), "forced"));
+  }
   if (req.state && (!req.state->pages || req.state->pages->k_pool != pool_.k_data()))
     return invalid_argument("state: a shipped state must hold its K/V rows in this worker's pool");
   if (req.state && req.state->position != static_cast<int64_t>(req.prompt.size() + req.generated_before.size()))
@@ -136,6 +141,7 @@ TokenLogprobs token_logprobs(const float* logits, int vocab, int32_t token, int 
   TokenLogprobs out;
   out.token = token;
   out.logprob = static_cast<float>(logits[token] - lse);
+  if (n <= 0) return out;
   std::vector<int32_t> idx(vocab);
   std::iota(idx.begin(), idx.end(), 0);
   n = std::min(n, vocab);
@@ -149,13 +155,20 @@ TokenLogprobs token_logprobs(const float* logits, int vocab, int32_t token, int 
 
 bool ContinuousBatcher::sample_and_emit(Seq& s, const float* logits) {
   const int V = model_.config().vocab_size;
-  std::vector<float> row(logits, logits + V);
-  const int32_t tok = s.sampler->sample(row.data());
+  const bool forced = !s.req.forced.empty();
+  int32_t tok;
+  if (forced) {
+    tok = s.req.forced[s.generated.size()];
+  } else {
+    std::vector<float> row(logits, logits + V);
+    tok = s.sampler->sample(row.data());
+  }
   s.generated.push_back(tok);
-  if (s.req.logprobs > 0 && s.req.on_logprobs) s.req.on_logprobs(token_logprobs(logits, V, tok, s.req.logprobs));
+  if ((forced || s.req.logprobs > 0) && s.req.on_logprobs)
+    s.req.on_logprobs(token_logprobs(logits, V, tok, s.req.logprobs));
   if (s.req.on_token) s.req.on_token(tok);
   const auto& stops = s.req.stop_token_ids;
-  if (std::find(stops.begin(), stops.end(), tok) != stops.end()) return true;
+  if (!forced && std::find(stops.begin(), stops.end(), tok) != stops.end()) return true;
   if (static_cast<int>(s.req.generated_before.size() + s.generated.size()) >= s.req.max_tokens) return true;
   s.next_input = tok;
   return false;
@@ -218,149 +231,154 @@ void ContinuousBatcher::preempt_newest() {
 }
 
 void ContinuousBatcher::loop() {
-  if (limits_.threads > 0) cpu::set_num_threads(limits_.threads);
   std::vector<float> logits;
   while (true) {
-    std::vector<SeqPtr> done_cancelled, done_deadline;
-    bool abort_all = false;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running_.empty() || !cancel_requests_.empty(); });
-      if (stopping_ && !drain_) abort_all = true;
-      if (stopping_ && drain_ && waiting_.empty() && running_.empty()) break;
-      for (uint64_t id : cancel_requests_) {
-        for (auto& s : waiting_)
-          if (s->id == id) s->cancelled = true;
-        for (auto& s : running_)
-          if (s->id == id) s->cancelled = true;
-      }
-      cancel_requests_.clear();
-      const auto now = Clock::now();
-      auto expired = [&](const SeqPtr& s) { return abort_all || s->cancelled || now >= s->req.deadline; };
-      for (auto* q : {&waiting_}) {
-        for (auto it = q->begin(); it != q->end();) {
-          if (expired(*it)) {
-            ((*it)->cancelled || abort_all ? done_cancelled : done_deadline).push_back(std::move(*it));
-            it = q->erase(it);
-          } else {
-            ++it;
-          }
-        }
-      }
-      for (auto it = running_.begin(); it != running_.end();) {
-        if (expired(*it)) {
-          ((*it)->cancelled || abort_all ? done_cancelled : done_deadline).push_back(std::move(*it));
-          it = running_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-    for (auto& s : done_cancelled) finish(std::move(s), "cancelled", Status(StatusCode::kCancelled, "cancelled"));
-    for (auto& s : done_deadline) finish(std::move(s), "deadline", Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
-    if (abort_all) break;
-
-    // Admission between steps: oldest first, while there is room in the batch and the pool.
-    std::vector<SeqPtr> finished_now;
-    while (true) {
-      SeqPtr s;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (waiting_.empty() || static_cast<int>(running_.size()) >= limits_.max_running) break;
-        s = std::move(waiting_.front());
-        waiting_.pop_front();
-      }
-      // Queued past its deadline (or cancelled) since the sweep above: never admitted.
-      if (s->cancelled || Clock::now() >= s->req.deadline) {
-        if (s->cancelled) finish(std::move(s), "cancelled", Status(StatusCode::kCancelled, "cancelled"));
-        else finish(std::move(s), "deadline", Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
-        continue;
-      }
-      if (!admit(*s)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (running_.empty()) {
-          // Nothing will free blocks: this request can never fit.
-          finished_now.push_back(std::move(s));
-        } else {
-          waiting_.push_front(std::move(s));
-        }
-        break;
-      }
-      if (s->cancelled) {  // prefill failed
-        finish(std::move(s), "error", internal_error("prefill failed"));
-        continue;
-      }
-      if (sample_and_emit(*s, s->logits.data())) {
-        finish(std::move(s),
-               s->req.generated_before.size() + s->generated.size() >= static_cast<size_t>(s->req.max_tokens) ? "length" : "stop",
-               Status::Ok());
-        continue;
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      running_.push_back(std::move(s));
-    }
-    for (auto& s : finished_now)
-      finish(std::move(s), "error", Status(StatusCode::kResourceExhausted, "the KV pool cannot hold this request"));
-
-    // Every running sequence needs room for one more row; preempt from the newest if not.
-    std::vector<Seq*> batch;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto it = running_.begin(); it != running_.end();) {
-        Seq& s = **it;
-        const int64_t pos = engine_.position(s.seq);
-        bool ok = engine_.capacity(s.seq) > pos || engine_.reserve(s.seq, pos + 1 + limits_.reserve_ahead_rows).ok() ||
-                  engine_.reserve(s.seq, pos + 1).ok();
-        while (!ok && running_.back().get() != &s) {
-          preempt_newest();
-          ok = engine_.reserve(s.seq, pos + 1).ok();
-        }
-        if (!ok) {  // this sequence is the newest left: it yields
-          preempt_newest();
-          break;
-        }
-        ++it;
-      }
-      for (auto& s : running_) batch.push_back(s.get());
-    }
-    if (batch.empty()) continue;
-
-    std::vector<Engine::SeqId> ids;
-    std::vector<int32_t> inputs;
-    for (Seq* s : batch) {
-      ids.push_back(s->seq);
-      inputs.push_back(s->next_input);
-    }
-    logits.resize(batch.size() * static_cast<size_t>(model_.config().vocab_size));
-    Status st = engine_.decode_step(ids, inputs, logits.data());
-    std::vector<SeqPtr> finished;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (size_t i = 0; i < batch.size(); ++i) {
-        const bool done = !st.ok() || sample_and_emit(*batch[i], logits.data() + i * model_.config().vocab_size);
-        if (!done) continue;
-        for (auto it = running_.begin(); it != running_.end(); ++it)
-          if (it->get() == batch[i]) {
-            finished.push_back(std::move(*it));
-            running_.erase(it);
-            break;
-          }
-      }
-    }
-    for (auto& s : finished) {
-      if (!st.ok()) {
-        finish(std::move(s), "error", st);
-        continue;
-      }
-      const bool stop = !s->generated.empty() &&
-                        std::find(s->req.stop_token_ids.begin(), s->req.stop_token_ids.end(), s->generated.back()) !=
-                            s->req.stop_token_ids.end();
-      finish(std::move(s), stop ? "stop" : "length", Status::Ok());
-    }
+    const Sweep sw = sweep();
+    if (sw == Sweep::kExit) break;
+    admit_waiting();
+    const std::vector<Seq*> batch = make_room();
+    if (!batch.empty()) step(batch, logits);
   }
   // Drained or aborted: nothing may keep blocks.
   std::lock_guard<std::mutex> lock(mu_);
   YOCO_CHECK(running_.empty() || !drain_);
+}
+
+ContinuousBatcher::Sweep ContinuousBatcher::sweep() {
+  std::vector<SeqPtr> done_cancelled, done_deadline;
+  bool abort_all = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running_.empty() || !cancel_requests_.empty(); });
+    if (stopping_ && !drain_) abort_all = true;
+    if (stopping_ && drain_ && waiting_.empty() && running_.empty()) return Sweep::kExit;
+    for (uint64_t id : cancel_requests_) {
+      for (auto& s : waiting_)
+        if (s->id == id) s->cancelled = true;
+      for (auto& s : running_)
+        if (s->id == id) s->cancelled = true;
+    }
+    cancel_requests_.clear();
+    const auto now = Clock::now();
+    auto expired = [&](const SeqPtr& s) { return abort_all || s->cancelled || now >= s->req.deadline; };
+    auto take_expired = [&](auto& q) {
+      for (auto it = q.begin(); it != q.end();) {
+        if (expired(*it)) {
+          ((*it)->cancelled || abort_all ? done_cancelled : done_deadline).push_back(std::move(*it));
+          it = q.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    };
+    take_expired(waiting_);
+    take_expired(running_);
+  }
+  for (auto& s : done_cancelled) finish(std::move(s), "cancelled", Status(StatusCode::kCancelled, "cancelled"));
+  for (auto& s : done_deadline) finish(std::move(s), "deadline", Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
+  return abort_all ? Sweep::kExit : Sweep::kGoOn;
+}
+
+void ContinuousBatcher::admit_waiting() {
+  // Admission between steps: oldest first, while there is room in the batch and the pool.
+  std::vector<SeqPtr> finished_now;
+  while (true) {
+    SeqPtr s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (waiting_.empty() || static_cast<int>(running_.size()) >= limits_.max_running) break;
+      s = std::move(waiting_.front());
+      waiting_.pop_front();
+    }
+    // Queued past its deadline (or cancelled) since the sweep: never admitted.
+    if (s->cancelled || Clock::now() >= s->req.deadline) {
+      if (s->cancelled) finish(std::move(s), "cancelled", Status(StatusCode::kCancelled, "cancelled"));
+      else finish(std::move(s), "deadline", Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
+      continue;
+    }
+    if (!admit(*s)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (running_.empty()) {
+        // Nothing will free blocks: this request can never fit.
+        finished_now.push_back(std::move(s));
+      } else {
+        waiting_.push_front(std::move(s));
+      }
+      break;
+    }
+    if (s->cancelled) {  // prefill failed
+      finish(std::move(s), "error", internal_error("prefill failed"));
+      continue;
+    }
+    if (sample_and_emit(*s, s->logits.data())) {
+      finish(std::move(s),
+             s->req.generated_before.size() + s->generated.size() >= static_cast<size_t>(s->req.max_tokens) ? "length" : "stop",
+             Status::Ok());
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.push_back(std::move(s));
+  }
+  for (auto& s : finished_now)
+    finish(std::move(s), "error", Status(StatusCode::kResourceExhausted, "the KV pool cannot hold this request"));
+}
+
+std::vector<ContinuousBatcher::Seq*> ContinuousBatcher::make_room() {
+  // Every running sequence needs room for one more row; preempt from the newest if not.
+  std::vector<Seq*> batch;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = running_.begin(); it != running_.end();) {
+    Seq& s = **it;
+    const int64_t pos = engine_.position(s.seq);
+    bool ok = engine_.capacity(s.seq) > pos || engine_.reserve(s.seq, pos + 1 + limits_.reserve_ahead_rows).ok() ||
+              engine_.reserve(s.seq, pos + 1).ok();
+    while (!ok && running_.back().get() != &s) {
+      preempt_newest();
+      ok = engine_.reserve(s.seq, pos + 1).ok();
+    }
+    if (!ok) {  // this sequence is the newest left: it yields
+      preempt_newest();
+      break;
+    }
+    ++it;
+  }
+  for (auto& s : running_) batch.push_back(s.get());
+  return batch;
+}
+
+void ContinuousBatcher::step(const std::vector<Seq*>& batch, std::vector<float>& logits) {
+  std::vector<Engine::SeqId> ids;
+  std::vector<int32_t> inputs;
+  for (Seq* s : batch) {
+    ids.push_back(s->seq);
+    inputs.push_back(s->next_input);
+  }
+  logits.resize(batch.size() * static_cast<size_t>(model_.config().vocab_size));
+  Status st = engine_.decode_step(ids, inputs, logits.data());
+  std::vector<SeqPtr> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const bool done = !st.ok() || sample_and_emit(*batch[i], logits.data() + i * model_.config().vocab_size);
+      if (!done) continue;
+      for (auto it = running_.begin(); it != running_.end(); ++it)
+        if (it->get() == batch[i]) {
+          finished.push_back(std::move(*it));
+          running_.erase(it);
+          break;
+        }
+    }
+  }
+  for (auto& s : finished) {
+    if (!st.ok()) {
+      finish(std::move(s), "error", st);
+      continue;
+    }
+    const bool stop = !s->generated.empty() &&
+                      std::find(s->req.stop_token_ids.begin(), s->req.stop_token_ids.end(), s->generated.back()) !=
+                          s->req.stop_token_ids.end();
+    finish(std::move(s), stop ? "stop" : "length", Status::Ok());
+  }
 }
 
 }  // namespace yoco

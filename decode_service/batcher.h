@@ -62,6 +62,11 @@ struct DecodeRequest {
   std::vector<int32_t> stop_token_ids;
   Clock::time_point deadline = Clock::time_point::max();
   int logprobs = 0;  // > 0: on_logprobs gets each token's log-prob and the top-n, before on_token
+  // Scoring (teacher forcing): instead of sampling, the sequence consumes these tokens one per
+  // step after its prompt; on_logprobs gets each one's log-prob under the model's raw next-token
+  // distribution (and the top `logprobs`, which may be 0), then on_token. max_tokens must be
+  // their count; stop tokens do not apply. Empty: an ordinary sampled request.
+  std::vector<int32_t> forced;
   std::function<void(const TokenLogprobs&)> on_logprobs;
   std::function<void(int32_t token)> on_token;         // called from the batcher thread
   std::function<void(const FinishInfo&)> on_finish;    // exactly once
@@ -72,7 +77,6 @@ struct BatcherLimits {
   int max_running = 32;          // sequences per decode step
   int max_waiting = 256;         // queued requests; beyond: RESOURCE_EXHAUSTED
   int reserve_ahead_rows = 32;   // rows reserved past the current need, to grow less often
-  int threads = 0;               // OpenMP threads of the batcher thread (a per-thread setting); 0: default
   PrefillOptions prefill;
 };
 
@@ -116,7 +120,14 @@ class ContinuousBatcher {
   };
   using SeqPtr = std::unique_ptr<Seq>;
 
+  // The batcher thread: each turn sweeps cancelled and expired requests, admits waiting ones,
+  // makes room for one more row per running sequence (preempting the newest), and steps.
   void loop();
+  enum class Sweep { kGoOn, kExit };
+  Sweep sweep();
+  void admit_waiting();
+  std::vector<Seq*> make_room();
+  void step(const std::vector<Seq*>& batch, std::vector<float>& logits);
   bool admit(Seq& s);                 // false: the pool is short (stays waiting)
   void finish(SeqPtr s, std::string reason, Status status);
   void preempt_newest();

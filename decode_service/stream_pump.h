@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "decode_service/batcher.h"
+#include "server/call.h"
 #include "yoco/v1/yoco.pb.h"
 
 namespace yoco {
@@ -77,9 +79,13 @@ inline Result<PumpResult> pump_tokens(grpc::ServerContext* ctx, ContinuousBatche
     std::optional<FinishInfo> done;
     {
       std::unique_lock<std::mutex> lock(ch->mu);
-      ch->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return !ch->tokens.empty() || ch->done; });
+      ch->cv.wait_for(lock, kCancelPollInterval, [&] { return !ch->tokens.empty() || ch->done; });
       tokens.swap(ch->tokens);
-      logprobs.swap(ch->logprobs);
+      // on_logprobs runs before on_token: take only the entries of the tokens taken, so a
+      // message carries one per id (a later token's entry waits for its token).
+      const size_t n = std::min(tokens.size(), ch->logprobs.size());
+      logprobs.assign(ch->logprobs.begin(), ch->logprobs.begin() + n);
+      ch->logprobs.erase(ch->logprobs.begin(), ch->logprobs.begin() + n);
       done = ch->done;
     }
     if (ctx->IsCancelled()) {

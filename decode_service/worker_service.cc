@@ -2,20 +2,19 @@
 
 #include <cmath>
 #include <cstdio>
-#include <random>
 
 #include "common/checksum.h"
 #include "common/log.h"
 #include "handoff/prefix_chain.h"
-#include "proto/grpc_util.h"
 #include "decode_service/stream_pump.h"
+#include "proto/grpc_util.h"
+#include "server/call.h"
 
 namespace yoco {
 
 namespace {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
 
 }  // namespace
 
@@ -27,7 +26,10 @@ grpc::Status DecodeWorkerService::Decode(grpc::ServerContext* ctx, const interna
   m_.e2e.observe(seconds_since(t0));
   if (!st.ok())
     YOCO_LOG(LogLevel::kInfo, "decode request ended",
-             LogFields().kv("request_id", req->request_id()).kv("code", grpc_code_label(st.error_code())).kv("message", st.error_message()));
+             LogFields()
+                 .kv("request_id", req->request_id())
+                 .kv("code", grpc_code_label(st.error_code()))
+                 .kv("message", st.error_message()));
   return st;
 }
 
@@ -35,91 +37,115 @@ grpc::Status DecodeWorkerService::decode(grpc::ServerContext* ctx, const interna
                                          grpc::ServerWriter<internal::v1::DecodeEvent>* writer) {
   const auto t0 = Clock::now();
   if (!serving_) return {grpc::StatusCode::UNAVAILABLE, "decode worker is draining"};
-  DecodeRequest dr;
-  dr.prompt.assign(req->prompt().begin(), req->prompt().end());
-  dr.generated_before.assign(req->generated().begin(), req->generated().end());
-  auto sampling = sampling_from_proto(req->sampling());
-  if (!sampling.ok()) return to_grpc(sampling.status());
-  dr.sampling = sampling.value();
-  dr.max_tokens = req->max_tokens() == 0 ? 16 : static_cast<int>(std::min<uint32_t>(req->max_tokens(), 1u << 30));
-  dr.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
-  dr.logprobs = static_cast<int>(std::min<uint32_t>(req->logprobs(), 1000));
-  dr.priority = req->priority();
-  if (ctx->deadline() != std::chrono::system_clock::time_point::max())
-    dr.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(ctx->deadline() - std::chrono::system_clock::now());
-  if (Status v = batcher_.validate(dr); !v.ok()) return to_grpc(v);
-  const int64_t rows = static_cast<int64_t>(dr.prompt.size() + dr.generated_before.size());
-  if (!dr.generated_before.empty()) m_.migrated_in.inc();
+  auto dr = to_request(*ctx, *req);
+  if (!dr.ok()) return to_grpc(dr.status());
+  if (!dr->generated_before.empty()) m_.migrated_in.inc();
+  if (!req->local_prefill()) {  // else the batcher prefills the prompt itself (colocated mode)
+    grpc::Status st = receive_state(ctx, *req, *dr, writer, t0);
+    if (!st.ok()) return st;
+  }
+  m_.prompt_tokens.inc(static_cast<double>(dr->prompt.size()));
+  return stream_tokens(ctx, std::move(dr).value(), writer, t0);
+}
 
-  double transfer_wait = 0;
-  if (!req->local_prefill()) {
-    // 1. Reserve: the lease bounds how long the blocks wait for a commit, and never outlives
-    //    the request's own deadline.
-    const auto lease_ms = std::chrono::milliseconds(req->lease_ms() == 0 ? 30000 : req->lease_ms());
-    const auto lease = std::min(Clock::now() + lease_ms, dr.deadline);
-    auto desc = receiver_.reserve(req->request_id(), rows, lease);
-    if (!desc.ok()) return to_grpc(desc.status());
-    const uint64_t rid = desc->reservation_id;
-    internal::v1::DecodeEvent ev;
-    auto* r = ev.mutable_reservation();
-    r->set_reservation_id(rid);
-    const auto bytes = desc->serialize();
-    r->set_transfer_descriptor(bytes.data(), bytes.size());
-    r->set_rows(rows);
-    if (!writer->Write(ev)) {
+Result<DecodeRequest> DecodeWorkerService::to_request(const grpc::ServerContext& ctx,
+                                                      const internal::v1::DecodeRequest& req) const {
+  DecodeRequest dr;
+  dr.prompt.assign(req.prompt().begin(), req.prompt().end());
+  dr.generated_before.assign(req.generated().begin(), req.generated().end());
+  YOCO_ASSIGN_OR_RETURN(dr.sampling, sampling_from_proto(req.sampling()));
+  dr.max_tokens = req.max_tokens() == 0 ? 16 : static_cast<int>(std::min<uint32_t>(req.max_tokens(), 1u << 30));
+  dr.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
+  dr.logprobs = static_cast<int>(std::min<uint32_t>(req.logprobs(), 1000));
+  dr.priority = req.priority();
+  dr.deadline = steady_deadline(ctx).value_or(Clock::time_point::max());
+  YOCO_RETURN_IF_ERROR(batcher_.validate(dr));
+  return dr;
+}
+
+grpc::Status DecodeWorkerService::receive_state(grpc::ServerContext* ctx, const internal::v1::DecodeRequest& req,
+                                                DecodeRequest& dr,
+                                                grpc::ServerWriter<internal::v1::DecodeEvent>* writer,
+                                                Clock::time_point t0) {
+  // 1. Reserve: the lease bounds how long the blocks wait for a commit, and never outlives
+  //    the request's own deadline.
+  const int64_t rows = static_cast<int64_t>(dr.prompt.size() + dr.generated_before.size());
+  const auto lease_ms = std::chrono::milliseconds(req.lease_ms() == 0 ? 30000 : req.lease_ms());
+  const auto lease = std::min(Clock::now() + lease_ms, dr.deadline);
+  auto desc = receiver_.reserve(req.request_id(), rows, lease);
+  if (!desc.ok()) return to_grpc(desc.status());
+  const uint64_t rid = desc->reservation_id;
+  internal::v1::DecodeEvent ev;
+  auto* r = ev.mutable_reservation();
+  r->set_reservation_id(rid);
+  const auto bytes = desc->serialize();
+  r->set_transfer_descriptor(bytes.data(), bytes.size());
+  r->set_rows(rows);
+  if (!writer->Write(ev)) {
+    receiver_.cancel(rid);
+    return {grpc::StatusCode::CANCELLED, "the router went away before the transfer"};
+  }
+  // 2. The validated commit.
+  CommittedSequence committed;
+  if (grpc::Status st = wait_committed(ctx, rid, lease, dr.deadline, committed); !st.ok()) return st;
+  const double transfer_wait = seconds_since(t0);
+  m_.transfer.observe(transfer_wait);
+  auto admitted = admit(committed);
+  if (!admitted.ok()) return to_grpc(admitted.status());
+  dr.state = std::move(admitted).value();
+  if (share_prefixes_ && dr.state->pages) share_prefix(dr);
+  ev.Clear();
+  ev.mutable_committed()->set_transfer_wait_seconds(transfer_wait);
+  if (!writer->Write(ev)) {
+    if (dr.state->pages) pool_.release(*dr.state->pages);
+    return {grpc::StatusCode::CANCELLED, "the router went away after the transfer"};
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DecodeWorkerService::wait_committed(grpc::ServerContext* ctx, uint64_t rid, Clock::time_point lease,
+                                                 Clock::time_point deadline, CommittedSequence& out) {
+  // A cancelled call or a passed deadline drops the reservation (its blocks go back at once).
+  Result<CommittedSequence> committed = Status(StatusCode::kInternal, "not waited");
+  while (true) {
+    committed = receiver_.wait_committed(rid, std::min(Clock::now() + kCancelPollInterval, lease));
+    if (committed.ok() || transfer_error_of(committed.status()) != TransferError::kTimeout) break;
+    if (ctx->IsCancelled()) {
       receiver_.cancel(rid);
-      return {grpc::StatusCode::CANCELLED, "the router went away before the transfer"};
+      return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while waiting for the KV transfer");
     }
-    // 2. Wait for the validated commit; a cancelled call or a passed deadline drops the
-    //    reservation (its blocks go back at once).
-    Result<CommittedSequence> committed = Status(StatusCode::kInternal, "not waited");
-    while (true) {
-      committed = receiver_.wait_committed(rid, std::min(Clock::now() + std::chrono::milliseconds(20), lease));
-      if (committed.ok() || transfer_error_of(committed.status()) != TransferError::kTimeout) break;
-      if (ctx->IsCancelled()) {
-        receiver_.cancel(rid);
-        return {grpc::StatusCode::CANCELLED, "cancelled while waiting for the KV transfer"};
-      }
-      if (Clock::now() >= lease) {
-        receiver_.cancel(rid);
-        if (Clock::now() >= dr.deadline)
-          return {grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded while waiting for the KV transfer"};
-        return {grpc::StatusCode::UNAVAILABLE, "[lease_expired] no commit within the lease"};
-      }
-    }
-    if (!committed.ok()) {
-      // The prefill side failed, aborted, or sent something invalid: retriable elsewhere.
-      if (Clock::now() >= dr.deadline)
-        return {grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded during the KV transfer"};
-      if (ctx->IsCancelled()) return {grpc::StatusCode::CANCELLED, "cancelled during the KV transfer"};
-      return {grpc::StatusCode::UNAVAILABLE, "KV transfer failed: " + committed.status().message()};
-    }
-    transfer_wait = seconds_since(t0);
-    m_.transfer.observe(transfer_wait);
-    auto admitted = admit(*committed);
-    if (!admitted.ok()) return to_grpc(admitted.status());
-    dr.state = std::move(admitted).value();
-    if (share_prefixes_ && dr.state->pages) {
-      // Whole blocks of the shipped rows are final: identical ones (same tokens, same model,
-      // same bytes) are held once in the pool.
-      std::vector<int32_t> consumed = dr.prompt;
-      consumed.insert(consumed.end(), dr.generated_before.begin(), dr.generated_before.end());
-      std::vector<uint64_t> hashes;
-      for (const BlockKey& k : chain_keys(consumed, pool_.block_size(), model_.fingerprint()))
-        hashes.push_back(k.fold64());
-      m_.shared_blocks.inc(pool_.share_prefix(*dr.state->pages, hashes));
-    }
-    ev.Clear();
-    ev.mutable_committed()->set_transfer_wait_seconds(transfer_wait);
-    if (!writer->Write(ev)) {
-      if (dr.state->pages) pool_.release(*dr.state->pages);
-      return {grpc::StatusCode::CANCELLED, "the router went away after the transfer"};
+    if (Clock::now() >= lease) {
+      receiver_.cancel(rid);
+      if (Clock::now() >= deadline)
+        return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded while waiting for the KV transfer");
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "[lease_expired] no commit within the lease");
     }
   }
-  m_.prompt_tokens.inc(static_cast<double>(dr.prompt.size()));
+  if (committed.ok()) {
+    out = std::move(committed).value();
+    return grpc::Status::OK;
+  }
+  // The prefill side failed, aborted, or sent something invalid: retriable elsewhere.
+  if (Clock::now() >= deadline)
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded during the KV transfer");
+  if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled during the KV transfer");
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "KV transfer failed: " + committed.status().message());
+}
 
+void DecodeWorkerService::share_prefix(DecodeRequest& dr) {
+  // Whole blocks of the shipped rows are final: identical ones (same tokens, same model, same
+  // bytes) are held once in the pool.
+  std::vector<int32_t> consumed = dr.prompt;
+  consumed.insert(consumed.end(), dr.generated_before.begin(), dr.generated_before.end());
+  std::vector<uint64_t> hashes;
+  for (const BlockKey& k : chain_keys(consumed, pool_.block_size(), model_.fingerprint())) hashes.push_back(k.fold64());
+  m_.shared_blocks.inc(pool_.share_prefix(*dr.state->pages, hashes));
+}
+
+grpc::Status DecodeWorkerService::stream_tokens(grpc::ServerContext* ctx, DecodeRequest dr,
+                                                grpc::ServerWriter<internal::v1::DecodeEvent>* writer,
+                                                Clock::time_point t0) {
   // 3. Decode in the continuous batcher; stream tokens as they are sampled.
-  const auto submitted = Clock::now();
   std::optional<Clock::time_point> last;
   auto pumped = pump_tokens(ctx, batcher_, std::move(dr),
                             [&](const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps) {
@@ -137,7 +163,6 @@ grpc::Status DecodeWorkerService::decode(grpc::ServerContext* ctx, const interna
   if (!pumped.ok()) return to_grpc(pumped.status());
   const FinishInfo& f = pumped->info;
   m_.queue.observe(f.queue_seconds);
-  (void)submitted;
   if (!f.status.ok()) return to_grpc(f.status);
   if (pumped->client_gone) return {grpc::StatusCode::CANCELLED, "the router went away"};
   internal::v1::DecodeEvent ev;
@@ -148,6 +173,19 @@ grpc::Status DecodeWorkerService::decode(grpc::ServerContext* ctx, const interna
   fin->set_queue_seconds(f.queue_seconds);
   writer->Write(ev);
   return grpc::Status::OK;
+}
+
+void DecodeWorkerService::refresh_metrics() {
+  const TransferMetricsSnapshot t = receiver_.metrics().snapshot();
+  m_.transfer_bytes.inc(std::max(0.0, static_cast<double>(t.bytes) - m_.transfer_bytes.value()));
+  m_.transfer_failures.inc(std::max(0.0, static_cast<double>(t.failures) - m_.transfer_failures.value()));
+  m_.transfer_in_flight.set(static_cast<double>(receiver_.in_flight()));
+  m_.kv_shared.set(pool_.shared_blocks());
+  m_.running.set(batcher_.running());
+  m_.waiting.set(batcher_.waiting());
+  const double free = pool_.free_blocks();
+  m_.kv_free.set(free);
+  m_.kv_usage.set(1.0 - free / pool_.total_blocks());
 }
 
 Result<SequenceState> DecodeWorkerService::admit(CommittedSequence& c) {
@@ -176,9 +214,46 @@ grpc::Status DecodeWorkerService::GetLoad(grpc::ServerContext*, const internal::
   return grpc::Status::OK;
 }
 
-// TEMP: minimal Describe/Score so the router can talk to this worker before the real ones land.
+grpc::Status DecodeWorkerService::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req,
+                                        v1::ScoreResponse* resp) {
+  if (!serving_) return {grpc::StatusCode::UNAVAILABLE, "decode worker is draining"};
+  if (req->input_case() != v1::ScoreRequest::kTokens)
+    return {grpc::StatusCode::INVALID_ARGUMENT, "input.tokens: required (the router tokenizes)"};
+  const std::vector<int32_t> ids(req->tokens().ids().begin(), req->tokens().ids().end());
+  if (ids.size() < 2) return {grpc::StatusCode::INVALID_ARGUMENT, "tokens: scoring needs at least 2 tokens"};
+  if (Status v = model_.validate_tokens(ids, 0, "tokens"); !v.ok()) return to_grpc(v);
+  DecodeRequest dr;
+  dr.prompt.assign(ids.begin(), ids.begin() + 1);
+  dr.forced.assign(ids.begin() + 1, ids.end());
+  dr.max_tokens = static_cast<int>(dr.forced.size());
+  dr.sampling.temperature = 0;  // never used: every token is forced
+  dr.logprobs = static_cast<int>(std::min<uint32_t>(req->top_logprobs(), 20));
+  dr.deadline = steady_deadline(*ctx).value_or(Clock::time_point::max());
+  std::vector<TokenLogprobs> lps;
+  auto pumped = pump_tokens(ctx, batcher_, std::move(dr),
+                            [&](const std::vector<int32_t>&, const std::vector<TokenLogprobs>& batch) {
+                              lps.insert(lps.end(), batch.begin(), batch.end());
+                              return true;
+                            });
+  if (!pumped.ok()) return to_grpc(pumped.status());
+  if (!pumped->info.status.ok()) return to_grpc(pumped->info.status);
+  if (pumped->client_gone) return {grpc::StatusCode::CANCELLED, "the router went away"};
+  if (lps.size() + 1 != ids.size()) return {grpc::StatusCode::INTERNAL, "score: a position's log-prob is missing"};
+  double sum = 0;
+  for (int32_t t : ids) resp->add_token_ids(t);
+  for (const TokenLogprobs& lp : lps) {
+    resp->add_token_logprobs(lp.logprob);
+    sum += lp.logprob;
+    if (req->top_logprobs() > 0) fill_logprobs(lp, resp->add_top());
+  }
+  resp->set_sum_logprob(sum);
+  resp->set_perplexity(std::exp(-sum / static_cast<double>(lps.size())));
+  return grpc::Status::OK;
+}
+
 grpc::Status DecodeWorkerService::Describe(grpc::ServerContext*, const internal::v1::DescribeRequest*,
                                            v1::ModelInfo* info) {
+  // The tokenizer's fields (bos_id, eos_id) are the router's: it holds the tokenizer.
   const ModelConfig& c = model_.config();
   info->set_fingerprint(hex64(model_.fingerprint()));
   info->set_arch(c.arch == Arch::kYoco ? "yoco" : "transformer");
@@ -190,22 +265,6 @@ grpc::Status DecodeWorkerService::Describe(grpc::ServerContext*, const internal:
   info->set_n_loops(c.n_loops);
   info->set_sliding_window(c.sliding_window);
   info->set_kv_bytes_per_token(c.kv_bytes_per_token());
-  return grpc::Status::OK;
-}
-
-grpc::Status DecodeWorkerService::Score(grpc::ServerContext*, const v1::ScoreRequest* req, v1::ScoreResponse* resp) {
-  std::vector<int32_t> ids(req->tokens().ids().begin(), req->tokens().ids().end());
-  if (ids.empty()) return {grpc::StatusCode::INVALID_ARGUMENT, "input: empty"};
-  auto lp = model_.score(ids);
-  if (!lp.ok()) return to_grpc(lp.status());
-  double sum = 0;
-  for (int32_t t : ids) resp->add_token_ids(t);
-  for (float x : lp.value()) {
-    resp->add_token_logprobs(x);
-    sum += x;
-  }
-  resp->set_sum_logprob(sum);
-  resp->set_perplexity(std::exp(-sum / static_cast<double>(lp->size())));
   return grpc::Status::OK;
 }
 

@@ -1,6 +1,8 @@
 // The decode worker's internal service (proto/yoco/internal/v1/worker.proto): Decode reserves
 // KV blocks, hands the router the transfer descriptor, waits for the prefill worker's
-// validated commit, then runs the sequence in the continuous batcher and streams its tokens.
+// validated commit, then runs the sequence in the continuous batcher and streams its tokens
+// (with local_prefill, the colocated mode, the batcher prefills the prompt itself). Score and
+// Describe serve the router's other needs; the worker has no public API of its own.
 #pragma once
 
 #include <atomic>
@@ -24,21 +26,33 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
                       grpc::ServerWriter<internal::v1::DecodeEvent>* writer) override;
   grpc::Status GetLoad(grpc::ServerContext* ctx, const internal::v1::LoadRequest* req,
                        internal::v1::DecodeLoad* load) override;
-  // TEMP (the workers helper writes the real ones): the model's info and a CPU score.
+  // Scoring runs in the batcher like any sequence (queued, batched, preempted, under the pool's
+  // blocks): the first token is its prompt, the rest are forced one per step.
+  grpc::Status Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp) override;
   grpc::Status Describe(grpc::ServerContext* ctx, const internal::v1::DescribeRequest* req,
                         v1::ModelInfo* info) override;
-  grpc::Status Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp) override;
 
   // Draining: new Decode calls get UNAVAILABLE; running ones finish.
   void set_serving(bool serving) { serving_ = serving; }
   // Prefix sharing of pool blocks between sequences (on by default).
   void set_share_prefixes(bool on) { share_prefixes_ = on; }
+  // The gauges a /metrics scrape shows (batcher, pool, receiver), read now.
+  void refresh_metrics();
 
  private:
+  // Decode's stages: the request, the shipped state (reservation, commit), then the tokens.
   grpc::Status decode(grpc::ServerContext* ctx, const internal::v1::DecodeRequest* req,
                       grpc::ServerWriter<internal::v1::DecodeEvent>* writer);
   // Admission: the committed state blob becomes the sequence's state over the committed blocks.
   Result<SequenceState> admit(CommittedSequence& c);
+  Result<DecodeRequest> to_request(const grpc::ServerContext& ctx, const internal::v1::DecodeRequest& req) const;
+  grpc::Status receive_state(grpc::ServerContext* ctx, const internal::v1::DecodeRequest& req, DecodeRequest& dr,
+                             grpc::ServerWriter<internal::v1::DecodeEvent>* writer, Clock::time_point t0);
+  grpc::Status wait_committed(grpc::ServerContext* ctx, uint64_t rid, Clock::time_point lease,
+                              Clock::time_point deadline, CommittedSequence& out);
+  void share_prefix(DecodeRequest& dr);
+  grpc::Status stream_tokens(grpc::ServerContext* ctx, DecodeRequest dr,
+                             grpc::ServerWriter<internal::v1::DecodeEvent>* writer, Clock::time_point t0);
 
   const Model& model_;
   KvPool& pool_;

@@ -41,44 +41,32 @@
 
 #include "common/status.h"
 #include "model/config.h"
+#include "model/engine.h"
 #include "model/state.h"
 
 namespace yoco {
 
 class Model;
 
-struct CudaEngineOptions {
-  int device = 0;
-  int max_sequences = 64;      // device state slots (each holds every (loop, layer) state)
-  int max_batch = 64;          // sequences per decode_step / logits call
-  int max_chunk_tokens = 512;  // most tokens per prefill pass (activations are sized for it)
-  int64_t max_context = 8192;  // longest sequence (sizes the block tables); ≤ max_seq_len applies too
-  int kv_blocks = 1024;        // global K/V pool blocks
-  int kv_block_size = 64;      // rows per block: a multiple of kKvChunkRows (32)
-  int retention_chunk = 64;    // C of the chunkwise gRet prefill: 32 or 64
-  // decode_step replays a CUDA graph per (batch size, attention length bucket): the first step
-  // of a shape runs eagerly, the second captures, later ones replay. Results are bitwise those
-  // of the eager path (the paged attention's empty splits contribute nothing).
-  bool cuda_graphs = false;
-};
-
-class CudaEngine {
+class CudaEngine final : public Engine {
  public:
-  using SeqId = int32_t;
-
   // Uploads a whole-model (tensor-parallel world 1) Model's weights. A prefill-only weight set
   // (WeightSet::kPrefill) gives an engine whose logits/decode_step fail FAILED_PRECONDITION.
-  static Result<std::unique_ptr<CudaEngine>> create(const Model& model, const CudaEngineOptions& opt = {});
+  // `pool` (optional; must outlive the engine): the host KvPool shipped states arrive in; adopt
+  // gives their blocks back to it once the rows are on the device.
+  static Result<std::unique_ptr<CudaEngine>> create(const Model& model, const CudaEngineOptions& opt = {},
+                                                    KvPool* pool = nullptr);
   // Random weights generated on the device (cuda::fill_normal; N(0, 1/fan_in) matrices, norms
   // N(1, 0.05²), the host generator's distribution, not its values): for benchmarks of models too
   // big to generate on the host. Untied output head unless config.tie_embeddings is true.
   static Result<std::unique_ptr<CudaEngine>> create_random(const ModelConfig& config, uint64_t seed,
                                                            const CudaEngineOptions& opt = {});
-  ~CudaEngine();
+  ~CudaEngine() override;
   CudaEngine(const CudaEngine&) = delete;
   CudaEngine& operator=(const CudaEngine&) = delete;
 
-  const ModelConfig& config() const;
+  const ModelConfig& config() const override;
+  std::string device() const override;  // "cuda:N"
   const CudaEngineOptions& options() const;
   bool has_cross_decoder() const;
   int free_blocks() const;
@@ -93,30 +81,33 @@ class CudaEngine {
   // is taken.
   Result<SeqId> new_sequence();
   // Frees the slot and its KV blocks. NOT_FOUND for an unknown id.
-  Status release(SeqId id);
+  Status release(SeqId id) override;
   // Tokens consumed, or −1 for an unknown id.
-  int64_t position(SeqId id) const;
+  int64_t position(SeqId id) const override;
   // Rows the sequence's KV blocks hold (≥ position), or −1 for an unknown id.
-  int64_t capacity(SeqId id) const;
+  int64_t capacity(SeqId id) const override;
   // Grows the sequence's KV blocks to hold `rows` rows (never shrinks). RESOURCE_EXHAUSTED
   // (nothing taken) when the pool lacks the blocks; INVALID_ARGUMENT past the engine's context.
-  Status reserve(SeqId id, int64_t rows);
+  Status reserve(SeqId id, int64_t rows) override;
 
   // Consumes `tokens` into the sequence, chunk_tokens at a time (0 = max_chunk_tokens; at most
   // max_chunk_tokens); resumable. Self-decoder only (early exit): writes the state, the K/V rows
   // and last_hidden. The KV blocks for all tokens are reserved first: RESOURCE_EXHAUSTED (nothing
   // consumed) when the pool cannot hold them.
   Status prefill(SeqId id, std::span<const int32_t> tokens, int chunk_tokens = 0);
+  // Engine's form: chunk_tokens must be > 0 and is capped at max_chunk_tokens; the retention
+  // chunk is the engine's option, not the call's.
+  Status prefill(SeqId id, std::span<const int32_t> tokens, const PrefillOptions& opt) override;
 
   // Next-token logits [B, vocab] for each sequence (cross-decoder at position − 1), into host
   // `out`; out null: they stay in device_logits().
-  Status logits(std::span<const SeqId> ids, float* out);
+  Status logits(std::span<const SeqId> ids, float* out) override;
 
   // One token per sequence (any lengths, distinct ids, B ≤ max_batch): self-decoder step, one
   // K/V row, cross-decoder; next-token logits [B, vocab] into host `out` (or device_logits() when
   // out is null). RESOURCE_EXHAUSTED (nothing changed) when the pool lacks a block some sequence
   // needs for its new row.
-  Status decode_step(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* out);
+  Status decode_step(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* out) override;
 
   // The device buffer [max_batch, vocab] fp32 the last logits/decode_step wrote (rows 0..B−1).
   const float* device_logits() const;
@@ -129,7 +120,13 @@ class CudaEngine {
   Status download(SeqId id, SequenceState& out, bool with_kv = true) const;
   // Host copies of K/V rows [first, first + n) (post-RoPE K), [n, kv_dim] each: a prefill
   // worker ships each chunk's rows while the sequence stays on the device.
-  Status read_rows(SeqId id, int64_t first, int64_t n, float* k, float* v) const;
+  Status read_rows(SeqId id, int64_t first, int64_t n, float* k, float* v) const override;
+
+  // Engine's hand-over: upload, then a paged state's host blocks go back to the pool (st.pages is
+  // cleared) and the rest of `st` stays as it was. INVALID_ARGUMENT for pages of another pool.
+  Result<SeqId> adopt(SequenceState& st) override;
+  // download without the K/V rows.
+  Status snapshot(SeqId id, SequenceState& out) const override;
 
  private:
   struct Impl;

@@ -1,8 +1,9 @@
 // The serving engines behind one narrow interface (STYLE item 2), so the prefill and decode
 // workers run on the CPU or a CUDA device by flag (`--device cpu|cuda`):
-//   cpu   yoco::Model; sequence states in host memory, the global K/V rows contiguous or in the
-//         worker's host KvPool;
-//   cuda  yoco::CudaEngine; states and a paged K/V pool in device memory.
+//   cpu   yoco::CpuEngine (model/cpu_engine.h) over the CPU Model; sequence states in host memory,
+//         the global K/V rows contiguous or in the worker's host KvPool;
+//   cuda  yoco::CudaEngine (model/cuda_engine.h); states and a paged K/V pool in device memory.
+// make_engine picks one from EngineOptions::device.
 // Workers hold sequences by handle. Host SequenceStates cross the edge in both directions: a
 // fresh, cache-restored or shipped state goes in (adopt), K/V rows and the self-decoder state come
 // out to be shipped or stored (read_rows, snapshot). So the transfer path and the KV store stay
@@ -18,12 +19,37 @@
 
 #include "common/status.h"
 #include "model/config.h"
-#include "model/cuda_engine.h"  // plain C++: CudaEngineOptions
 #include "model/kv_pool.h"
 #include "model/model.h"
 #include "model/state.h"
 
 namespace yoco {
+
+// The CUDA engine's sizes (model/cuda_engine.h).
+struct CudaEngineOptions {
+  int device = 0;
+  int max_sequences = 64;      // device state slots (each holds every (loop, layer) state)
+  int max_batch = 64;          // sequences per decode_step / logits call
+  int max_chunk_tokens = 512;  // most tokens per prefill pass (activations are sized for it)
+  int64_t max_context = 8192;  // longest sequence (sizes the block tables); ≤ max_seq_len applies too
+  int kv_blocks = 1024;        // global K/V pool blocks
+  int kv_block_size = 64;      // rows per block: a multiple of kKvChunkRows (32)
+  int retention_chunk = 64;    // C of the chunkwise gRet prefill: 32 or 64
+  // decode_step replays a CUDA graph per (batch size, attention length bucket): the first step
+  // of a shape runs eagerly, the second captures, later ones replay. Results are bitwise those
+  // of the eager path (the paged attention's empty splits contribute nothing).
+  bool cuda_graphs = false;
+};
+
+struct EngineOptions {
+  // −1: the CPU engine; N ≥ 0: CUDA device N (common/flags.h's parse_device_flag gives it).
+  int device = -1;
+  // CPU engine: the kernels' thread count, set on each thread that calls the engine (OpenMP's
+  // count is a per-thread setting); 0 leaves the thread's default.
+  int threads = 0;
+  // CUDA engine: its sizes (`cuda.device` is replaced by `device`).
+  CudaEngineOptions cuda;
+};
 
 class Engine {
  public:
@@ -61,22 +87,15 @@ class Engine {
   // The state without K/V rows (position, self-decoder states, last_hidden): what
   // serialize_state needs with include_kv = false. `out` is replaced.
   virtual Status snapshot(SeqId id, SequenceState& out) const = 0;
-  // The live host state when the engine keeps one (the CPU engine), so callers can read rows
-  // in place; nullptr on a device engine or for an unknown id.
-  virtual const SequenceState* host_state(SeqId id) const = 0;
 };
 
-// A worker's --device value: "cpu" → −1, "cuda" → 0, "cuda:N" → N. Errors name --device.
-Result<int> parse_device_flag(const std::string& value);
-
 // `model` (and `pool`, when given) must outlive the engine. With a pool, fresh states get their
-// K/V rows in pool blocks (reserve grows them); without one they stay contiguous.
-std::unique_ptr<Engine> make_cpu_engine(const Model& model, KvPool* pool = nullptr);
-
-// The model's weights go to the device as bf16 (a tensor-parallel world-1 Model). Its prefill
-// takes PrefillOptions::chunk_tokens up to opt.max_chunk_tokens (more is capped) and computes
-// gRet in chunks of opt.retention_chunk whatever the call asks. UNIMPLEMENTED in a build
-// without YOCO_CUDA; the device's own error (no device, out of memory) otherwise.
-Result<std::unique_ptr<Engine>> make_cuda_engine(const Model& model, KvPool* pool, const CudaEngineOptions& opt);
+// K/V rows in pool blocks (reserve grows them); without one they stay contiguous (CPU) and
+// shipped states arrive in no pool. A CUDA engine uploads the model's weights as bf16 (a
+// tensor-parallel world-1 Model); its prefill takes PrefillOptions::chunk_tokens up to
+// cuda.max_chunk_tokens (more is capped) and computes gRet in chunks of cuda.retention_chunk
+// whatever the call asks. UNIMPLEMENTED for a CUDA device in a build without YOCO_CUDA; the
+// device's own error (no device, out of memory) otherwise.
+Result<std::unique_ptr<Engine>> make_engine(const Model& model, KvPool* pool, const EngineOptions& opt);
 
 }  // namespace yoco

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "common/checksum.h"
-#include "kernels/cpu/ops.h"
+#include "model/cpu_engine.h"
 
 namespace yoco {
 
@@ -41,7 +41,6 @@ Status PrefillLimits::validate() const {
     return invalid_argument("max_queued_tokens: must be > 0, got " + std::to_string(max_queued_tokens));
   if (committers <= 0) return invalid_argument("committers: must be > 0, got " + std::to_string(committers));
   if (retention_chunk <= 0) return invalid_argument("retention_chunk: must be > 0, got " + std::to_string(retention_chunk));
-  if (threads < 0) return invalid_argument("threads: must be >= 0, got " + std::to_string(threads));
   if (commit_grace.count() < 0) return invalid_argument("commit_grace: must be >= 0");
   return Status::Ok();
 }
@@ -62,6 +61,7 @@ struct PrefillScheduler::Job {
   // Before adoption: the fresh or cache-restored state. After: on a device engine, the host
   // mirror of the K/V rows (each slice's rows are copied here to be shipped and stored).
   SequenceState state;
+  DocumentRecord document;  // a document job's record, once stored
   int64_t computed = 0;
   Clock::time_point submitted, started, prefilled;
   PrefillStats stats;
@@ -81,7 +81,7 @@ PrefillScheduler::PrefillScheduler(const Model& model, KvSender& sender, Prefill
     : model_(model),
       sender_(sender),
       limits_(limits),
-      own_engine_(engine ? nullptr : make_cpu_engine(model)),
+      own_engine_(engine ? nullptr : std::make_unique<CpuEngine>(model)),
       engine_(engine ? *engine : *own_engine_),
       cache_(cache),
       write_prompts_(write_prompts) {}
@@ -99,6 +99,11 @@ void PrefillScheduler::start() {
 // ---- admission ------------------------------------------------------------------------------
 
 Status PrefillScheduler::check(const PrefillJob& job) const {
+  if (job.document) {
+    if (!cache_) return failed_precondition("document: this prefill worker has no KV store");
+    if (job.tokens.empty()) return invalid_argument("content: empty document");
+    return model_.validate_tokens(job.tokens, 0, "content.tokens");
+  }
   const ReservationDescriptor& d = job.reservation;
   if (Status st = d.validate(); !st.ok()) return invalid_argument("reservation: " + st.message());
   if (d.fingerprint != model_.fingerprint())
@@ -145,7 +150,7 @@ Result<uint64_t> PrefillScheduler::submit(PrefillJob job, PrefillCallback on_don
     }
   }
   // The caller gave up already: free the decode worker's blocks now rather than at the lease.
-  sender_.abort(job.reservation, "deadline passed before the prefill was queued");
+  if (!job.document) sender_.abort(job.reservation, "deadline passed before the prefill was queued");
   return Status(StatusCode::kDeadlineExceeded, "request " + job.reservation.request_id + ": deadline already passed");
 }
 
@@ -220,8 +225,6 @@ PrefillSchedulerLoad PrefillScheduler::load() const {
 // ---- compute thread -------------------------------------------------------------------------
 
 void PrefillScheduler::compute_loop() {
-  // OpenMP's thread count is a per-thread setting (libgomp): this thread sets its own.
-  if (limits_.threads > 0) cpu::set_num_threads(limits_.threads);
   std::vector<Slice> plan;
   while (true) {
     std::vector<Ended> ended;
@@ -257,7 +260,7 @@ void PrefillScheduler::sweep_locked(std::vector<Ended>& ended) {
       return Status(StatusCode::kDeadlineExceeded,
                     "request " + j.req.reservation.request_id + ": deadline passed before its prefill finished");
     // Computing for a reservation the decode worker has dropped is wasted work.
-    if (lease_over(j.req.reservation))
+    if (!j.req.document && lease_over(j.req.reservation))
       return transfer_error(TransferError::kLeaseExpired, "reservation " + std::to_string(j.req.reservation.reservation_id) +
                                                               ": lease over before the prefill finished");
     return Status::Ok();
@@ -301,80 +304,95 @@ std::vector<PrefillScheduler::Slice> PrefillScheduler::plan_locked() {
 void PrefillScheduler::run_slice(Slice& s) {
   Job& j = *s.job;
   if (j.cancel_requested) return;  // settle ends it
-  const ReservationDescriptor& d = j.req.reservation;
   const auto t0 = Clock::now();
-  const int64_t kv_dim = model_.config().kv_dim();
-  if (j.computed == 0 && !j.stats.started) {
-    j.state = model_.new_sequence();
-    j.started = t0;
-    j.stats.started = true;
-    j.stats.queue_seconds = seconds_between(j.submitted, t0);
-    if (cache_) resume_from_cache(j);
-    auto seq = engine_.adopt(j.state);
-    if (!seq.ok()) {
-      s.status = seq.status();
-      return;
-    }
-    j.seq = *seq;
-    if (j.computed > 0) {
-      // The cached rows go out first, as one transfer of whole runs.
-      s.cached = j.computed;
-      const SequenceState& rows = host_rows(j);
-      s.status = sender_.put_rows(d, 0, static_cast<int>(j.computed), rows.k.data(), rows.v.data());
-      if (!s.status.ok()) {
-        j.stats.transfer_failed = true;
-        return;
-      }
-      s.tokens = static_cast<int>(std::min<int64_t>(s.tokens, j.size() - j.computed));
-    }
+  if (j.computed == 0 && !j.stats.started && !start_job(s, t0)) return;
+  if (s.tokens > 0 && !compute_slice(s, t0)) return;
+  if (j.computed < j.size()) return;
+  finish_job(s);
+}
+
+bool PrefillScheduler::start_job(Slice& s, Clock::time_point t0) {
+  Job& j = *s.job;
+  j.state = model_.new_sequence();
+  j.started = t0;
+  j.stats.started = true;
+  j.stats.queue_seconds = seconds_between(j.submitted, t0);
+  if (cache_ && !j.req.document) resume_from_cache(j);
+  auto seq = engine_.adopt(j.state);
+  if (!seq.ok()) {
+    s.status = seq.status();
+    return false;
   }
+  j.seq = *seq;
+  if (j.computed > 0) {
+    // The cached rows go out first, as one transfer of whole runs.
+    s.cached = j.computed;
+    s.status = mirror_rows(j, 0, j.computed);
+    if (!s.status.ok()) return false;
+    s.status = sender_.put_rows(j.req.reservation, 0, static_cast<int>(j.computed), j.state.k.data(), j.state.v.data());
+    if (!s.status.ok()) {
+      j.stats.transfer_failed = true;
+      return false;
+    }
+    s.tokens = static_cast<int>(std::min<int64_t>(s.tokens, j.size() - j.computed));
+  }
+  return true;
+}
+
+bool PrefillScheduler::writes_prompt(const Job& j) const { return cache_ && write_prompts_ && !j.req.document; }
+
+bool PrefillScheduler::compute_slice(Slice& s, Clock::time_point t0) {
+  Job& j = *s.job;
+  const int64_t kv_dim = model_.config().kv_dim();
   // With prompt caching, a slice that would cross the prompt's last whole block stops there,
   // so the state at that boundary can be snapshotted for later prompts sharing the prefix.
   const int64_t B = cache_ ? cache_->options().block_tokens : 0;
   const int64_t boundary = B > 0 ? j.size() / B * B : 0;
-  if (cache_ && write_prompts_ && boundary > j.computed && j.computed + s.tokens > boundary)
+  if (writes_prompt(j) && boundary > j.computed && j.computed + s.tokens > boundary)
     s.tokens = static_cast<int>(boundary - j.computed);
-  if (s.tokens > 0) {
-    const PrefillOptions opt{limits_.chunk_tokens, limits_.retention_chunk};
-    s.status = engine_.prefill(j.seq, std::span<const int32_t>(j.req.tokens).subspan(j.computed, s.tokens), opt);
-    if (!s.status.ok()) return;
-    if (!engine_.host_state(j.seq)) {  // a device engine: this slice's rows into the host mirror
-      j.state.k.resize(static_cast<size_t>(j.computed + s.tokens) * kv_dim);
-      j.state.v.resize(j.state.k.size());
-      s.status = engine_.read_rows(j.seq, j.computed, s.tokens, j.state.k.data() + j.computed * kv_dim,
-                                   j.state.v.data() + j.computed * kv_dim);
-      if (!s.status.ok()) return;
-    }
-    if (limits_.inject_slice_delay.count() > 0) std::this_thread::sleep_until(t0 + limits_.inject_slice_delay);
-    s.computed = true;
-    // Staged by the sender: these rows travel while the next slice computes.
-    const SequenceState& rows = host_rows(j);
-    s.status = sender_.put_rows(d, j.computed, s.tokens, rows.k.data() + j.computed * kv_dim,
-                                rows.v.data() + j.computed * kv_dim);
-    if (!s.status.ok()) {
-      j.stats.transfer_failed = true;
-      return;
-    }
-    j.stats.chunks.push_back(s.tokens);
-    j.computed += s.tokens;
-    if (cache_ && write_prompts_ && j.computed == boundary && boundary > j.stats.cached_tokens) {
-      // The state at the last whole block, without rows (they go in blocks): best effort.
-      StateBlobOptions so;
-      so.include_kv = false;
-      SequenceState snap;
-      if (engine_.snapshot(j.seq, snap).ok()) {
-        const auto blob = serialize_state(snap, model_.config(), model_.fingerprint(), so);
-        (void)cache_->put_state(state_key_for(std::span<const int32_t>(j.req.tokens).first(boundary), static_cast<int>(B),
-                                            model_.fingerprint()),
-                                blob, std::chrono::seconds(0));
-      }
+  const PrefillOptions opt{limits_.chunk_tokens, limits_.retention_chunk};
+  s.status = engine_.prefill(j.seq, std::span<const int32_t>(j.req.tokens).subspan(j.computed, s.tokens), opt);
+  if (!s.status.ok()) return false;
+  s.status = mirror_rows(j, j.computed, s.tokens);
+  if (!s.status.ok()) return false;
+  if (limits_.inject_slice_delay.count() > 0) std::this_thread::sleep_until(t0 + limits_.inject_slice_delay);
+  s.computed = true;
+  // Staged by the sender: these rows travel while the next slice computes.
+  if (!j.req.document)
+    s.status = sender_.put_rows(j.req.reservation, j.computed, s.tokens, j.state.k.data() + j.computed * kv_dim,
+                                j.state.v.data() + j.computed * kv_dim);
+  if (!s.status.ok()) {
+    j.stats.transfer_failed = true;
+    return false;
+  }
+  j.stats.chunks.push_back(s.tokens);
+  j.computed += s.tokens;
+  if (writes_prompt(j) && j.computed == boundary && boundary > j.stats.cached_tokens) {
+    // The state at the last whole block, without rows (they go in blocks): best effort.
+    StateBlobOptions so;
+    so.include_kv = false;
+    SequenceState snap;
+    if (engine_.snapshot(j.seq, snap).ok()) {
+      const auto blob = serialize_state(snap, model_.config(), model_.fingerprint(), so);
+      (void)cache_->put_state(state_key_for(std::span<const int32_t>(j.req.tokens).first(boundary), static_cast<int>(B),
+                                          model_.fingerprint()),
+                              blob, std::chrono::seconds(0));
     }
   }
-  if (j.computed < j.size()) return;
+  return true;
+}
 
-  if (cache_ && write_prompts_) write_back(j);
+void PrefillScheduler::finish_job(Slice& s) {
+  Job& j = *s.job;
+  if (writes_prompt(j)) write_back(j);
   j.prefilled = Clock::now();
   j.stats.prefill_seconds = seconds_between(j.started, j.prefilled);
+  if (j.req.document) {  // stored, not shipped: settle ends it without a commit
+    s.status = store_document(j);
+    drop_sequence(j);
+    s.last = s.status.ok();
+    return;
+  }
   StateBlobOptions so;
   so.include_kv = false;  // the rows went ahead with put_rows
   SequenceState snap;
@@ -382,10 +400,10 @@ void PrefillScheduler::run_slice(Slice& s) {
   if (!s.status.ok()) return;
   const std::vector<uint8_t> blob = serialize_state(snap, model_.config(), model_.fingerprint(), so);
   j.stats.rows = j.size();
-  j.stats.bytes = j.size() * kv_dim * 4 * 2 + static_cast<int64_t>(blob.size());
+  j.stats.bytes = j.size() * model_.config().kv_dim() * 4 * 2 + static_cast<int64_t>(blob.size());
   // The rows are staged in the sender: a job waiting for its acknowledgement keeps nothing.
   drop_sequence(j);
-  s.status = sender_.put_state(d, blob);
+  s.status = sender_.put_state(j.req.reservation, blob);
   if (!s.status.ok()) {
     j.stats.transfer_failed = true;
     return;
@@ -430,18 +448,32 @@ void PrefillScheduler::resume_from_cache(Job& j) {
   j.stats.cached_tokens = cp.tokens;
 }
 
+Status PrefillScheduler::store_document(Job& j) {
+  // The state without rows, plus the rows of the host mirror.
+  SequenceState snap;
+  YOCO_RETURN_IF_ERROR(engine_.snapshot(j.seq, snap));
+  snap.k = std::move(j.state.k);
+  snap.v = std::move(j.state.v);
+  auto rec = save_document(*cache_, j.req.tokens, snap, model_.config(), j.req.document_ttl);
+  if (!rec.ok()) return Status(StatusCode::kUnavailable, "KV store: " + rec.status().message());
+  j.document = std::move(rec).value();
+  return Status::Ok();
+}
+
 void PrefillScheduler::write_back(Job& j) {
   const int64_t B = cache_->options().block_tokens;
   const int64_t first = j.stats.cached_tokens / B;  // blocks below this were loaded, not computed
   const int64_t last = j.size() / B;
-  const SequenceState& rows = host_rows(j);
   if (last > first)
-    (void)cache_->write_blocks(j.req.tokens, rows.k.data(), rows.v.data(), first, last - first, std::chrono::seconds(0));
+    (void)cache_->write_blocks(j.req.tokens, j.state.k.data(), j.state.v.data(), first, last - first,
+                               std::chrono::seconds(0));
 }
 
-const SequenceState& PrefillScheduler::host_rows(const Job& j) const {
-  const SequenceState* own = engine_.host_state(j.seq);
-  return own ? *own : j.state;
+Status PrefillScheduler::mirror_rows(Job& j, int64_t first, int64_t n) {
+  const int64_t kv_dim = model_.config().kv_dim();
+  j.state.k.resize(static_cast<size_t>(first + n) * kv_dim);
+  j.state.v.resize(j.state.k.size());
+  return engine_.read_rows(j.seq, first, n, j.state.k.data() + first * kv_dim, j.state.v.data() + first * kv_dim);
 }
 
 void PrefillScheduler::drop_sequence(Job& j) {
@@ -465,6 +497,13 @@ void PrefillScheduler::settle_locked(std::vector<Slice>& plan, std::vector<Ended
     queued_tokens_ -= s.tokens + s.cached;
     j.settled += s.tokens + s.cached;
     if (!s.last) continue;
+    if (j.req.document) {  // stored: nothing to commit
+      active_.erase(std::find(active_.begin(), active_.end(), s.job));
+      jobs_.erase(j.id);
+      ended.push_back({s.job, Status::Ok()});
+      idle_cv_.notify_all();
+      continue;
+    }
     active_.erase(std::find(active_.begin(), active_.end(), s.job));
     j.phase = Job::Phase::kCommitting;
     to_commit_.push_back(s.job);
@@ -534,14 +573,14 @@ void PrefillScheduler::commit_loop() {
 
 void PrefillScheduler::end(const Ended& e) {
   // Best effort; the receiver drops the reservation and its blocks go back to the pool now.
-  if (!e.job->aborted.exchange(true)) sender_.abort(e.job->req.reservation, e.status.message());
+  if (!e.job->req.document && !e.job->aborted.exchange(true)) sender_.abort(e.job->req.reservation, e.status.message());
   complete(*e.job, e.status);
 }
 
 void PrefillScheduler::complete(Job& j, Status st) {
   PrefillCallback cb = std::move(j.on_done);
   j.on_done = nullptr;
-  if (cb) cb(PrefillOutcome{std::move(st), j.stats});
+  if (cb) cb(PrefillOutcome{std::move(st), j.stats, j.document});
 }
 
 }  // namespace yoco

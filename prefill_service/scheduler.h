@@ -42,7 +42,6 @@ struct PrefillLimits {
   int64_t max_queued_tokens = int64_t{1} << 20;   // uncomputed tokens waiting or active; beyond: RESOURCE_EXHAUSTED
   int committers = 8;                             // threads waiting for commit acknowledgements
   int retention_chunk = 64;                       // C of the chunkwise gated-retention form
-  int threads = 0;                                // OpenMP threads of the compute thread; 0: leave the default
   // Slack past the reservation's lease for the commit acknowledgement (its wait must end).
   std::chrono::milliseconds commit_grace{5000};
   // Fault injection for tests and drills, off by default: every slice takes at least this long
@@ -66,6 +65,11 @@ struct PrefillJob {
   // cache the longest one found is loaded instead of computed. Without candidates the
   // longest cached whole-block prefix is looked up (automatic prefix caching).
   std::vector<int64_t> cached_prefix_candidates = {};
+  // A document to store (CacheDocument) instead of a prompt to ship: no reservation, computed
+  // from scratch like any prompt, then saved whole in the KV store with this TTL
+  // (KvCache::save_document). Needs a cache.
+  bool document = false;
+  std::chrono::seconds document_ttl{0};
 };
 
 struct PrefillStats {
@@ -84,8 +88,9 @@ struct PrefillStats {
 };
 
 struct PrefillOutcome {
-  Status status;  // OK: the decode worker admitted the sequence
+  Status status;  // OK: the decode worker admitted the sequence (a document: it is stored)
   PrefillStats stats;
+  DocumentRecord document;  // a document job's stored record
 };
 
 using PrefillCallback = std::function<void(const PrefillOutcome&)>;
@@ -146,8 +151,11 @@ class PrefillScheduler {
   void resume_from_cache(Job& j);
   // Last slice: the blocks computed here go to the store, best effort.
   void write_back(Job& j);
-  // The job's K/V rows on the host: the CPU engine's own state, else the job's mirror.
-  const SequenceState& host_rows(const Job& j) const;
+  // Rows [first, first + n) of the job's sequence into its host mirror (j.state.k/v, which then
+  // holds first + n rows): what is shipped and written to the store.
+  Status mirror_rows(Job& j, int64_t first, int64_t n);
+  // Last slice of a document job: the state with its rows into the KV store.
+  Status store_document(Job& j);
   // Compute thread: frees the job's engine sequence (if it has one).
   void drop_sequence(Job& j);
   struct Slice {
@@ -169,7 +177,13 @@ class PrefillScheduler {
   // Removes cancelled, expired and lease-expired jobs from waiting_ and active_ (lock held).
   void sweep_locked(std::vector<Ended>& ended);
   std::vector<Slice> plan_locked();
+  // One slice of a job: its first one starts it (cache, engine sequence), each computes and
+  // ships its rows, the last one ships the state (or stores a document).
   void run_slice(Slice& s);
+  bool start_job(Slice& s, TransferClock::time_point t0);  // false: s.status says why
+  bool compute_slice(Slice& s, TransferClock::time_point t0);
+  void finish_job(Slice& s);
+  bool writes_prompt(const Job& j) const;  // automatic prefix caching applies to this job
   void settle_locked(std::vector<Slice>& plan, std::vector<Ended>& ended);
   void record_throughput(int64_t tokens, double busy_seconds);
   // Aborts the reservation (best effort) and completes the job: outside the lock.

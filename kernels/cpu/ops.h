@@ -25,7 +25,7 @@ inline void linear(const float* x, const float* w, float* y, int m, int n, int k
 }
 bool gemm_uses_blas();
 
-// --- norm.cc -----------------------------------------------------------------------
+// --- rmsnorm.cc --------------------------------------------------------------------
 // y = x / sqrt(mean(x²) + eps) · w over each of `rows` rows of `dim`; w may be null (no weight).
 void rmsnorm(const float* x, int ldx, const float* w, float* y, int ldy, int rows, int dim, float eps);
 

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dispatch.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace yoco::cuda {
@@ -260,13 +261,15 @@ Status causal_attention_prefill(const CausalPrefillArgs& a, void* stream) {
   const bool async = a.head_dim % 4 == 0 && ld_pool % 4 == 0 && reinterpret_cast<uintptr_t>(a.k_pool) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(a.v_pool) % 16 == 0;
   cudaStream_t s = detail::as_stream(stream);
-  // The one place the head dim becomes a template parameter (padded up to a multiple of 32). At
-  // 256 the key tile and the block shrink so the output accumulators stay in registers and the
+  // At 256 the key tile and the block shrink so the output accumulators stay in registers and the
   // shared memory (≈ 135 KB) fits an A100.
-  if (a.head_dim <= 32) return launch<32, 64, 8>(a, async, s);
-  if (a.head_dim <= 64) return launch<64, 64, 8>(a, async, s);
-  if (a.head_dim <= 128) return launch<128, 64, 8>(a, async, s);
-  return launch<256, 32, 4>(a, async, s);
+  return detail::dispatch_head_dim("causal_attention_prefill", a.head_dim, [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    if constexpr (HD == 256)
+      return launch<256, 32, 4>(a, async, s);
+    else
+      return launch<HD, 64, 8>(a, async, s);
+  });
 }
 
 }  // namespace yoco::cuda

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dispatch.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace yoco::cuda {
@@ -313,11 +314,8 @@ Status retention_prefill(const RetentionPrefillArgs& a, void* stream) {
   if (!a.out) return bad("out is null");
   const int chunk = a.chunk == 0 ? 64 : a.chunk;
   cudaStream_t s = detail::as_stream(stream);
-  // The one place the head dim becomes a template parameter: padded up to a power of two.
-  if (a.head_dim <= 32) return launch_chunk<32>(a, chunk, s);
-  if (a.head_dim <= 64) return launch_chunk<64>(a, chunk, s);
-  if (a.head_dim <= 128) return launch_chunk<128>(a, chunk, s);
-  return launch_chunk<256>(a, chunk, s);
+  return detail::dispatch_head_dim(op, a.head_dim,
+                                   [&](auto hd) { return launch_chunk<decltype(hd)::value>(a, chunk, s); });
 }
 
 }  // namespace yoco::cuda

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dispatch.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace yoco::cuda {
@@ -159,13 +160,16 @@ Status launch_prefill(const SwaPrefillArgs& a, cudaStream_t s) {
   return detail::launch_status("swa_prefill (attention)");
 }
 
-// The one place the head dim becomes a template parameter (padded up to a power of two); the key
-// tile shrinks at 256 so that the output accumulators stay in registers.
+// The head dim as a template parameter (dispatch.cuh); the key tile shrinks at 256 so that the
+// output accumulators stay in registers.
 Status dispatch_prefill(const SwaPrefillArgs& a, cudaStream_t s) {
-  if (a.head_dim <= 32) return launch_prefill<32, 64>(a, s);
-  if (a.head_dim <= 64) return launch_prefill<64, 64>(a, s);
-  if (a.head_dim <= 128) return launch_prefill<128, 64>(a, s);
-  return launch_prefill<256, 32>(a, s);
+  return detail::dispatch_head_dim("swa_prefill", a.head_dim, [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    if constexpr (HD == 256)
+      return launch_prefill<256, 32>(a, s);
+    else
+      return launch_prefill<HD, 64>(a, s);
+  });
 }
 
 // --- decode ----------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# yoco-cli against a running yoco.v1 server (the router, or a lone yoco-decode): generate with
+# yoco-cli against a running yoco.v1 server (the router, with or without prefill workers): generate with
 # text and token prompts (streamed and --json), score, tokenize/detokenize, info, bad requests
 # that must fail with INVALID_ARGUMENT, and a small open-loop bench with no errors.
 # Usage: cluster_cli_test.sh HOST:PORT path/to/yoco-cli

@@ -26,23 +26,6 @@
 namespace yoco {
 namespace {
 
-double rms(const std::vector<float>& x) {
-  double s = 0;
-  for (float v : x) s += static_cast<double>(v) * v;
-  return x.empty() ? 0.0 : std::sqrt(s / static_cast<double>(x.size()));
-}
-
-::testing::AssertionResult bf16_close(const std::vector<float>& got, const std::vector<float>& ref) {
-  return all_close(got, ref, static_cast<float>(2e-2 * rms(ref)) + 1e-6f, 2e-2f);
-}
-
-std::vector<float> bf16_round(std::vector<float> x) {
-  for (auto& v : x) v = from_bf16(to_bf16(v));
-  return x;
-}
-
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
 struct Case {
   int n_q_heads, n_kv_heads, head_dim, block_size;
   int64_t pos0;             // keys 0 .. pos0 − 1 precede the queries (a resumed sequence)

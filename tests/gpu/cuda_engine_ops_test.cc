@@ -23,10 +23,6 @@
 namespace yoco {
 namespace {
 
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
-
 TEST(CudaEngineOps, RmsnormToBf16MatchesCpu) {
   SKIP_WITHOUT_GPU();
   const int shapes[][2] = {{1, 1}, {3, 7}, {17, 64}, {5, 1000}, {2, 3072}};

@@ -128,10 +128,6 @@ void expect_state_close(const SequenceState& got, const SequenceState& ref) {
   }
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
-}
-
 void expect_same_state(const SequenceState& a, const SequenceState& b) {
   ASSERT_EQ(a.position, b.position);
   EXPECT_TRUE(same_bits(a.k, b.k));

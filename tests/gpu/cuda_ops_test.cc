@@ -341,8 +341,6 @@ TEST(CudaOps, DecodeAttentionPagedRejectsBadArguments) {
 }
 
 // --- retention decode step ---------------------------------------------------------------------------
-float logsigmoid(float x) { return std::min(x, 0.0f) - std::log1p(std::exp(-std::fabs(x))); }
-
 TEST(CudaOps, RetentionDecodeStepMatchesCpu) {
   SKIP_WITHOUT_GPU();
   const int shapes[][3] = {{1, 1, 8}, {3, 4, 64}, {2, 3, 36}, {5, 2, 128}, {1, 1, 257}};  // batch, heads, hd

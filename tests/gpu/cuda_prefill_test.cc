@@ -30,24 +30,6 @@
 namespace yoco {
 namespace {
 
-float logsigmoid(float x) { return std::min(x, 0.0f) - std::log1p(std::exp(-std::fabs(x))); }
-
-double rms(const std::vector<float>& x) {
-  double s = 0;
-  for (float v : x) s += static_cast<double>(v) * v;
-  return x.empty() ? 0.0 : std::sqrt(s / static_cast<double>(x.size()));
-}
-
-// The tensor-core tolerance above.
-::testing::AssertionResult bf16_close(const std::vector<float>& got, const std::vector<float>& ref) {
-  return all_close(got, ref, static_cast<float>(2e-2 * rms(ref)) + 1e-6f, 2e-2f);
-}
-
-std::vector<float> bf16_round(std::vector<float> x) {
-  for (auto& v : x) v = from_bf16(to_bf16(v));
-  return x;
-}
-
 std::string join(const std::vector<int>& v) {
   std::string s;
   for (int x : v) {

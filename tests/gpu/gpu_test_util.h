@@ -1,5 +1,6 @@
-// Helpers shared by the GPU test binaries: device buffers, bf16 conversion on the host, the
-// |got − ref| ≤ atol + rtol·|ref| comparison (STYLE item 4), and the skip without a device.
+// Helpers shared by the GPU test binaries (the one place for them): device buffers, bf16
+// conversion and rounding on the host, the |got − ref| ≤ atol + rtol·|ref| comparison (STYLE
+// item 4) and the bf16 tolerance, bitwise equality, and the skip without a device.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -101,6 +103,33 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& got, const
   return ::testing::AssertionFailure() << bad << " of " << got.size() << " elements off; worst at " << worst << ": got "
                                        << got[worst] << ", want " << ref[worst] << " (atol " << atol << ", rtol "
                                        << rtol << ")";
+}
+
+inline double rms(const std::vector<float>& x) {
+  double s = 0;
+  for (float v : x) s += static_cast<double>(v) * v;
+  return x.empty() ? 0.0 : std::sqrt(s / static_cast<double>(x.size()));
+}
+
+// The tensor-core tolerance of the bf16 ops: rtol 2e-2 with an atol of 2e-2 of the reference's
+// RMS (sums cancel: an element can be far below the RMS).
+inline ::testing::AssertionResult bf16_close(const std::vector<float>& got, const std::vector<float>& ref) {
+  return all_close(got, ref, static_cast<float>(2e-2 * rms(ref)) + 1e-6f, 2e-2f);
+}
+
+// Every element rounded to bf16 (nearest even) and back.
+inline std::vector<float> bf16_round(std::vector<float> x) {
+  for (auto& v : x) v = from_bf16(to_bf16(v));
+  return x;
+}
+
+inline const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+inline float logsigmoid(float x) { return std::min(x, 0.0f) - std::log1p(std::exp(-std::fabs(x))); }
+
+inline bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
 }
 
 }  // namespace yoco

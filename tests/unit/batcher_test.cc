@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "decode_service/batcher.h"
+#include "model/cpu_engine.h"
 #include "model/generate.h"
 #include "model/random_model.h"
 #include "tests/unit/test_util.h"
@@ -201,6 +202,56 @@ TEST_P(BatcherTest, LogprobsAreTheRawModelDistribution) {
   b.stop(true);
 }
 
+// Scoring through the batcher (teacher forcing: one forced token per step, batched with other
+// sequences, preempted and recomputed like them) gives Model::score's per-position log-probs.
+TEST_P(BatcherTest, ForcedTokensScoreLikeModelScore) {
+  // 8 blocks of 32 rows for 5 sequences of 60+ rows: they preempt each other while they score.
+  auto pool = KvPool::create(8, 32, model_->config().kv_dim());
+  ASSERT_TRUE(pool.ok());
+  BatcherLimits lim;
+  lim.reserve_ahead_rows = 0;
+  ContinuousBatcher b(*model_, **pool, lim);  // started once every request is queued
+  const int n = 5;
+  std::vector<Outcome> outs(n);
+  std::vector<std::vector<int32_t>> inputs(n);
+  std::vector<std::vector<TokenLogprobs>> lps(n);
+  Collector c;
+  for (int i = 0; i < n; ++i) {
+    DecodeRequest r = request(i, 60 + 3 * i, 1);
+    inputs[i] = r.prompt;
+    r.forced.assign(r.prompt.begin() + 1, r.prompt.end());
+    r.prompt.resize(1);
+    r.max_tokens = static_cast<int>(r.forced.size());
+    r.logprobs = i == 0 ? 3 : 0;
+    DecodeRequest wired = c.wire(std::move(r), &outs[i]);
+    wired.on_logprobs = [&lps, i](const TokenLogprobs& t) { lps[i].push_back(t); };
+    ASSERT_TRUE(b.submit(std::move(wired)).ok());
+  }
+  b.start();
+  ASSERT_TRUE(c.wait_all(outs, std::chrono::seconds(120)));
+  EXPECT_GT(b.preemptions(), 0);
+  for (int i = 0; i < n; ++i) {
+    auto ref = model_->score(inputs[i]);
+    ASSERT_TRUE(ref.ok());
+    EXPECT_EQ(outs[i].info.reason, "length") << i;
+    EXPECT_EQ(outs[i].tokens, std::vector<int32_t>(inputs[i].begin() + 1, inputs[i].end())) << i;
+    ASSERT_EQ(lps[i].size(), ref->size()) << i;
+    for (size_t p = 0; p < ref->size(); ++p) {
+      EXPECT_EQ(lps[i][p].token, inputs[i][p + 1]);
+      EXPECT_NEAR(lps[i][p].logprob, (*ref)[p], 1e-4) << "request " << i << " position " << p;
+      EXPECT_EQ(lps[i][p].top.size(), i == 0 ? 3u : 0u);
+    }
+  }
+  // Forced tokens must be what max_tokens counts, and in the vocabulary.
+  DecodeRequest bad = request(0, 1, 2);
+  bad.forced = {1};
+  EXPECT_NE(b.validate(bad).message().find("max_tokens"), std::string::npos);
+  bad.forced = {1, model_->config().vocab_size};
+  EXPECT_NE(b.validate(bad).message().find("forced[1]"), std::string::npos);
+  b.stop(true);
+  EXPECT_EQ((*pool)->free_blocks(), 8);
+}
+
 TEST_P(BatcherTest, HigherPriorityIsAdmittedFirst) {
   auto pool = KvPool::create(64, 32, model_->config().kv_dim());
   ASSERT_TRUE(pool.ok());
@@ -265,7 +316,7 @@ TEST_P(BatcherTest, CancellationAndDeadlinesFreeBlocks) {
 TEST_P(BatcherTest, ShippedStateNeverAdmittedFreesItsBlocks) {
   auto pool = KvPool::create(16, 32, model_->config().kv_dim());
   ASSERT_TRUE(pool.ok());
-  auto engine = make_cpu_engine(*model_, pool->get());
+  auto engine = std::make_unique<CpuEngine>(*model_, pool->get());
   ContinuousBatcher b(*model_, **pool, BatcherLimits{}, engine.get());
   std::vector<Outcome> outs(2);
   Collector c;

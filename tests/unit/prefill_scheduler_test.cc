@@ -19,6 +19,7 @@
 #include "model/kv_pool.h"
 #include "model/random_model.h"
 #include "prefill_service/scheduler.h"
+#include "kv_store/factory.h"
 #include "tests/transfer/transfer_data.h"
 #include "tests/unit/test_util.h"
 #include "transfer/ucx_transport.h"
@@ -508,6 +509,62 @@ TEST_F(PrefillSchedulerTest, BadInputIsRefusedWithTheFieldNamed) {
   for (const auto& refused : {d, big, d50}) c.receiver->cancel(refused.reservation_id);
   EXPECT_TRUE(c.pool_idle());
   EXPECT_EQ(c.sender->metrics().snapshot().failures, 0);
+}
+
+// CacheDocument's job: computed in the scheduler's slices next to a prompt, then stored whole in
+// the KV store; the stored state is the document's state (as a scratch prefill computes it).
+TEST_F(PrefillSchedulerTest, DocumentJobsAreComputedInSlicesAndStored) {
+  Cluster c("tiny-gret");
+  auto store = make_kv_store("memory:64MiB");
+  ASSERT_TRUE(store.ok());
+  KvCacheOptions co;
+  co.fingerprint = c.prefill->fingerprint();
+  co.kv_dim = c.prefill->config().kv_dim();
+  co.block_tokens = 16;
+  KvCache cache(**store, co);
+  PrefillLimits lim;
+  lim.chunk_tokens = 24;  // the document and the prompt share every step
+  auto s = PrefillScheduler::create(*c.prefill, *c.sender, lim, &cache, /*write_prompts=*/false);
+  ASSERT_TRUE(s.ok());
+  (*s)->start();
+  Outcomes out;
+  const auto d = c.reserve("prompt", 70);
+  ASSERT_TRUE((*s)->submit(c.job(d, c.prompt(70, 1)), out.callback(0)).ok());
+  PrefillJob doc;
+  doc.tokens = c.prompt(100, 2);
+  doc.document = true;
+  doc.document_ttl = seconds(60);
+  ASSERT_TRUE((*s)->submit(doc, out.callback(1)).ok());
+  for (int key : {0, 1}) {
+    auto o = out.wait(key);
+    ASSERT_TRUE(o.has_value());
+    ASSERT_TRUE(o->status.ok()) << o->status.to_string();
+  }
+  const DocumentRecord rec = out.wait(1)->document;
+  EXPECT_EQ(rec.id, document_id(doc.tokens, c.prefill->fingerprint()));
+  EXPECT_EQ(rec.tokens, doc.tokens);
+  EXPECT_GT(out.wait(1)->stats.chunks.size(), 4u);  // sliced, not one call
+  auto loaded = cache.load_document(rec.id);
+  ASSERT_TRUE(loaded.ok() && loaded->has_value() && (*loaded)->cached);
+  SequenceState got;
+  ASSERT_TRUE(cache.restore(*(*loaded)->cached, c.prefill->config(), got).ok());
+  SequenceState want = c.prefill->new_sequence();
+  ASSERT_TRUE(c.prefill->prefill(want, doc.tokens, PrefillOptions{lim.chunk_tokens, lim.retention_chunk}).ok());
+  ASSERT_EQ(got.position, want.position);
+  ASSERT_EQ(got.k.size(), want.k.size());
+  for (size_t i = 0; i < want.k.size(); ++i) ASSERT_NEAR(got.k[i], want.k[i], 1e-4) << i;
+  auto cs = c.receiver->wait_committed(d.reservation_id, in(seconds(10)));
+  ASSERT_TRUE(cs.ok()) << cs.status().to_string();
+  c.pool->release(*cs->state.pages);
+  EXPECT_EQ((*s)->load().queued_tokens, 0);
+
+  // Without a KV store there is nowhere to keep a document.
+  auto bare = c.scheduler(lim);
+  auto r = bare->submit(doc, out.callback(2));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("document"), std::string::npos);
+  (*s)->stop();
 }
 
 TEST_F(PrefillSchedulerTest, StopDrainsInFlightJobsThenRefuses) {

@@ -1,0 +1,137 @@
+#include "model/cpu_engine.h"
+
+#include <cstring>
+#include <limits>
+
+#include "kernels/cpu/ops.h"
+
+namespace yoco {
+
+namespace {
+
+Status unknown(Engine::SeqId id) {
+  return Status(StatusCode::kNotFound, "engine: no sequence " + std::to_string(id));
+}
+
+}  // namespace
+
+CpuEngine::CpuEngine(const Model& model, KvPool* pool, int threads) : model_(model), pool_(pool), threads_(threads) {}
+
+CpuEngine::~CpuEngine() {
+  for (auto& s : slots_)
+    if (s && s->pages && pool_) pool_->release(*s->pages);
+}
+
+Result<Engine::SeqId> CpuEngine::adopt(SequenceState& st) {
+  if (st.pages && (!pool_ || st.pages->k_pool != pool_->k_data()))
+    return invalid_argument("state: its K/V rows are paged in a pool this engine does not own");
+  SeqId id = 0;
+  if (!free_.empty()) {
+    id = free_.back();
+    free_.pop_back();
+  } else {
+    id = static_cast<SeqId>(slots_.size());
+    slots_.emplace_back();
+  }
+  auto s = std::make_unique<SequenceState>(std::move(st));
+  st = SequenceState{};
+  // A fresh state in a pooled engine keeps its rows in pool blocks, as a shipped one does.
+  if (pool_ && !s->pages && s->position == 0) s->pages = pool_->new_pages();
+  slots_[id] = std::move(s);
+  return id;
+}
+
+Status CpuEngine::release(SeqId id) {
+  SequenceState* s = find(id);
+  if (!s) return unknown(id);
+  if (s->pages && pool_) pool_->release(*s->pages);
+  slots_[id].reset();
+  free_.push_back(id);
+  return Status::Ok();
+}
+
+int64_t CpuEngine::position(SeqId id) const {
+  const SequenceState* s = find(id);
+  return s ? s->position : -1;
+}
+
+int64_t CpuEngine::capacity(SeqId id) const {
+  const SequenceState* s = find(id);
+  if (!s) return -1;
+  return s->pages ? s->pages->capacity() : std::numeric_limits<int64_t>::max();
+}
+
+Status CpuEngine::reserve(SeqId id, int64_t rows) {
+  SequenceState* s = find(id);
+  if (!s) return unknown(id);
+  if (!s->pages) return Status::Ok();  // contiguous rows grow as they are written
+  return pool_->reserve(*s->pages, rows);
+}
+
+Status CpuEngine::prefill(SeqId id, std::span<const int32_t> tokens, const PrefillOptions& opt) {
+  SequenceState* s = find(id);
+  if (!s) return unknown(id);
+  bind_threads();
+  return model_.prefill(*s, tokens, opt);
+}
+
+Status CpuEngine::logits(std::span<const SeqId> ids, float* out) {
+  std::vector<SequenceState*> states;
+  YOCO_RETURN_IF_ERROR(gather(ids, states));
+  bind_threads();
+  return model_.logits(states, out);
+}
+
+Status CpuEngine::decode_step(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* out) {
+  std::vector<SequenceState*> states;
+  YOCO_RETURN_IF_ERROR(gather(ids, states));
+  bind_threads();
+  return model_.decode_step(states, tokens, out);
+}
+
+Status CpuEngine::read_rows(SeqId id, int64_t first, int64_t n, float* k, float* v) const {
+  const SequenceState* s = find(id);
+  if (!s) return unknown(id);
+  if (first < 0 || n < 0 || first + n > s->position)
+    return invalid_argument("rows: [" + std::to_string(first) + ", " + std::to_string(first + n) +
+                            ") is outside the sequence's " + std::to_string(s->position) + " rows");
+  const int KV = model_.shard().kv_dim;
+  for (int64_t r = 0; r < n; ++r) {
+    std::memcpy(k + r * KV, s->k_row(first + r, KV), static_cast<size_t>(KV) * 4);
+    std::memcpy(v + r * KV, s->v_row(first + r, KV), static_cast<size_t>(KV) * 4);
+  }
+  return Status::Ok();
+}
+
+Status CpuEngine::snapshot(SeqId id, SequenceState& out) const {
+  const SequenceState* s = find(id);
+  if (!s) return unknown(id);
+  SequenceState c;
+  c.position = s->position;
+  c.self = s->self;
+  c.last_hidden = s->last_hidden;
+  out = std::move(c);
+  return Status::Ok();
+}
+
+SequenceState* CpuEngine::find(SeqId id) const {
+  return id >= 0 && id < static_cast<SeqId>(slots_.size()) ? slots_[id].get() : nullptr;
+}
+
+Status CpuEngine::gather(std::span<const SeqId> ids, std::vector<SequenceState*>& states) const {
+  states.reserve(ids.size());
+  for (SeqId id : ids) {
+    SequenceState* s = find(id);
+    if (!s) return unknown(id);
+    states.push_back(s);
+  }
+  return Status::Ok();
+}
+
+void CpuEngine::bind_threads() {
+  if (threads_ <= 0 || bound_thread_ == std::this_thread::get_id()) return;
+  cpu::set_num_threads(threads_);
+  bound_thread_ = std::this_thread::get_id();
+}
+
+}  // namespace yoco
