@@ -56,7 +56,7 @@ namespace {
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));
 }
-void check(const Status& st, const char* what) {
+void check(const cuda::Status& st, const char* what) {
   if (!st.ok()) die(std::string(what) + ": " + st.to_string());
 }
 

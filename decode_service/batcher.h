@@ -4,7 +4,7 @@
 // whatever its length, samples, and streams each token through the request's callback.
 // When the pool runs dry the newest sequence is preempted: its blocks are freed and it is
 // re-queued to be recomputed from prompt + generated tokens, continuing the same stream.
-// The model runs behind model/engine.h: the CPU Model over the host pool, or a CUDA engine
+// The model runs behind model/engine.h: the CPU engine over the host pool, or a CUDA engine
 // (shipped states arrive in the host pool and move to the device when admitted).
 #pragma once
 

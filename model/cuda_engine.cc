@@ -109,7 +109,7 @@ Status CudaEngine::Impl::alloc_buffers() {
     a.n_q_heads = Ha;
     a.head_dim = hdc;
     a.max_length = static_cast<int64_t>(max_blocks) * opt.kv_block_size;
-    YOCO_RETURN_IF_ERROR(cuda::decode_attention_paged_reserve(a, stream));
+    YOCO_RETURN_IF_KERNEL_ERROR(cuda::decode_attention_paged_reserve(a, stream));
   }
   slots.assign(opt.max_sequences, Slot{});
   free_blocks.resize(opt.kv_blocks);

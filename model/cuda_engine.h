@@ -1,7 +1,8 @@
-// The YOCO engine on one CUDA device: the GPU twin of yoco::Model's serving path (prefill =
-// self-decoder only with early exit, batched decode steps, next-token logits), built on the ops of
-// kernels/cuda/ops.h. Plain C++: this header never includes CUDA headers (STYLE item 2); the
-// target yoco_engine_cuda exists only with YOCO_CUDA.
+// The YOCO engine on one CUDA device, an Engine (model/engine.h): the GPU twin of yoco::Model's
+// serving path (prefill = self-decoder only with early exit, batched decode steps, next-token
+// logits), built on the ops of kernels/cuda/ops.h. Plain C++: this header never includes CUDA
+// headers (STYLE item 2); the target yoco_engine_cuda exists only with YOCO_CUDA. Its files split
+// by concern (model/cuda_engine_impl.h lists them).
 //
 // Numerics (SPEC 2.5): matrices live on the device as bf16 and every projection is a bf16 ×
 // bf16 GEMM with fp32 accumulation (its activation input rounded to bf16 once, by a fused

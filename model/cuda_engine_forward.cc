@@ -12,37 +12,40 @@
 namespace yoco {
 
 using cuda_engine_internal::cuda_check;
+using cuda_engine_internal::to_status;
 using cuda_engine_internal::Slot;
 
 Status CudaEngine::Impl::add_proj(const uint16_t* x_bf16, const uint16_t* w, int rows, int k) {
-  return cuda::gemm_bf16(x_bf16, w, h.as<float>(), cuda::DType::kF32, rows, D, k, 1.f, 1.f, stream);
+  return to_status(cuda::gemm_bf16(x_bf16, w, h.as<float>(), cuda::DType::kF32, rows, D, k, 1.f, 1.f, stream));
 }
 
 Status CudaEngine::Impl::ffn(int rows, const float* norm, const uint16_t* w13, const uint16_t* w2) {
   const float eps = static_cast<float>(cfg.norm_eps);
-  YOCO_RETURN_IF_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), norm, xb.as<uint16_t>(), rows, D, eps, stream));
-  YOCO_RETURN_IF_ERROR(
+  YOCO_RETURN_IF_KERNEL_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), norm, xb.as<uint16_t>(), rows, D, eps, stream));
+  YOCO_RETURN_IF_KERNEL_ERROR(
       cuda::gemm_bf16(xb.as<uint16_t>(), w13, u.as<float>(), cuda::DType::kF32, rows, 2 * H, D, 1.f, 0.f, stream));
   // SPEC 2.2: fc1 (the first H columns) is the activated branch.
-  YOCO_RETURN_IF_ERROR(
+  YOCO_RETURN_IF_KERNEL_ERROR(
       cuda::silu_mul_to_bf16(u.as<float>(), 2 * H, u.as<float>() + H, 2 * H, act.as<uint16_t>(), H, rows, H, stream));
   return add_proj(act.as<uint16_t>(), w2, rows, H);
 }
 
 Status CudaEngine::Impl::self_projections(const DevSelfLayer& L, int rows) {
   const float eps = static_cast<float>(cfg.norm_eps);
-  YOCO_RETURN_IF_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), L.mixer_norm, xb.as<uint16_t>(), rows, D, eps, stream));
-  YOCO_RETURN_IF_ERROR(
+  YOCO_RETURN_IF_KERNEL_ERROR(
+      cuda::rmsnorm_to_bf16(h.as<float>(), L.mixer_norm, xb.as<uint16_t>(), rows, D, eps, stream));
+  YOCO_RETURN_IF_KERNEL_ERROR(
       cuda::gemm_bf16(xb.as<uint16_t>(), L.wqkvg, proj.as<float>(), cuda::DType::kF32, rows, P, D, 1.f, 0.f, stream));
   float* q = proj.as<float>();
-  YOCO_RETURN_IF_ERROR(cuda::rope_interleaved(q, P, rows, Hs, hd, positions.as<int64_t>(), cfg.rope_theta, stream));
-  return cuda::rope_interleaved(q + D, P, rows, Hs, hd, positions.as<int64_t>(), cfg.rope_theta, stream);
+  YOCO_RETURN_IF_KERNEL_ERROR(
+      cuda::rope_interleaved(q, P, rows, Hs, hd, positions.as<int64_t>(), cfg.rope_theta, stream));
+  return to_status(cuda::rope_interleaved(q + D, P, rows, Hs, hd, positions.as<int64_t>(), cfg.rope_theta, stream));
 }
 
 Status CudaEngine::Impl::retention_output(int rows) {
   float* ov = o.as<float>();
-  YOCO_RETURN_IF_ERROR(cuda::rmsnorm(ov, nullptr, ov, rows * Hs, hd, static_cast<float>(cfg.norm_eps), stream));
-  return cuda::silu_mul_to_bf16(proj.as<float>() + 3 * D, P, ov, D, ob.as<uint16_t>(), D, rows, D, stream);
+  YOCO_RETURN_IF_KERNEL_ERROR(cuda::rmsnorm(ov, nullptr, ov, rows * Hs, hd, static_cast<float>(cfg.norm_eps), stream));
+  return to_status(cuda::silu_mul_to_bf16(proj.as<float>() + 3 * D, P, ov, D, ob.as<uint16_t>(), D, rows, D, stream));
 }
 
 Status CudaEngine::Impl::self_decoder_chunk(int slot, int n, int64_t pos0) {
@@ -71,7 +74,7 @@ Status CudaEngine::Impl::self_decoder_chunk(int slot, int n, int64_t pos0) {
         a.chunk = opt.retention_chunk;
         a.k_scale = 1.0f / std::sqrt(static_cast<float>(hd));
         a.gate_logit_normalizer = static_cast<float>(cfg.gate_logit_normalizer);
-        YOCO_RETURN_IF_ERROR(cuda::retention_prefill(a, stream));
+        YOCO_RETURN_IF_KERNEL_ERROR(cuda::retention_prefill(a, stream));
         YOCO_RETURN_IF_ERROR(retention_output(n));
       } else {
         const int W = cfg.sliding_window;
@@ -93,8 +96,8 @@ Status CudaEngine::Impl::self_decoder_chunk(int slot, int n, int64_t pos0) {
         a.window = W;
         a.pos0 = pos0;
         a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        YOCO_RETURN_IF_ERROR(cuda::swa_prefill(a, stream));
-        YOCO_RETURN_IF_ERROR(cuda::convert_to_bf16(o.as<float>(), D, ob.as<uint16_t>(), D, n, D, stream));
+        YOCO_RETURN_IF_KERNEL_ERROR(cuda::swa_prefill(a, stream));
+        YOCO_RETURN_IF_KERNEL_ERROR(cuda::convert_to_bf16(o.as<float>(), D, ob.as<uint16_t>(), D, n, D, stream));
       }
       YOCO_RETURN_IF_ERROR(add_proj(ob.as<uint16_t>(), L.wo, n, D));
       YOCO_RETURN_IF_ERROR(ffn(n, L.final_norm, L.w13, L.w2));
@@ -129,7 +132,7 @@ Status CudaEngine::Impl::self_decoder_step(int B) {
         a.head_dim = hd;
         a.k_scale = 1.0f / std::sqrt(static_cast<float>(hd));
         a.gate_logit_normalizer = static_cast<float>(cfg.gate_logit_normalizer);
-        YOCO_RETURN_IF_ERROR(cuda::retention_decode_step(a, stream));
+        YOCO_RETURN_IF_KERNEL_ERROR(cuda::retention_decode_step(a, stream));
         YOCO_RETURN_IF_ERROR(retention_output(B));
       } else {
         cuda::SwaDecodeArgs a;
@@ -150,8 +153,8 @@ Status CudaEngine::Impl::self_decoder_step(int B) {
         a.head_dim = hd;
         a.window = cfg.sliding_window;
         a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        YOCO_RETURN_IF_ERROR(cuda::swa_decode(a, stream));
-        YOCO_RETURN_IF_ERROR(cuda::convert_to_bf16(o.as<float>(), D, ob.as<uint16_t>(), D, B, D, stream));
+        YOCO_RETURN_IF_KERNEL_ERROR(cuda::swa_decode(a, stream));
+        YOCO_RETURN_IF_KERNEL_ERROR(cuda::convert_to_bf16(o.as<float>(), D, ob.as<uint16_t>(), D, B, D, stream));
       }
       YOCO_RETURN_IF_ERROR(add_proj(ob.as<uint16_t>(), L.wo, B, D));
       YOCO_RETURN_IF_ERROR(ffn(B, L.final_norm, L.w13, L.w2));
@@ -161,13 +164,13 @@ Status CudaEngine::Impl::self_decoder_step(int B) {
 }
 
 Status CudaEngine::Impl::global_kv(int rows, const int32_t* row_tables_dev) {
-  YOCO_RETURN_IF_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), kv_norm, xb.as<uint16_t>(), rows, D,
+  YOCO_RETURN_IF_KERNEL_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), kv_norm, xb.as<uint16_t>(), rows, D,
                                              static_cast<float>(cfg.norm_eps), stream));
   float* kv = kvbuf.as<float>();
-  YOCO_RETURN_IF_ERROR(
+  YOCO_RETURN_IF_KERNEL_ERROR(
       cuda::gemm_bf16(xb.as<uint16_t>(), wkv, kv, cuda::DType::kF32, rows, 2 * KV, D, 1.f, 0.f, stream));
   if (cfg.cross_decoder_rope)
-    YOCO_RETURN_IF_ERROR(
+    YOCO_RETURN_IF_KERNEL_ERROR(
         cuda::rope_interleaved(kv, 2 * KV, rows, KVh, hdc, positions.as<int64_t>(), cfg.rope_theta, stream));
   return append_kv(kv, kv + KV, 2 * KV, 0, rows, row_tables_dev);
 }
@@ -189,7 +192,7 @@ Status CudaEngine::Impl::append_kv(const float* k, const float* v, int ld, int64
   a.kv_dim = KV;
   a.block_size = table_block();
   a.n_blocks = table_ids();
-  return cuda::kv_append_paged(a, stream);
+  return to_status(cuda::kv_append_paged(a, stream));
 }
 
 Status CudaEngine::Impl::paged_decode(const float* q, int ldq, int64_t pool_off, int B, int64_t max_length) {
@@ -210,20 +213,22 @@ Status CudaEngine::Impl::paged_decode(const float* q, int ldq, int64_t pool_off,
   a.head_dim = hdc;
   a.block_size = table_block();
   a.scale = 1.0f / std::sqrt(static_cast<float>(hdc));
-  return cuda::decode_attention_paged(a, stream);
+  return to_status(cuda::decode_attention_paged(a, stream));
 }
 
 Status CudaEngine::Impl::cross_decoder(int B, int64_t max_length) {
   const float eps = static_cast<float>(cfg.norm_eps);
   for (const DevCrossLayer& L : cross_layers) {
-    YOCO_RETURN_IF_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), L.mixer_norm, xb.as<uint16_t>(), B, D, eps, stream));
+    YOCO_RETURN_IF_KERNEL_ERROR(
+        cuda::rmsnorm_to_bf16(h.as<float>(), L.mixer_norm, xb.as<uint16_t>(), B, D, eps, stream));
     float* q = proj.as<float>();
-    YOCO_RETURN_IF_ERROR(cuda::gemm_bf16(xb.as<uint16_t>(), L.wq, q, cuda::DType::kF32, B, Dq, D, 1.f, 0.f, stream));
+    YOCO_RETURN_IF_KERNEL_ERROR(
+        cuda::gemm_bf16(xb.as<uint16_t>(), L.wq, q, cuda::DType::kF32, B, Dq, D, 1.f, 0.f, stream));
     if (cfg.cross_decoder_rope)
-      YOCO_RETURN_IF_ERROR(
+      YOCO_RETURN_IF_KERNEL_ERROR(
           cuda::rope_interleaved(q, Dq, B, Ha, hdc, positions.as<int64_t>(), cfg.rope_theta, stream));
     YOCO_RETURN_IF_ERROR(paged_decode(q, Dq, 0, B, max_length));
-    YOCO_RETURN_IF_ERROR(cuda::convert_to_bf16(o.as<float>(), Dq, ob.as<uint16_t>(), Dq, B, Dq, stream));
+    YOCO_RETURN_IF_KERNEL_ERROR(cuda::convert_to_bf16(o.as<float>(), Dq, ob.as<uint16_t>(), Dq, B, Dq, stream));
     YOCO_RETURN_IF_ERROR(add_proj(ob.as<uint16_t>(), L.wo, B, Dq));
     YOCO_RETURN_IF_ERROR(ffn(B, L.final_norm, L.w13, L.w2));
   }
@@ -235,12 +240,14 @@ Status CudaEngine::Impl::transformer_layers(int rows, bool chunk, int64_t pos0, 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hdc));
   for (int l = 0; l < cfg.n_layers; ++l) {
     const DevSelfLayer& L = self_layers[l];
-    YOCO_RETURN_IF_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), L.mixer_norm, xb.as<uint16_t>(), rows, D, eps, stream));
+    YOCO_RETURN_IF_KERNEL_ERROR(
+        cuda::rmsnorm_to_bf16(h.as<float>(), L.mixer_norm, xb.as<uint16_t>(), rows, D, eps, stream));
     float* q = proj.as<float>();
-    YOCO_RETURN_IF_ERROR(
+    YOCO_RETURN_IF_KERNEL_ERROR(
         cuda::gemm_bf16(xb.as<uint16_t>(), L.wqkvg, q, cuda::DType::kF32, rows, P, D, 1.f, 0.f, stream));
-    YOCO_RETURN_IF_ERROR(cuda::rope_interleaved(q, P, rows, Ha, hdc, positions.as<int64_t>(), cfg.rope_theta, stream));
-    YOCO_RETURN_IF_ERROR(
+    YOCO_RETURN_IF_KERNEL_ERROR(
+        cuda::rope_interleaved(q, P, rows, Ha, hdc, positions.as<int64_t>(), cfg.rope_theta, stream));
+    YOCO_RETURN_IF_KERNEL_ERROR(
         cuda::rope_interleaved(q + Dq, P, rows, KVh, hdc, positions.as<int64_t>(), cfg.rope_theta, stream));
     // Layer l's view of the pool (see tf above).
     const int64_t layer_off = static_cast<int64_t>(l) * kKvChunkRows * KV;
@@ -262,11 +269,11 @@ Status CudaEngine::Impl::transformer_layers(int rows, bool chunk, int64_t pos0, 
       a.head_dim = hdc;
       a.pos0 = pos0;
       a.scale = scale;
-      YOCO_RETURN_IF_ERROR(cuda::causal_attention_prefill(a, stream));
+      YOCO_RETURN_IF_KERNEL_ERROR(cuda::causal_attention_prefill(a, stream));
     } else {
       YOCO_RETURN_IF_ERROR(paged_decode(q, P, layer_off, rows, max_len));
     }
-    YOCO_RETURN_IF_ERROR(cuda::convert_to_bf16(o.as<float>(), Dq, ob.as<uint16_t>(), Dq, rows, Dq, stream));
+    YOCO_RETURN_IF_KERNEL_ERROR(cuda::convert_to_bf16(o.as<float>(), Dq, ob.as<uint16_t>(), Dq, rows, Dq, stream));
     YOCO_RETURN_IF_ERROR(add_proj(ob.as<uint16_t>(), L.wo, rows, Dq));
     YOCO_RETURN_IF_ERROR(ffn(rows, L.final_norm, L.w13, L.w2));
   }
@@ -274,9 +281,10 @@ Status CudaEngine::Impl::transformer_layers(int rows, bool chunk, int64_t pos0, 
 }
 
 Status CudaEngine::Impl::output_head(int B) {
-  YOCO_RETURN_IF_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), final_norm, xb.as<uint16_t>(), B, D,
+  YOCO_RETURN_IF_KERNEL_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), final_norm, xb.as<uint16_t>(), B, D,
                                              static_cast<float>(cfg.norm_eps), stream));
-  return cuda::gemm_bf16(xb.as<uint16_t>(), output, logits.as<float>(), cuda::DType::kF32, B, V, D, 1.f, 0.f, stream);
+  return to_status(
+      cuda::gemm_bf16(xb.as<uint16_t>(), output, logits.as<float>(), cuda::DType::kF32, B, V, D, 1.f, 0.f, stream));
 }
 
 Status CudaEngine::Impl::upload_batch_meta(std::span<const SeqId> ids, std::span<const int64_t> pos,
@@ -294,17 +302,17 @@ Status CudaEngine::Impl::upload_batch_meta(std::span<const SeqId> ids, std::span
 }
 
 Status CudaEngine::Impl::decode_device_work(int B, int64_t attn_len) {
-  YOCO_RETURN_IF_ERROR(cuda::embed(embed, cuda::DType::kBF16, D, tokens.as<int32_t>(), B,
+  YOCO_RETURN_IF_KERNEL_ERROR(cuda::embed(embed, cuda::DType::kBF16, D, tokens.as<int32_t>(), B,
                                    std::sqrt(static_cast<float>(D)), h.as<float>(), stream));
   if (tf) {
     YOCO_RETURN_IF_ERROR(transformer_layers(B, false, 0, attn_len));
-    YOCO_RETURN_IF_ERROR(cuda::copy_rows(h.as<float>(), D, nullptr, last_hidden.as<float>(), D,
+    YOCO_RETURN_IF_KERNEL_ERROR(cuda::copy_rows(h.as<float>(), D, nullptr, last_hidden.as<float>(), D,
                                          slot_ids.as<int32_t>(), B, D, stream));
     return output_head(B);
   }
   YOCO_RETURN_IF_ERROR(self_decoder_step(B));
   YOCO_RETURN_IF_ERROR(global_kv(B, row_tables.as<int32_t>()));
-  YOCO_RETURN_IF_ERROR(
+  YOCO_RETURN_IF_KERNEL_ERROR(
       cuda::copy_rows(h.as<float>(), D, nullptr, last_hidden.as<float>(), D, slot_ids.as<int32_t>(), B, D, stream));
   return cross_decoder(B, attn_len);
 }
@@ -337,7 +345,7 @@ Status CudaEngine::prefill(SeqId id, std::span<const int32_t> tokens, int chunk_
     for (int i = 0; i < n; ++i) pos[i] = position + i;
     YOCO_RETURN_IF_ERROR(m.copy_up(m.tokens.as<int32_t>(), tokens.data() + off, static_cast<size_t>(n) * 4, "tokens"));
     YOCO_RETURN_IF_ERROR(m.copy_up(m.positions.as<int64_t>(), pos.data(), static_cast<size_t>(n) * 8, "positions"));
-    YOCO_RETURN_IF_ERROR(cuda::embed(m.embed, cuda::DType::kBF16, m.D, m.tokens.as<int32_t>(), n,
+    YOCO_RETURN_IF_KERNEL_ERROR(cuda::embed(m.embed, cuda::DType::kBF16, m.D, m.tokens.as<int32_t>(), n,
                                      std::sqrt(static_cast<float>(m.D)), m.h.as<float>(), m.stream));
     if (m.tf) {
       YOCO_RETURN_IF_ERROR(m.transformer_layers(n, true, position, 0));
@@ -378,8 +386,8 @@ Status CudaEngine::logits(std::span<const SeqId> ids, float* out) {
   }
   YOCO_RETURN_IF_ERROR(cuda_check(cudaSetDevice(m.opt.device), "cudaSetDevice"));
   YOCO_RETURN_IF_ERROR(m.upload_batch_meta(ids, pos, lens));
-  YOCO_RETURN_IF_ERROR(cuda::copy_rows(m.last_hidden.as<float>(), m.D, m.slot_ids.as<int32_t>(), m.h.as<float>(), m.D,
-                                       nullptr, B, m.D, m.stream));
+  YOCO_RETURN_IF_KERNEL_ERROR(cuda::copy_rows(m.last_hidden.as<float>(), m.D, m.slot_ids.as<int32_t>(), m.h.as<float>(),
+                                              m.D, nullptr, B, m.D, m.stream));
   YOCO_RETURN_IF_ERROR(m.tf ? m.output_head(B) : m.cross_decoder(B, max_len));
   if (out)
     YOCO_RETURN_IF_ERROR(cuda_check(

@@ -33,6 +33,17 @@ inline Status cuda_check(cudaError_t err, const char* what) {
   return internal_error(std::string("cuda engine: ") + what + ": " + cudaGetErrorString(err));
 }
 
+// A kernel's status as the engine's: kernels/cuda/status.h keeps common/status.h's codes.
+inline Status to_status(const cuda::Status& s) {
+  return s.ok() ? Status::Ok() : Status(static_cast<StatusCode>(s.code()), s.message());
+}
+static_assert(static_cast<int>(cuda::StatusCode::kOk) == static_cast<int>(StatusCode::kOk));
+static_assert(static_cast<int>(cuda::StatusCode::kInvalidArgument) == static_cast<int>(StatusCode::kInvalidArgument));
+static_assert(static_cast<int>(cuda::StatusCode::kResourceExhausted) ==
+              static_cast<int>(StatusCode::kResourceExhausted));
+static_assert(static_cast<int>(cuda::StatusCode::kUnimplemented) == static_cast<int>(StatusCode::kUnimplemented));
+static_assert(static_cast<int>(cuda::StatusCode::kInternal) == static_cast<int>(StatusCode::kInternal));
+
 // One device allocation, freed on destruction.
 class DeviceMem {
  public:
@@ -247,7 +258,8 @@ struct CudaEngine::Impl {
   // Everything decode_step runs on the device once the batch's metadata is uploaded.
   Status decode_device_work(int B, int64_t attn_len);
 
-  // CUDA graphs (cuda_engine_graphs.cc). The attention grid of a graph covers a power-of-two bucket of lengths (≥ 512 keys).
+  // CUDA graphs (cuda_engine_graphs.cc). The attention grid of a graph covers a power-of-two
+  // bucket of lengths (≥ 512 keys).
   int64_t length_bucket(int64_t len) const {
     int64_t b = 512;
     while (b < len) b *= 2;
@@ -258,3 +270,6 @@ struct CudaEngine::Impl {
 };
 
 }  // namespace yoco
+
+// YOCO_RETURN_IF_ERROR for a kernel call (kernels/cuda/ops.h returns cuda::Status).
+#define YOCO_RETURN_IF_KERNEL_ERROR(expr) YOCO_RETURN_IF_ERROR(::yoco::cuda_engine_internal::to_status(expr))

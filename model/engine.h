@@ -82,7 +82,8 @@ class Engine {
   // One token per sequence; next-token logits [B, vocab] into host `out`.
   virtual Status decode_step(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* out) = 0;
 
-  // Host copies of K/V rows [first, first + n), [n, kv_dim] each.
+  // Copies K/V rows [first, first + n) into the caller's host buffers k and v, [n, kv_dim] each:
+  // the one way rows leave an engine, whatever its device (callers never reach into its states).
   virtual Status read_rows(SeqId id, int64_t first, int64_t n, float* k, float* v) const = 0;
   // The state without K/V rows (position, self-decoder states, last_hidden): what
   // serialize_state needs with include_kv = false. `out` is replaced.

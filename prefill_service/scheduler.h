@@ -9,8 +9,9 @@
 // worker's acknowledgement on a committer thread, so the compute thread never blocks on the
 // network. Cancellation, deadlines and transfer failures end a job at any phase and abort its
 // reservation, so the decode worker gets its blocks back at once instead of at the lease.
-// The model runs behind model/engine.h (the CPU Model, or a CUDA engine whose sequences stay
-// on the device while each slice's K/V rows are copied to the host to be shipped).
+// The model runs behind model/engine.h (the CPU engine, or a CUDA engine whose sequences stay
+// on the device); whatever the device, each slice's K/V rows are read into the job's host
+// mirror (Engine::read_rows), which is what is shipped and stored.
 #pragma once
 
 #include <atomic>

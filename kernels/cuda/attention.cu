@@ -226,7 +226,7 @@ Status decode_attention_paged(const PagedDecodeArgs& a, void* stream) {
     launch_partial<8>(grid, smem, s, a, group, split_keys, n_splits, part_acc, part_ml);
   else
     launch_partial<16>(grid, smem, s, a, group, split_keys, n_splits, part_acc, part_ml);
-  YOCO_RETURN_IF_ERROR(detail::launch_status("decode_attention_paged (partial)"));
+  YOCO_CUDA_RETURN_IF_ERROR(detail::launch_status("decode_attention_paged (partial)"));
   paged_decode_combine_kernel<<<dim3(static_cast<unsigned>(a.batch), static_cast<unsigned>(a.n_q_heads)), kThreads, 0,
                                 s>>>(part_acc, part_ml, n_splits, a.head_dim, a.n_q_heads, a.out, a.ldo);
   return detail::launch_status("decode_attention_paged (combine)");

@@ -222,7 +222,7 @@ template <int HD, int BK, int WARPS>
 Status launch(const CausalPrefillArgs& a, bool async, cudaStream_t s) {
   using L = CausalSmem<HD, BK, WARPS>;
   auto* kernel = causal_prefill_kernel<HD, BK, WARPS>;
-  YOCO_RETURN_IF_ERROR(detail::cuda_status(
+  YOCO_CUDA_RETURN_IF_ERROR(detail::cuda_status(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kBytes)),
       "causal_attention_prefill: shared memory size"));
   const int64_t tiles = (a.n + L::kBQ - 1) / L::kBQ;

@@ -89,15 +89,15 @@ Status gemm_bf16(const uint16_t* a, const uint16_t* b, void* c, DType c_type, in
 
   Descs d;
   const cublasOperation_t trans_t = CUBLAS_OP_T, trans_n = CUBLAS_OP_N;
-  YOCO_RETURN_IF_ERROR(lt_status(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate"));
-  YOCO_RETURN_IF_ERROR(lt_status(
+  YOCO_CUDA_RETURN_IF_ERROR(lt_status(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate"));
+  YOCO_CUDA_RETURN_IF_ERROR(lt_status(
       cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_t, sizeof(trans_t)), "set TRANSA"));
-  YOCO_RETURN_IF_ERROR(lt_status(
+  YOCO_CUDA_RETURN_IF_ERROR(lt_status(
       cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_n, sizeof(trans_n)), "set TRANSB"));
   // cuBLAS "A" = the weight B ([k rows, n cols] col-major, ld k), "B" = the activations A.
-  YOCO_RETURN_IF_ERROR(lt_status(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, k, n, k), "layout(weights)"));
-  YOCO_RETURN_IF_ERROR(lt_status(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, k, m, k), "layout(activations)"));
-  YOCO_RETURN_IF_ERROR(lt_status(cublasLtMatrixLayoutCreate(&d.c, ct, n, m, n), "layout(output)"));
+  YOCO_CUDA_RETURN_IF_ERROR(lt_status(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, k, n, k), "layout(weights)"));
+  YOCO_CUDA_RETURN_IF_ERROR(lt_status(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, k, m, k), "layout(activations)"));
+  YOCO_CUDA_RETURN_IF_ERROR(lt_status(cublasLtMatrixLayoutCreate(&d.c, ct, n, m, n), "layout(output)"));
 
   const uint32_t al_a = alignment_of(a), al_b = alignment_of(b), al_c = alignment_of(c);
   const auto key = std::make_tuple(dev, m, n, k, static_cast<int>(c_type), al_a, al_b, al_c, beta != 0.f);
@@ -112,8 +112,8 @@ Status gemm_bf16(const uint16_t* a, const uint16_t* b, void* c, DType c_type, in
     }
   }
   if (!have_algo) {
-    YOCO_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceCreate(&d.pref), "PreferenceCreate"));
-    YOCO_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceSetAttribute(
+    YOCO_CUDA_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceCreate(&d.pref), "PreferenceCreate"));
+    YOCO_CUDA_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceSetAttribute(
                                        d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)),
                                    "set MAX_WORKSPACE_BYTES"));
     // Swapped as the matrices are: cuBLAS's A is our b, its B our a.
@@ -122,11 +122,11 @@ Status gemm_bf16(const uint16_t* a, const uint16_t* b, void* c, DType c_type, in
                                                            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES};
     const uint32_t als[3] = {al_b, al_a, al_c};
     for (int i = 0; i < 3; ++i)
-      YOCO_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceSetAttribute(d.pref, attrs[i], &als[i], sizeof(als[i])),
+      YOCO_CUDA_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceSetAttribute(d.pref, attrs[i], &als[i], sizeof(als[i])),
                                      "set MIN_ALIGNMENT"));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    YOCO_RETURN_IF_ERROR(
+    YOCO_CUDA_RETURN_IF_ERROR(
         lt_status(cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result, &found),
                   "AlgoGetHeuristic"));
     if (found == 0)

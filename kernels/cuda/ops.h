@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/status.h"
+#include "kernels/cuda/status.h"
 
 namespace yoco::cuda {
 

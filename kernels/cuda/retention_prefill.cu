@@ -276,7 +276,7 @@ template <int HD, int C>
 Status launch(const RetentionPrefillArgs& a, cudaStream_t s) {
   constexpr size_t bytes = Smem<HD, C>::kBytes;
   auto* kernel = retention_prefill_kernel<HD, C>;
-  YOCO_RETURN_IF_ERROR(detail::cuda_status(
+  YOCO_CUDA_RETURN_IF_ERROR(detail::cuda_status(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
       "retention_prefill: shared memory size"));
   const dim3 grid(static_cast<unsigned>((a.head_dim + kDV - 1) / kDV), static_cast<unsigned>(a.n_heads));

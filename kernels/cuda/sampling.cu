@@ -301,7 +301,7 @@ Status sample_tokens(const SampleArgs& a, void* stream) {
   cudaStream_t s = detail::as_stream(stream);
 
   size_t temp_bytes = 0;
-  YOCO_RETURN_IF_ERROR(detail::cuda_status(
+  YOCO_CUDA_RETURN_IF_ERROR(detail::cuda_status(
       cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, static_cast<const uint64_t*>(nullptr),
                                      static_cast<uint64_t*>(nullptr), static_cast<int>(total), 0, end_bit, s),
       "sample_tokens: sort size"));
@@ -316,8 +316,8 @@ Status sample_tokens(const SampleArgs& a, void* stream) {
 
   const int blocks = static_cast<int>(std::min<int64_t>((total + 255) / 256, 8192));
   make_keys_kernel<<<blocks, 256, 0, s>>>(a.logits, a.ld, a.vocab, ib, total, keys_in);
-  YOCO_RETURN_IF_ERROR(detail::launch_status("sample_tokens (keys)"));
-  YOCO_RETURN_IF_ERROR(detail::cuda_status(
+  YOCO_CUDA_RETURN_IF_ERROR(detail::launch_status("sample_tokens (keys)"));
+  YOCO_CUDA_RETURN_IF_ERROR(detail::cuda_status(
       cub::DeviceRadixSort::SortKeys(temp, temp_bytes, keys_in, keys_out, static_cast<int>(total), 0, end_bit, s),
       "sample_tokens: sort"));
   sample_rows_kernel<<<a.batch, kRowThreads, 0, s>>>(a, keys_out, ib);

@@ -152,7 +152,7 @@ template <int HD, int BK>
 Status launch_prefill(const SwaPrefillArgs& a, cudaStream_t s) {
   constexpr size_t bytes = PrefillSmem<HD, BK>::kBytes;
   auto* kernel = swa_prefill_kernel<HD, BK>;
-  YOCO_RETURN_IF_ERROR(detail::cuda_status(
+  YOCO_CUDA_RETURN_IF_ERROR(detail::cuda_status(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
       "swa_prefill: shared memory size"));
   const dim3 grid(static_cast<unsigned>((a.n + kBQ - 1) / kBQ), static_cast<unsigned>(a.n_q_heads));
@@ -331,7 +331,7 @@ Status swa_prefill(const SwaPrefillArgs& a, void* stream) {
   if (!a.v) return bad("v is null");
   if (!a.out) return bad("out is null");
   cudaStream_t s = detail::as_stream(stream);
-  YOCO_RETURN_IF_ERROR(dispatch_prefill(a, s));
+  YOCO_CUDA_RETURN_IF_ERROR(dispatch_prefill(a, s));
   // Only the last `window` rows can still be seen by a later query.
   const int first = a.n > a.window ? a.n - a.window : 0;
   const int64_t total = static_cast<int64_t>(a.n - first) * kv_width;

@@ -144,7 +144,7 @@ std::vector<float> gpu_causal(const Case& c, const Inputs& in, const Pool& p) {
     a.head_dim = c.head_dim;
     a.pos0 = c.pos0 + t0;
     a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    const Status st = cuda::causal_attention_prefill(a, nullptr);
+    const cuda::Status st = cuda::causal_attention_prefill(a, nullptr);
     EXPECT_TRUE(st.ok()) << st.to_string();
     t0 += n;
   }
@@ -248,19 +248,19 @@ TEST(CudaCausalAttention, RejectsBadArguments) {
   a.scale = 0.1f;
   cuda::CausalPrefillArgs b = a;
   b.n_q_heads = 3;  // not a multiple of n_kv_heads
-  EXPECT_EQ(cuda::causal_attention_prefill(b, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::causal_attention_prefill(b, nullptr).code(), cuda::StatusCode::kInvalidArgument);
   b = a;
   b.head_dim = 300;
-  EXPECT_EQ(cuda::causal_attention_prefill(b, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::causal_attention_prefill(b, nullptr).code(), cuda::StatusCode::kInvalidArgument);
   b = a;
   b.pos0 = 61;  // 61 + 4 > 2 blocks of 32
-  EXPECT_EQ(cuda::causal_attention_prefill(b, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::causal_attention_prefill(b, nullptr).code(), cuda::StatusCode::kInvalidArgument);
   b = a;
   b.pool_ld = 16;  // narrower than a row of K
-  EXPECT_EQ(cuda::causal_attention_prefill(b, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::causal_attention_prefill(b, nullptr).code(), cuda::StatusCode::kInvalidArgument);
   b = a;
   b.block_table = nullptr;
-  EXPECT_EQ(cuda::causal_attention_prefill(b, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::causal_attention_prefill(b, nullptr).code(), cuda::StatusCode::kInvalidArgument);
   b = a;
   b.n = 0;  // nothing to do
   EXPECT_TRUE(cuda::causal_attention_prefill(b, nullptr).ok());

@@ -42,9 +42,9 @@ TEST(CudaEngineOps, RmsnormToBf16MatchesCpu) {
     }
   }
   EXPECT_EQ(cuda::rmsnorm_to_bf16(nullptr, nullptr, nullptr, 2, 0, 1e-5f, nullptr).code(),
-            StatusCode::kInvalidArgument);
+            cuda::StatusCode::kInvalidArgument);
   EXPECT_EQ(cuda::rmsnorm_to_bf16(nullptr, nullptr, nullptr, 2, 4, 1e-5f, nullptr).code(),
-            StatusCode::kInvalidArgument);
+            cuda::StatusCode::kInvalidArgument);
 }
 
 TEST(CudaEngineOps, SiluMulToBf16MatchesCpu) {
@@ -71,7 +71,7 @@ TEST(CudaEngineOps, SiluMulToBf16MatchesCpu) {
     EXPECT_TRUE(all_close(packed, ref, 1e-6f, 1e-2f));
   }
   EXPECT_EQ(cuda::silu_mul_to_bf16(nullptr, 1, nullptr, 1, nullptr, 1, 1, 2, nullptr).code(),
-            StatusCode::kInvalidArgument);
+            cuda::StatusCode::kInvalidArgument);
 }
 
 TEST(CudaEngineOps, ConvertToBf16RoundsToNearestEven) {
@@ -96,7 +96,7 @@ TEST(CudaEngineOps, ConvertToBf16RoundsToNearestEven) {
     for (int c = cols; c < ldy; ++c) ASSERT_EQ(got[static_cast<size_t>(r) * ldy + c], 0x7fc1);
   }
   EXPECT_EQ(cuda::convert_to_bf16(dx.get(), 3, dy.get(), ldy, rows, cols, nullptr).code(),
-            StatusCode::kInvalidArgument);
+            cuda::StatusCode::kInvalidArgument);
 }
 
 TEST(CudaEngineOps, CopyRowsGathersAndScatters) {
@@ -180,13 +180,13 @@ TEST(CudaEngineOps, KvAppendPagedWritesEachRowToItsBlock) {
 
   cuda::KvAppendArgs bad = a;
   bad.block_size = 0;
-  EXPECT_EQ(cuda::kv_append_paged(bad, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::kv_append_paged(bad, nullptr).code(), cuda::StatusCode::kInvalidArgument);
   bad = a;
   bad.ldk = kv_dim - 1;
-  EXPECT_EQ(cuda::kv_append_paged(bad, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::kv_append_paged(bad, nullptr).code(), cuda::StatusCode::kInvalidArgument);
   bad = a;
   bad.positions = nullptr;
-  EXPECT_EQ(cuda::kv_append_paged(bad, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::kv_append_paged(bad, nullptr).code(), cuda::StatusCode::kInvalidArgument);
 }
 
 TEST(CudaEngineOps, FillNormalIsReproducibleWithTheRightMoments) {
@@ -221,7 +221,7 @@ TEST(CudaEngineOps, FillNormalIsReproducibleWithTheRightMoments) {
   int same = 0;
   for (int i = 0; i < 1000; ++i) same += same_bits(he[i], ha[i]);
   EXPECT_LT(same, 5);
-  EXPECT_EQ(cuda::fill_normal(nullptr, cuda::DType::kF32, 4, 1, 0, 1, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::fill_normal(nullptr, cuda::DType::kF32, 4, 1, 0, 1, nullptr).code(), cuda::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -69,9 +69,9 @@ TEST(CudaOps, GemmBf16MatchesCpu) {
 TEST(CudaOps, GemmBf16RejectsBadArguments) {
   SKIP_WITHOUT_GPU();
   EXPECT_EQ(cuda::gemm_bf16(nullptr, nullptr, nullptr, cuda::DType::kF32, 2, 2, 2, 1, 0, nullptr).code(),
-            StatusCode::kInvalidArgument);
+            cuda::StatusCode::kInvalidArgument);
   EXPECT_EQ(cuda::gemm_bf16(nullptr, nullptr, nullptr, cuda::DType::kF32, -1, 2, 2, 1, 0, nullptr).code(),
-            StatusCode::kInvalidArgument);
+            cuda::StatusCode::kInvalidArgument);
 }
 
 // --- rmsnorm -----------------------------------------------------------------------------------------
@@ -138,7 +138,7 @@ TEST(CudaOps, RopeInterleavedMatchesCpu) {
   DeviceBuf<float> dx(8);
   DeviceBuf<int64_t> dpos(1);
   EXPECT_EQ(cuda::rope_interleaved(dx.get(), 8, 1, 1, 7, dpos.get(), 1e4, nullptr).code(),
-            StatusCode::kInvalidArgument);
+            cuda::StatusCode::kInvalidArgument);
 }
 
 // --- activation --------------------------------------------------------------------------------------
@@ -278,7 +278,7 @@ void run_attention_case(const AttnCase& c, uint32_t seed, std::vector<float>* go
   a.block_size = bs;
   a.scale = scale;
   a.split_keys = c.split_keys;
-  const Status st = cuda::decode_attention_paged(a, nullptr);
+  const cuda::Status st = cuda::decode_attention_paged(a, nullptr);
   ASSERT_TRUE(st.ok()) << st.to_string();
   *got = dout.host();
 }
@@ -334,10 +334,10 @@ TEST(CudaOps, DecodeAttentionPagedRejectsBadArguments) {
   a.n_q_heads = 6;
   a.n_kv_heads = 4;  // not a divisor
   a.head_dim = 64;
-  EXPECT_EQ(cuda::decode_attention_paged(a, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::decode_attention_paged(a, nullptr).code(), cuda::StatusCode::kInvalidArgument);
   a.n_kv_heads = 2;
   a.head_dim = 512;
-  EXPECT_EQ(cuda::decode_attention_paged(a, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::decode_attention_paged(a, nullptr).code(), cuda::StatusCode::kInvalidArgument);
 }
 
 // --- retention decode step ---------------------------------------------------------------------------

@@ -175,12 +175,12 @@ TEST(CudaPrefill, RetentionPrefillRejectsBadArguments) {
   a.n = 4;
   a.n_heads = 1;
   a.head_dim = 512;  // over the limit
-  EXPECT_EQ(cuda::retention_prefill(a, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::retention_prefill(a, nullptr).code(), cuda::StatusCode::kInvalidArgument);
   a.head_dim = 64;
   a.chunk = 48;
-  EXPECT_EQ(cuda::retention_prefill(a, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::retention_prefill(a, nullptr).code(), cuda::StatusCode::kInvalidArgument);
   a.chunk = 64;  // strides and pointers still missing
-  EXPECT_EQ(cuda::retention_prefill(a, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::retention_prefill(a, nullptr).code(), cuda::StatusCode::kInvalidArgument);
 }
 
 // --- sliding-window attention ------------------------------------------------------------------------
@@ -522,17 +522,17 @@ TEST(CudaPrefill, SwaRejectsBadArguments) {
   p.n_kv_heads = 4;  // not a divisor
   p.head_dim = 64;
   p.window = 8;
-  EXPECT_EQ(cuda::swa_prefill(p, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::swa_prefill(p, nullptr).code(), cuda::StatusCode::kInvalidArgument);
   p.n_kv_heads = 2;
   p.window = 0;
-  EXPECT_EQ(cuda::swa_prefill(p, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::swa_prefill(p, nullptr).code(), cuda::StatusCode::kInvalidArgument);
   cuda::SwaDecodeArgs d;
   d.batch = 1;
   d.n_q_heads = 32;
   d.n_kv_heads = 1;  // group 32 > 16
   d.head_dim = 64;
   d.window = 8;
-  EXPECT_EQ(cuda::swa_decode(d, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::swa_decode(d, nullptr).code(), cuda::StatusCode::kInvalidArgument);
 }
 
 // --- sampling ----------------------------------------------------------------------------------------
@@ -795,9 +795,9 @@ TEST(CudaSampling, RejectsBadArguments) {
   a.batch = 2;
   a.vocab = 10;
   a.ld = 5;  // < vocab
-  EXPECT_EQ(cuda::sample_tokens(a, nullptr).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(cuda::sample_greedy(nullptr, 10, 2, 10, nullptr, nullptr).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(cuda::sampling_rng_init(nullptr, nullptr, nullptr, 3, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::sample_tokens(a, nullptr).code(), cuda::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::sample_greedy(nullptr, 10, 2, 10, nullptr, nullptr).code(), cuda::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::sampling_rng_init(nullptr, nullptr, nullptr, 3, nullptr).code(), cuda::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

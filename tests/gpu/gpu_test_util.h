@@ -25,9 +25,10 @@ namespace yoco {
   if (yoco::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
 #define ASSERT_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(cudaGetLastError())
+// Takes a yoco::Status or a kernel's cuda::Status.
 #define ASSERT_OK(expr)                       \
   do {                                        \
-    const ::yoco::Status _st = (expr);        \
+    const auto _st = (expr);                  \
     ASSERT_TRUE(_st.ok()) << _st.to_string(); \
   } while (0)
 

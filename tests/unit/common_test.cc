@@ -55,6 +55,17 @@ TEST(Flags, ParsesAndNamesErrors) {
   EXPECT_NE(h->get_int("a", 0).status().message().find("--a"), std::string::npos);
 }
 
+TEST(Flags, DeviceFlag) {
+  EXPECT_EQ(parse_device_flag("cpu").value(), -1);
+  EXPECT_EQ(parse_device_flag("cuda").value(), 0);
+  EXPECT_EQ(parse_device_flag("cuda:3").value(), 3);
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:1234", "CPU"}) {
+    auto d = parse_device_flag(bad);
+    ASSERT_FALSE(d.ok()) << bad;
+    EXPECT_NE(d.status().message().find("--device: must be cpu, cuda or cuda:N"), std::string::npos) << bad;
+  }
+}
+
 TEST(Flags, ConfigFileFillsWhatTheCommandLineLeaves) {
   test::TempDir dir;
   const std::string cfg = dir.sub("c.json");

@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "model/engine.h"
 #include "model/model.h"
 #include "model/random_model.h"
 #include "tests/unit/test_util.h"
@@ -239,6 +240,48 @@ TEST(Loops, OneLoopIsPlainYoco) {
   auto sa = (*a)->score(toks), sb = (*b)->score(toks);
   ASSERT_TRUE(sa.ok() && sb.ok());
   EXPECT_EQ(sa.value(), sb.value());
+}
+
+// make_engine's CPU engine: the Model's numbers, rows read into the caller's buffers.
+TEST(MakeEngine, CpuEngineRunsTheModelAndReadsRowsOut) {
+  test::TempDir dir;
+  auto cfg = find_preset("tiny-gret");
+  ASSERT_TRUE(cfg.ok());
+  ASSERT_TRUE(write_random_model(dir.sub("m"), cfg.value(), 42, DType::kF32).ok());
+  auto model = Model::load(dir.sub("m"));
+  ASSERT_TRUE(model.ok());
+  const Model& m = **model;
+  EngineOptions eo;
+  eo.threads = 1;
+  auto engine = make_engine(m, nullptr, eo);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  Engine& e = **engine;
+  EXPECT_EQ(e.device(), "cpu");
+
+  const std::vector<int32_t> toks = {3, 1, 4, 1, 5, 9, 2, 6};
+  SequenceState st = m.new_sequence();
+  auto id = e.adopt(st);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(e.prefill(*id, toks, PrefillOptions{3, 64}).ok());
+  EXPECT_EQ(e.position(*id), 8);
+
+  SequenceState ref = m.new_sequence();
+  ASSERT_TRUE(m.prefill(ref, toks, PrefillOptions{3, 64}).ok());
+  const int KV = m.config().kv_dim();
+  std::vector<float> k(3 * KV), v(3 * KV);
+  ASSERT_TRUE(e.read_rows(*id, 2, 3, k.data(), v.data()).ok());
+  EXPECT_EQ(std::memcmp(k.data(), ref.k_row(2, KV), k.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(v.data(), ref.v_row(2, KV), v.size() * 4), 0);
+  EXPECT_EQ(e.read_rows(*id, 6, 3, k.data(), v.data()).code(), StatusCode::kInvalidArgument);
+
+  std::vector<float> got(m.config().vocab_size), want(got.size());
+  const Engine::SeqId ids[1] = {*id};
+  ASSERT_TRUE(e.logits(ids, got.data()).ok());
+  SequenceState* refs[1] = {&ref};
+  ASSERT_TRUE(m.logits(refs, want.data()).ok());
+  EXPECT_EQ(got, want);
+  ASSERT_TRUE(e.release(*id).ok());
+  EXPECT_EQ(e.release(*id).code(), StatusCode::kNotFound);
 }
 
 }  // namespace
