@@ -8,7 +8,7 @@
 //                     [--peak-gbps 3350] [--device 0]
 //   cuda_engine_bench --compare-prefill yoco-3b,transformer-3b [--compare-lens 4096,16384,65536,262144]
 //                     [--chunk-tokens 4096] [--device 0]
-//     YOCO vs its Transformer baseline (SPEC 2.6) on the same engine: YOCO's prefill (self-decoder
+//     YOCO vs its Transformer baseline (docs/design.md §2.6) on the same engine: YOCO's prefill (self-decoder
 //     + global K/V, early exit) against the Transformer's full prefill (every layer, causal
 //     attention over its per-layer paged K/V), each preset alone on the device (random weights),
 //     one run per length after a warm-up; lengths whose KV pool does not fit next to the weights
@@ -85,7 +85,7 @@ PrefillFlops prefill_flops(const ModelConfig& c, int64_t n, int chunk, int reten
   return f;
 }
 
-// FLOPs of a Transformer prefill of n tokens (SPEC 2.6): per layer q|k|v, out_proj and the FFN,
+// FLOPs of a Transformer prefill of n tokens (docs/design.md §2.6): per layer q|k|v, out_proj and the FFN,
 // plus causal attention (q·kᵀ and p·v: 4·hd per (query, key seen), query p seeing p + 1 keys).
 // No output head (prefill ends at last_hidden, as YOCO's).
 PrefillFlops transformer_prefill_flops(const ModelConfig& c, int64_t n) {

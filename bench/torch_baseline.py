@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Straightforward PyTorch (CPU, float32) YOCO implementation used as a benchmark baseline.
 
-Written from SPEC.md section 2 only: self-decoder (gated retention or sliding-window attention,
+Written from docs/design.md §2 only: self-decoder (gated retention or sliding-window attention,
 optionally looped n_loops times), one global KV cache, cross-decoder.  It is meant to be a fair
 baseline: idiomatic batched tensor code, no deliberate slowness, no custom kernels.
 
@@ -210,7 +210,7 @@ class YOCO:
         q, k, v = self.qkv(x, pre, cs, self.hs, self.hd)
         if mode == "step":
             # Ring of W slots, slot = position % W.  It holds the last W-1 post-RoPE k/v rows (the
-            # state of SPEC 2.5); the current row overwrites the one that just left the window, so
+            # state of docs/design.md §2.5); the current row overwrites the one that just left the window, so
             # attention reads the ring in place (softmax ignores key order) with no per-step copy.
             ck, cv = st
             ck[:, :, pos % W], cv[:, :, pos % W] = k[:, :, 0], v[:, :, 0]

@@ -1,4 +1,4 @@
-// Error policy (STYLE item 6): library APIs return Status / Result<T>; broken internal
+// Error policy (docs/architecture.md, rule 6): library APIs return Status / Result<T>; broken internal
 // invariants abort with file and line via YOCO_CHECK. No exception crosses a library boundary.
 #pragma once
 

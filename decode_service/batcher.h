@@ -72,7 +72,7 @@ struct DecodeRequest {
   std::function<void(const FinishInfo&)> on_finish;    // exactly once
 };
 
-// Small value type: how much the batcher takes on (STYLE item 8).
+// Small value type: how much the batcher takes on (docs/architecture.md, rule 8).
 struct BatcherLimits {
   int max_running = 32;          // sequences per decode step
   int max_waiting = 256;         // queued requests; beyond: RESOURCE_EXHAUSTED

@@ -1,4 +1,4 @@
-// Typed metrics of a decode worker (STYLE item 9; SPEC 6 names).
+// Typed metrics of a decode worker (docs/architecture.md, rule 9; docs/design.md §6 names).
 #pragma once
 
 #include "common/metrics.h"

@@ -1,11 +1,11 @@
-// A KV store seen as a cache (SPEC 5): K/V blocks under their hash-chain keys, self-decoder
+// A KV store seen as a cache (docs/design.md §5): K/V blocks under their hash-chain keys, self-decoder
 // state snapshots (hand-off blobs, handoff/state_blob.h), and documents. Rows and blobs only:
 // the engine's view (SequenceState in and out) is prefill_service/prompt_cache.h. Store
 // failures never fail the caller's request: lookups degrade to "not cached" (counted), writes
 // report a Status for the caller to log and count. An object that fails validation is deleted
 // and counted as corrupt and as a miss: never a wrong answer.
 //
-// Resuming needs both parts of SPEC 2.5's state: the global K/V rows (blocks) and the
+// Resuming needs both parts of docs/design.md §2.5's state: the global K/V rows (blocks) and the
 // self-decoder state at the same position. load_prefix finds the longest block prefix of a
 // prompt that also has a state snapshot; load_document restores a saved document, whose state
 // snapshot also carries the K/V rows of its trailing partial block.

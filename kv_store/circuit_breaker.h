@@ -1,4 +1,4 @@
-// A circuit breaker around a remote backend (SPEC 5: the store being down or slow never fails
+// A circuit breaker around a remote backend (docs/design.md §5: the store being down or slow never fails
 // or stalls a request). `failure_threshold` consecutive failures, or one call slower than
 // `slow_call`, open it. While open, gets are misses and puts, deletes and set changes are
 // dropped with UNAVAILABLE, at once and counted. After the cool-down the next caller runs a

@@ -1,4 +1,4 @@
-// Local-directory backend (SPEC 5: the embedded default, shared by the processes of one host).
+// Local-directory backend (docs/design.md §5: the embedded default, shared by the processes of one host).
 //
 // Layout: root/xx/NAME, xx = two hex chars of the key's hash, NAME = the key with every byte
 // outside [A-Za-z0-9_.-] percent-encoded (long keys: "h-" + a 128-bit hash). Each file is

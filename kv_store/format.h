@@ -1,4 +1,4 @@
-// What the KV store keeps (SPEC 5): self-describing objects (header + payload), the hash chain
+// What the KV store keeps (docs/design.md §5): self-describing objects (header + payload), the hash chain
 // that names K/V blocks, and the document record. Backends never parse any of this; they move
 // opaque bytes. Every decode is bounds-checked: hostile or corrupted bytes give a Status, never
 // a crash or a wrong answer.

@@ -1,4 +1,4 @@
-// Counters of one KV store backend (SPEC 6: the services export them as
+// Counters of one KV store backend (docs/design.md §6: the services export them as
 // yoco_kv_store_{hits,misses,errors}_total and friends). Lock-free; snapshot() for export.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The KV store backend interface (SPEC 5, STYLE item 7): binary-safe values under string keys,
+// The KV store backend interface (docs/design.md §5, docs/architecture.md, rule 7): binary-safe values under string keys,
 // plus named sets of short strings for the document index. Implementations: memory_store.h,
 // dir_store.h, redis_store.h, tiered_store.h, and the circuit_breaker.h decorator;
 // make_kv_store (factory.h) builds a stack from a spec string.

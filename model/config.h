@@ -1,4 +1,4 @@
-// params.json (SPEC 2.1): the reference implementation's keys plus our extensions.
+// params.json (docs/design.md §2.1): the reference implementation's keys plus our extensions.
 #pragma once
 
 #include <cstdint>

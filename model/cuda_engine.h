@@ -1,10 +1,10 @@
 // The YOCO engine on one CUDA device, an Engine (model/engine.h): the GPU twin of yoco::Model's
 // serving path (prefill = self-decoder only with early exit, batched decode steps, next-token
 // logits), built on the ops of kernels/cuda/ops.h. Plain C++: this header never includes CUDA
-// headers (STYLE item 2); the target yoco_engine_cuda exists only with YOCO_CUDA. Its files split
+// headers (docs/architecture.md, rule 2); the target yoco_engine_cuda exists only with YOCO_CUDA. Its files split
 // by concern (model/cuda_engine_impl.h lists them).
 //
-// Numerics (SPEC 2.5): matrices live on the device as bf16 and every projection is a bf16 ×
+// Numerics (docs/design.md §2.5): matrices live on the device as bf16 and every projection is a bf16 ×
 // bf16 GEMM with fp32 accumulation (its activation input rounded to bf16 once, by a fused
 // rmsnorm/silu/convert op); the residual stream, norms, gate log-decays, the gRet state S, the
 // SWA window and the global K/V cache stay fp32. Chunkwise retention and SWA prefill use bf16
@@ -19,7 +19,7 @@
 // (decode_attention_paged's layout) with a block table per sequence. The position lives on the
 // host.
 //
-// Arch "transformer" (SPEC 2.6, the baseline of the benchmarks) runs on the same engine: prefill
+// Arch "transformer" (docs/design.md §2.6, the baseline of the benchmarks) runs on the same engine: prefill
 // runs every layer (no early exit; attention by causal_attention_prefill over the pool), decode
 // steps every layer (decode_attention_paged per layer), last_hidden is the last layer's output,
 // so logits() is the final norm and the output head. Its pool row holds one token's K (V) of

@@ -24,7 +24,7 @@ Status CudaEngine::Impl::ffn(int rows, const float* norm, const uint16_t* w13, c
   YOCO_RETURN_IF_KERNEL_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), norm, xb.as<uint16_t>(), rows, D, eps, stream));
   YOCO_RETURN_IF_KERNEL_ERROR(
       cuda::gemm_bf16(xb.as<uint16_t>(), w13, u.as<float>(), cuda::DType::kF32, rows, 2 * H, D, 1.f, 0.f, stream));
-  // SPEC 2.2: fc1 (the first H columns) is the activated branch.
+  // docs/design.md §2.2: fc1 (the first H columns) is the activated branch.
   YOCO_RETURN_IF_KERNEL_ERROR(
       cuda::silu_mul_to_bf16(u.as<float>(), 2 * H, u.as<float>() + H, 2 * H, act.as<uint16_t>(), H, rows, H, stream));
   return add_proj(act.as<uint16_t>(), w2, rows, H);

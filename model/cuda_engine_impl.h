@@ -116,7 +116,7 @@ struct CudaEngine::Impl {
 
   // Sizes (tensor-parallel world 1).
   int D = 0, Hs = 0, hd = 0, R = 0, P = 0, Ha = 0, KVh = 0, hdc = 0, KV = 0, Dq = 0, H = 0, V = 0;
-  // Transformer (SPEC 2.6): every layer is attention with its own K/V; a pool row holds one
+  // Transformer (docs/design.md §2.6): every layer is attention with its own K/V; a pool row holds one
   // token's K (V) of all n_layers layers (KVR = n_layers·KV floats), layer-major inside each
   // kKvChunkRows-row chunk as model/state.h lays it out. The kernels see layer l as a pool of
   // kKvChunkRows-row "blocks" (chunks) of KV-wide rows starting at k_pool + l·kKvChunkRows·KV,
@@ -181,7 +181,7 @@ struct CudaEngine::Impl {
   Result<const float*> upload_f32(const std::vector<float>& x, const char* what);
 
   Status upload_weights(const ModelWeights& w);
-  // SPEC 2.6: layer i is self_layers[i] of the host weights, wqkvg = q|k|v [dim + 2·KV, dim].
+  // docs/design.md §2.6: layer i is self_layers[i] of the host weights, wqkvg = q|k|v [dim + 2·KV, dim].
   Status upload_output_head(const ModelWeights& w);
   Status upload_transformer_layers(const ModelWeights& w);
 

@@ -1,4 +1,4 @@
-// The serving engines behind one narrow interface (STYLE item 2), so the prefill and decode
+// The serving engines behind one narrow interface (docs/architecture.md, rule 2), so the prefill and decode
 // workers run on the CPU or a CUDA device by flag (`--device cpu|cuda`):
 //   cpu   yoco::CpuEngine (model/cpu_engine.h) over the CPU Model; sequence states in host memory,
 //         the global K/V rows contiguous or in the worker's host KvPool;

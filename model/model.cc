@@ -122,7 +122,7 @@ Status Model::ffn(float* h, int rows, const std::vector<float>& norm, const std:
       act(static_cast<size_t>(rows) * H);
   cpu::rmsnorm(h, D, norm.data(), x.data(), D, rows, D, static_cast<float>(cfg_.norm_eps));
   cpu::linear(x.data(), w13.data(), u.data(), rows, 2 * H, D);
-  // SPEC 2.2: fc1 is the activated branch, gate the linear one.
+  // docs/design.md §2.2: fc1 is the activated branch, gate the linear one.
   cpu::silu_mul(u.data(), 2 * H, u.data() + H, 2 * H, act.data(), H, rows, H);
   return add_row_parallel(act.data(), w2, h, rows, H);
 }
@@ -327,7 +327,7 @@ void Model::output_head(const float* h, int rows, float* logits) const {
   cpu::linear(x.data(), w_.output_matrix(), logits, rows, cfg_.vocab_size, D);
 }
 
-// SPEC 2.6 with the kernels and numerics of the cross-decoder: q|k|v in one product, RoPE on q
+// docs/design.md §2.6 with the kernels and numerics of the cross-decoder: q|k|v in one product, RoPE on q
 // and k at the token's position, GQA over this layer's rows (layout in model/state.h).
 Status Model::transformer_layers(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
                                  bool chunk_of_one_sequence) const {

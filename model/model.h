@@ -6,7 +6,7 @@
 // cross-decoder for position n−1 from exactly that, so the state can be shipped between
 // processes at any point and decoding goes on identically.
 //
-// The same class runs the Transformer baseline (arch "transformer", SPEC 2.6) with the same
+// The same class runs the Transformer baseline (arch "transformer", docs/design.md §2.6) with the same
 // kernels and numerics: prefill runs every layer (there is no early exit) and stores each
 // layer's K/V rows; last_hidden is the last layer's output at n−1, so logits() is the final
 // norm and output head; decode_step runs every layer for one token per sequence. The state

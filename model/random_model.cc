@@ -34,7 +34,7 @@ ModelConfig make(int dim, int layers, int hidden, int self_heads, int heads, int
   return c;
 }
 
-// The same sizes as a Transformer baseline (SPEC 2.6): every layer has attention with a KV
+// The same sizes as a Transformer baseline (docs/design.md §2.6): every layer has attention with a KV
 // cache; the self-decoder keys are unset, as parse_model_config leaves them.
 ModelConfig transformer(ModelConfig c) {
   c.arch = Arch::kTransformer;

@@ -1,4 +1,4 @@
-// Random-weight models in the checkpoint layout of SPEC 2.1: test configs and the papers' sizes.
+// Random-weight models in the checkpoint layout of docs/design.md §2.1: test configs and the papers' sizes.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// A sequence's whole inference state (SPEC 2.5), and its mapping onto the binary hand-off format
+// A sequence's whole inference state (docs/design.md §2.5), and its mapping onto the binary hand-off format
 // (handoff/state_blob.h) the cluster ships over UCX and the KV store keeps.
 #pragma once
 
@@ -50,7 +50,7 @@ struct KvPages {
 // in a paged pool decodes bitwise like a contiguous one. Pool block sizes are multiples of it.
 constexpr int kKvChunkRows = 32;
 
-// Transformer baseline (arch "transformer", SPEC 2.6): the same structure carries its
+// Transformer baseline (arch "transformer", docs/design.md §2.6): the same structure carries its
 // per-layer KV cache.
 //   - One token's K (and V) "row" holds every layer's row: width W = n_layers · kv_dim
 //     (ModelConfig::kv_row_floats()), so the pool, its blocks and k_row(r, W) work unchanged

@@ -48,7 +48,7 @@ std::vector<TensorSlot> model_tensor_slots(const ModelConfig& c, ModelWeights* w
   add("layer_norm.weight", {D}, YOCO_DST(w, final_norm), 0, full);
   add("output_projection.weight", {V, D}, YOCO_DST(w, output), 0, full, /*optional=*/true);
   if (c.is_transformer()) {
-    // SPEC 2.6. Layer i lands in self_layers[i] (both weight sets: a transformer's prefill
+    // docs/design.md §2.6. Layer i lands in self_layers[i] (both weight sets: a transformer's prefill
     // runs every layer), its fused projection wqkvg being q|k|v, [dim + 2·kv_dim, dim].
     if (w) {
       w->self_layers.resize(c.n_layers);

@@ -27,7 +27,7 @@ struct CrossLayerWeights {
 };
 
 // Which tensors a process needs: a prefill worker holds only embedding, self-decoder and the
-// K/V projection (SPEC 3.1).
+// K/V projection (docs/design.md §3.1).
 enum class WeightSet { kFull, kPrefill };
 
 struct ModelWeights {
@@ -54,7 +54,7 @@ struct TensorSlot {
   bool optional = false;              // output_projection.weight when tying is not forced
 };
 
-// The full list of tensor names and shapes of SPEC 2.1 for a config, in checkpoint order.
+// The full list of tensor names and shapes of docs/design.md §2.1 for a config, in checkpoint order.
 // With `w` given, each slot also says where the tensor is stored (and `w` is sized for it).
 std::vector<TensorSlot> model_tensor_slots(const ModelConfig& c, ModelWeights* w, WeightSet set);
 

@@ -1,4 +1,4 @@
-// The prefill worker's --kv-store flags: the store every prefill worker shares (SPEC 5).
+// The prefill worker's --kv-store flags: the store every prefill worker shares (docs/design.md §5).
 #pragma once
 
 #include <memory>

@@ -1,4 +1,4 @@
-// yoco-prefill: a prefill worker (SPEC 3.1). Holds the embedding, self-decoder and K/V
+// yoco-prefill: a prefill worker (docs/design.md §3.1). Holds the embedding, self-decoder and K/V
 // projection weights only, prefills prompts chunk by chunk (PrefillScheduler), ships K/V rows
 // and the state into a decode worker's reserved blocks over UCX, and answers Prefill once the
 // decode worker has acknowledged the commit; computes documents into the shared KV store.
@@ -73,7 +73,7 @@ int run(int argc, char** argv) {
   uo.peer_error_handling = !f.boolean("ucx-no-peer-error-handling");
   auto sender = make_ucx_sender(uo);
   if (!sender.ok()) return exit_with(kProgram, "UCX: " + sender.status().message(), 1);
-  // The KV store (SPEC 5): documents, and prefixes of ordinary prompts unless --no-prompt-cache.
+  // The KV store (docs/design.md §5): documents, and prefixes of ordinary prompts unless --no-prompt-cache.
   std::unique_ptr<KvStore> store;
   std::unique_ptr<KvCache> cache;
   if (f.has("kv-store")) {

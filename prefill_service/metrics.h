@@ -1,4 +1,4 @@
-// Typed metrics of a prefill worker (STYLE item 9; SPEC 6 names): what its /metrics shows.
+// Typed metrics of a prefill worker (docs/architecture.md, rule 9; docs/design.md §6 names): what its /metrics shows.
 #pragma once
 
 #include <grpcpp/grpcpp.h>

@@ -1,4 +1,4 @@
-// The prefill worker's engine loop, without RPC (SPEC 3.3, 3.4): chunked prefill of many
+// The prefill worker's engine loop, without RPC (docs/design.md §3.3, 3.4): chunked prefill of many
 // prompts at once, each chunk's K/V rows handed to the transfer engine as soon as it is
 // computed, so they are on the wire while the next chunk computes (pipelining).
 //
@@ -36,7 +36,7 @@
 
 namespace yoco {
 
-// How much the scheduler takes on (STYLE item 8).
+// How much the scheduler takes on (docs/architecture.md, rule 8).
 struct PrefillLimits {
   int chunk_tokens = 512;                         // tokens computed per step, across all active prompts
   int max_active = 4;                             // prompts interleaved per step

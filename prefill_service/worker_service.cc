@@ -57,7 +57,7 @@ grpc::Status PrefillService::GetLoad(grpc::ServerContext*, const internal::v1::L
   return grpc::Status::OK;
 }
 
-// ---- documents (SPEC 5): computed here, kept in the KV store every prefill worker shares ----
+// ---- documents (docs/design.md §5): computed here, kept in the KV store every prefill worker shares ----
 
 grpc::Status PrefillService::CacheDocument(grpc::ServerContext* ctx, const v1::CacheDocumentRequest* req,
                                            v1::Document* doc) {

@@ -1,6 +1,6 @@
 // The prefill worker's service (proto/yoco/internal/v1/worker.proto): Prefill computes a prompt in
 // the scheduler and ships it into a decode worker's reserved blocks; the documents live in the KV
-// store every prefill worker shares (SPEC 5), and CacheDocument computes one in the same
+// store every prefill worker shares (docs/design.md §5), and CacheDocument computes one in the same
 // scheduler, under the same limits, on the same engine.
 #pragma once
 

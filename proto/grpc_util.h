@@ -1,4 +1,4 @@
-// The gRPC edge shared by the three servers (STYLE item 6): library Status → grpc::Status, the
+// The gRPC edge shared by the three servers (docs/architecture.md, rule 6): library Status → grpc::Status, the
 // status label metrics use, and a server started the way every one of them starts (gRPC health
 // service SERVING, server reflection for grpcurl-style tools).
 #pragma once

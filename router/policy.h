@@ -1,5 +1,5 @@
 // Routing and admission policies of yoco-router: small value types, unit-tested alone
-// (STYLE item 8). They see worker snapshots, never RPC stubs.
+// (docs/architecture.md, rule 8). They see worker snapshots, never RPC stubs.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
-// Stop strings over a text stream (SPEC 3.2): the router sees the generated text delta by
+// Stop strings over a text stream (docs/design.md §3.2): the router sees the generated text delta by
 // delta and must (a) stop at the first occurrence of any stop string, which is not part of
 // the output, and (b) never emit text that might turn out to be the start of a stop string.
-// A small value type, unit-tested alone (STYLE item 8).
+// A small value type, unit-tested alone (docs/architecture.md, rule 8).
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// yoco-cli's cluster mode over the public yoco.v1 API (SPEC 3.2): generate (streamed), score,
+// yoco-cli's cluster mode over the public yoco.v1 API (docs/design.md §3.2): generate (streamed), score,
 // tokenize, detokenize, info, and bench, an open-loop load generator.
 #include "tools/cluster_client.h"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Convert a reference YOCO training checkpoint (a PyTorch state dict + params.json) to the
-model-directory layout of SPEC 2.1: model.safetensors + a normalised params.json (+ tokenizer).
+model-directory layout of docs/design.md §2.1: model.safetensors + a normalised params.json (+ tokenizer).
 
     python3 tools/convert_checkpoint.py --checkpoint ckpt.pt --params params.json --out DIR \
         [--dtype keep|f32|f16|bf16] [--tokenizer TOKDIR] [--state-key model] [--strict]
@@ -24,7 +24,7 @@ What it accepts:
     sliding_window, max_seq_len, ...) and optionally our extensions (n_loops, cross_decoder_rope,
     n_self_layers, gate_logit_normalizer, tie_embeddings, arch). Keys of neither kind
     (max_batch_size, model_parallel_size, ...) are dropped with a note.
-What it checks: every tensor SPEC 2.1 requires for this configuration is present with exactly
+What it checks: every tensor docs/design.md §2.1 requires for this configuration is present with exactly
 the shape params.json implies, and finite. Tensors that are not part of the model (rotary
 tables, masks, running statistics, optimizer leftovers) are dropped with a note listing them;
 with --strict any such tensor is an error. With tied embeddings an output_projection.weight
@@ -64,7 +64,7 @@ def note(msg):
 
 # ------------------------------------------------------------------------------------ params
 def normalise_params(raw, has_output_projection):
-    """params.json with every SPEC 2.1 key explicit (defaults filled in) and unknown keys dropped."""
+    """params.json with every docs/design.md §2.1 key explicit (defaults filled in) and unknown keys dropped."""
     unknown = sorted(k for k in raw if k not in REFERENCE_KEYS + EXTENSION_KEYS)
     if unknown:
         note(f"params.json: dropping keys that are not model parameters: {unknown}")
@@ -111,7 +111,7 @@ def normalise_params(raw, has_output_projection):
 
 
 def expected_shapes(p):
-    """SPEC 2.1 (and 2.6 for arch "transformer") tensor names -> shapes."""
+    """docs/design.md §2.1 (and 2.6 for arch "transformer") tensor names -> shapes."""
     dim, hid, V = p["dim"], p["hidden_dim"], p["vocab_size"]
     kvw = p["n_attn_kv_heads"] * (dim // p["n_attn_heads"])
     e = {"embed_tokens.weight": (V, dim), "layer_norm.weight": (dim,)}
@@ -203,7 +203,7 @@ def strip_prefixes(sd):
 
 
 def convert_state_dict(sd, raw_params, dtype="keep", strict=False):
-    """Returns (tensors by SPEC name, normalised params)."""
+    """Returns (tensors by the names of docs/design.md §2.1, normalised params)."""
     sd = strip_prefixes(sd)
     p = normalise_params(raw_params, "output_projection.weight" in sd)
     want = expected_shapes(p)

@@ -1,5 +1,5 @@
 // What a decode worker hands out when it reserves KV blocks for a sequence, and what a prefill
-// worker needs to push rows into them (SPEC 3.4 step 1). It travels inside RPCs, so it is a
+// worker needs to push rows into them (docs/design.md §3.4 step 1). It travels inside RPCs, so it is a
 // value type with a versioned, checksummed byte form, and parsing trusts nothing.
 #pragma once
 

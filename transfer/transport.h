@@ -1,4 +1,4 @@
-// The KV transfer engine's interface (SPEC 3.4, 4; STYLE item 7): reserve / put / commit / abort.
+// The KV transfer engine's interface (docs/design.md §3.4, 4; docs/architecture.md, rule 7): reserve / put / commit / abort.
 // The decode side owns the destination memory: it reserves pool blocks and hands out a
 // ReservationDescriptor; the prefill side pushes K/V rows and the state blob into them and
 // commits. The decode side admits a sequence only after a complete, validated commit. UCX is the
@@ -48,7 +48,7 @@ Status transfer_error(TransferError e, const std::string& detail);
 // The reason tagged into a Status by transfer_error (kNone for OK, kInvalid when untagged).
 TransferError transfer_error_of(const Status& st);
 
-// Counters the services export (SPEC 6: yoco_kv_transfer_bytes_total, _seconds, ...).
+// Counters the services export (docs/design.md §6: yoco_kv_transfer_bytes_total, _seconds, ...).
 struct TransferMetricsSnapshot {
   int64_t bytes = 0;      // K/V row + state bytes of completed transfers
   int64_t transfers = 0;  // completed (committed and acknowledged) transfers

@@ -6,7 +6,7 @@
 // memory ("posix,sysv,cma,self,tcp"; UCX still picks the shared-memory lanes between processes
 // on one host when peer_error_handling is off).
 //
-// Protocol (SPEC 3.4; transfer/README.md): the receiver maps the pool's K and V arrays once
+// Protocol (docs/design.md §3.4; transfer/README.md): the receiver maps the pool's K and V arrays once
 // (ucp_mem_map) and packs their rkeys into every descriptor. The sender connects to the
 // receiver's listener (one cached endpoint per address), sends kBegin, ships rows as one
 // operation per run of rows contiguous in the pool (whole blocks, merged across adjacent block

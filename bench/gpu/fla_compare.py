@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Baselines for our CUDA prefill kernels on the same shapes as bench/cuda_ops_bench.cc.
 
-  gated retention (SPEC 2.3)  vs  fla-core's chunked simple-GLA kernels (Triton):
+  gated retention (docs/design.md §2.3)  vs  fla-core's chunked simple-GLA kernels (Triton):
       fla.ops.simple_gla.chunk_simple_gla and fused_chunk_simple_gla
   sliding-window attention    vs  torch.nn.functional.scaled_dot_product_attention with a boolean
                                   band mask, and flex_attention with a sliding-window block mask
@@ -19,7 +19,7 @@ Output of `run`: one JSON line per (op, impl, shape) with ms and TFLOP/s, the FL
 as cuda_ops_bench counts them for our kernels (so the lines join with its JSON lines;
 bench/gpu/compare_fla.py makes the table), plus one JSON line per semantics check.
 
-The gRet mapping (SPEC 2.3; ours, per head, S_0 = the carried state):
+The gRet mapping (docs/design.md §2.3; ours, per head, S_0 = the carried state):
     a_t = logsigmoid(gt_t) / 16,  k'_t = k_t · hd^-1/2,  S_t = exp(a_t) S_{t-1} + k'_tᵀ v_t,
     o_t = q_t · S_t                        (decay applied before adding the current token;
                                             the current token is included; no normalisation:
@@ -28,7 +28,7 @@ The gRet mapping (SPEC 2.3; ours, per head, S_0 = the carried state):
   So g = logsigmoid(gt) / 16 (per token, per head), scale = hd^-1/2 with k unscaled, and
   H = S / scale (initial_state = S_0 / scale; our state = final_state · scale).
 Before any timing, `run` checks that mapping on a small random input (T not a multiple of the
-chunk, a non-zero initial state) against a float64 recurrence written from SPEC, and that the
+chunk, a non-zero initial state) against a float64 recurrence written from docs/design.md §2.3, and that the
 result is far from the two nearby wrong mappings (decay after the current token; current token
 excluded); likewise SDPA's and flex's band against a float64 softmax over i - W < j <= i (and not
 over one key more). A failed check prints FAIL, skips that implementation's timings and exits
@@ -55,7 +55,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-GATE_LOGIT_NORMALIZER = 16.0  # SPEC 2.1 gate_logit_normalizer default (tau)
+GATE_LOGIT_NORMALIZER = 16.0  # docs/design.md §2.1 gate_logit_normalizer default (tau)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -80,12 +80,12 @@ def swa_flops(n, heads, head_dim, window):
 
 
 # ----------------------------------------------------------------------------------------------
-# float64 references written from SPEC 2.3. Tensors are one sequence: q, k, v [T, H, D],
+# float64 references written from docs/design.md §2.3. Tensors are one sequence: q, k, v [T, H, D],
 # gate logits [T, H], state [H, D, D] (row = key dim, col = value dim, ours: k already scaled).
 
 
 def gret_reference(q, k, v, gt, s0=None, normalizer=GATE_LOGIT_NORMALIZER, variant="spec"):
-    """The recurrence. variant "spec" is SPEC 2.3; "decay_after" (S_t = e^a (S_{t-1} + kᵀv)) and
+    """The recurrence. variant "spec" is docs/design.md §2.3; "decay_after" (S_t = e^a (S_{t-1} + kᵀv)) and
     "exclusive" (o_t = q_t·(e^a S_{t-1}), the current token left out) are the wrong mappings
     the check must be able to tell apart."""
     q, k, v, gt = (x.detach().to("cpu", torch.float64) for x in (q, k, v, gt))
@@ -112,7 +112,7 @@ def gret_reference(q, k, v, gt, s0=None, normalizer=GATE_LOGIT_NORMALIZER, varia
 
 
 def gret_parallel(q, k, v, gt, s0=None, normalizer=GATE_LOGIT_NORMALIZER):
-    """SPEC 2.3's parallel form: o_t = Σ_{s≤t} exp(Σ_{r=s+1..t} a_r)(q_t·k'_s) v_s
+    """docs/design.md §2.3's parallel form: o_t = Σ_{s≤t} exp(Σ_{r=s+1..t} a_r)(q_t·k'_s) v_s
     + exp(Σ_{r≤t} a_r) q_t S_0 (float64, for the self-test)."""
     q, k, v, gt = (x.detach().to("cpu", torch.float64) for x in (q, k, v, gt))
     T, H, D = q.shape
@@ -134,7 +134,7 @@ def gret_parallel(q, k, v, gt, s0=None, normalizer=GATE_LOGIT_NORMALIZER):
 
 
 def swa_reference(q, k, v, window, scale=None):
-    """SPEC 2.3 SWA in float64: query i attends keys i − W < j ≤ i, softmax scale 1/sqrt(hd).
+    """docs/design.md §2.3 SWA in float64: query i attends keys i − W < j ≤ i, softmax scale 1/sqrt(hd).
     q, k, v: [T, H, D] (n_kv = n_q)."""
     q, k, v = (x.detach().to("cpu", torch.float64) for x in (q, k, v))
     T, H, D = q.shape
@@ -189,7 +189,7 @@ def fla_gret(fn, q, k, v, gt, s0, normalizer=GATE_LOGIT_NORMALIZER):
 
 
 def check_gret(name, fn, dtype, device, tol, T=300, H=3, D=128, seed=1, out=print):
-    """Our mapping through `fn` against the float64 SPEC recurrence: output and final state,
+    """Our mapping through `fn` against the float64 recurrence of docs/design.md §2.3: output and final state,
     at the bench's gate distribution and at a strong-decay one where the wrong mappings are far."""
     ok = True
     gen = torch.Generator().manual_seed(seed)
@@ -349,7 +349,7 @@ def run(args):
                 ret_ok[(name, dn)] = None
             if ret_ok[(name, dn)] is False:
                 failed.append("gret mapping %s %s" % (name, dn))
-                emit("FAIL: %s (%s) does not compute SPEC 2.3's gated retention through the mapping; "
+                emit("FAIL: %s (%s) does not compute docs/design.md §2.3's gated retention through the mapping; "
                      "its timings are skipped" % (name, dn))
     swa_impls = {"torch.sdpa_bool_band": lambda q, k, v, w: sdpa_band(q, k, v, w)}
     if not args.no_flex:
@@ -370,7 +370,7 @@ def run(args):
         swa_ok[name] = ok
         if ok is False:
             failed.append("swa band %s" % name)
-            emit("FAIL: %s does not compute SPEC 2.3's sliding window; its timings are skipped" % name)
+            emit("FAIL: %s does not compute docs/design.md §2.3's sliding window; its timings are skipped" % name)
 
     # --- gated retention timings ---
     for n in (int(x) for x in args.ret_lens.split(",") if x):

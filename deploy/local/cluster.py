@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The local cluster (SPEC 7): router + prefill + decode workers on loopback, in the foreground.
+"""The local cluster (docs/design.md §7): router + prefill + decode workers on loopback, in the foreground.
 
     python3 deploy/local/cluster.py --bin-dir build --model models/kjv-yoco [--prefill 1] [--decode 1]
     python3 deploy/local/cluster.py stop --state-dir DIR
@@ -207,7 +207,7 @@ class Launcher:
                         + o.decode_arg, o.state_dir, env, "127.0.0.1") for i in range(o.decode)]
         if not self.launch(decode, deadline):
             return False
-        # The embedded default KV store (SPEC 7): a directory every prefill worker shares.
+        # The embedded default KV store (docs/design.md §7): a directory every prefill worker shares.
         store = []
         if o.kv_store == "dir":
             store = ["--kv-store=dir://" + os.path.join(os.path.abspath(o.state_dir), "kv-store") + "?max_bytes=1GiB"]

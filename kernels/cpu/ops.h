@@ -85,7 +85,7 @@ void decode_attention(const float* q, const KvBlocks& kv, float* out, int n_q_he
 // (row = key dim, col = value dim), read and updated in place.
 void retention_recurrent(const float* q, int ldq, const float* k, int ldk, const float* v, int ldv, const float* a,
                          int n, int head_dim, float* s, float* out, int ldo);
-// Chunkwise form (SPEC 2.3) with chunk size `chunk`; any n.
+// Chunkwise form (docs/design.md §2.3) with chunk size `chunk`; any n.
 void retention_chunkwise(const float* q, int ldq, const float* k, int ldk, const float* v, int ldv, const float* a,
                          int n, int head_dim, int chunk, float* s, float* out, int ldo);
 // Parallel (quadratic) form in double precision, for tests; starts from s (may be null = zeros)

@@ -6,7 +6,7 @@ namespace yoco::cpu {
 
 void rope_table(const int64_t* positions, int rows, int head_dim, double theta, float* cos_out, float* sin_out) {
   const int half = head_dim / 2;
-  // SPEC 2.2: exponents evenly spaced from 0 to 1 inclusive, hence half - 1 in the denominator.
+  // docs/design.md §2.2: exponents evenly spaced from 0 to 1 inclusive, hence half - 1 in the denominator.
   const double denom = half > 1 ? static_cast<double>(half - 1) : 1.0;
   for (int r = 0; r < rows; ++r) {
     const double p = static_cast<double>(positions[r]);

@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t len = a.lengths[b];
   const int64_t start = static_cast<int64_t>(split) * split_keys;
   const int64_t end = min(len, start + split_keys);
-  const int h0 = kvh * group;  // the group's query heads are adjacent (SPEC 2.4: h / group)
+  const int h0 = kvh * group;  // the group's query heads are adjacent (docs/design.md §2.4: h / group)
 
   for (int i = tid; i < group * hd; i += kThreads) q_s[i] = a.q[static_cast<int64_t>(b) * a.ldq + h0 * hd + i];
   if (tid < G) {

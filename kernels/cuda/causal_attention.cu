@@ -1,4 +1,4 @@
-// Causal attention prefill over a paged fp32 K/V pool (the Transformer baseline, SPEC 2.6; layout in
+// Causal attention prefill over a paged fp32 K/V pool (the Transformer baseline, docs/design.md §2.6; layout in
 // ops.h). Flash attention: a block per (query head, tile of kBQ queries), warp w owning query rows
 // 16w..16w+15; q·kᵀ and p·v on bf16 tensor cores (mma.cuh, as swa.cu), the online softmax in fp32
 // registers (base 2).

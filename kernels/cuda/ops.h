@@ -42,7 +42,7 @@ Status rmsnorm_bf16(const uint16_t* x, const float* w, uint16_t* y, int rows, in
 
 // --- rope.cu -------------------------------------------------------------------------
 // Interleaved RoPE in place on `rows` rows of n_heads heads (head h at x + r·ld + h·head_dim):
-// pairs (2j, 2j+1) rotate by positions[r] · theta^(−j/(head_dim/2 − 1)) (SPEC 2.2, as
+// pairs (2j, 2j+1) rotate by positions[r] · theta^(−j/(head_dim/2 − 1)) (docs/design.md §2.2, as
 // cpu::rope_table). positions is a device array of `rows` int64. Angles, cos and sin are
 // formed in double as on the CPU, so cos/sin match it to the float rounding; the rotation
 // itself is fp32 (≤ ~2 ulp apart from the CPU's).
@@ -54,7 +54,7 @@ Status rope_interleaved_bf16(uint16_t* x, int ld, int rows, int n_heads, int hea
 // --- activation.cu -------------------------------------------------------------------
 // out[r, i] = silu(a[r, i]) · b[r, i] over rows × cols, strided as cpu::silu_mul. The SwiGLU of
 // the fused fc1|gate projection u [rows, 2H] is silu_mul(u, 2H, u + H, 2H, out, H, rows, H)
-// (SPEC 2.2: fc1 is the activated half). out may alias a or b (same ld).
+// (docs/design.md §2.2: fc1 is the activated half). out may alias a or b (same ld).
 Status silu_mul(const float* a, int lda, const float* b, int ldb, float* out, int ldo, int rows, int cols,
                 void* stream);
 Status silu_mul_bf16(const uint16_t* a, int lda, const uint16_t* b, int ldb, uint16_t* out, int ldo, int rows,
@@ -91,7 +91,7 @@ struct PagedDecodeArgs {
   const int32_t* lengths = nullptr;  // device [batch], 0 ≤ lengths[b] ≤ max_length
   int64_t max_length = 0;            // host-side bound on lengths (sizes the grid)
   int batch = 0, n_q_heads = 0, n_kv_heads = 0, head_dim = 0, block_size = 0;
-  float scale = 0.f;   // 1/sqrt(head_dim) for SPEC 2.4
+  float scale = 0.f;   // 1/sqrt(head_dim) for docs/design.md §2.4
   int split_keys = 0;  // keys per split; 0 = the default (512)
 };
 // Limits: head_dim ≤ 256, n_q_heads / n_kv_heads ≤ 16. A sequence of length 0 gets zeros.
@@ -103,7 +103,7 @@ Status decode_attention_paged(const PagedDecodeArgs& args, void* stream);
 Status decode_attention_paged_reserve(const PagedDecodeArgs& args, void* stream);
 
 // --- retention.cu --------------------------------------------------------------------
-// One gated-retention decode step for a batch (SPEC 2.3, as model.cc's decode path around
+// One gated-retention decode step for a batch (docs/design.md §2.3, as model.cc's decode path around
 // cpu::retention_recurrent): per sequence b and head h,
 //   a = logsigmoid(gt[b, h]) / gate_logit_normalizer,  k' = k · k_scale,
 //   S ← exp(a) · S + k'ᵀ v,   o = q · S   (S is hd×hd fp32, row = key dim, col = value dim).
@@ -125,14 +125,14 @@ struct RetentionStepArgs {
   float* out = nullptr;
   int ldo = 0;
   int batch = 0, n_heads = 0, head_dim = 0;
-  float k_scale = 1.f;                 // hd^(−1/2) for SPEC 2.3
+  float k_scale = 1.f;                 // hd^(−1/2) for docs/design.md §2.3
   float gate_logit_normalizer = 16.f;  // τ
 };
 Status retention_decode_step(const RetentionStepArgs& args, void* stream);
 
 // --- retention_prefill.cu ------------------------------------------------------------
 // Gated-retention prefill of one sequence's chunk of n tokens, the GPU twin of the chunkwise
-// form (SPEC 2.3, cpu::retention_chunkwise as model.cc's self_decoder_chunk uses it): per head h,
+// form (docs/design.md §2.3, cpu::retention_chunkwise as model.cc's self_decoder_chunk uses it): per head h,
 // with a_t = logsigmoid(gt[t, h]) / gate_logit_normalizer, k'_t = k_t · k_scale and, inside each
 // chunk of C tokens, b_i the running sum of a (in token order, as the CPU forms it),
 //   o_i = Σ_{j≤i} (q_i·k'_j) exp(b_i − b_j) v_j + exp(b_i) q_i S_prev,
@@ -144,7 +144,7 @@ Status retention_decode_step(const RetentionStepArgs& args, void* stream);
 // out: [n, ldo]. The per-head RMSNorm and the silu(g) gate that follow are separate ops.
 // Precision: q, k', v, the masked decay matrix P and the bf16 copy of S_prev enter bf16
 // tensor-core products (mma.sync m16n8k16, fp32 accumulation); the gate, the cumulative decays,
-// the decay factors and the carried state S stay fp32 (SPEC 2.5). Expect ~2^-8 relative error
+// the decay factors and the carried state S stay fp32 (docs/design.md §2.5). Expect ~2^-8 relative error
 // against the fp32 CPU op, not ~1e-6.
 // Limits: head_dim ≤ 256 (padded inside to 32/64/128/256), chunk ∈ {32, 64} (0 = 64), sm_80+.
 struct RetentionPrefillArgs {
@@ -161,13 +161,13 @@ struct RetentionPrefillArgs {
   int ldo = 0;
   int n = 0, n_heads = 0, head_dim = 0;
   int chunk = 0;                       // C; 0 = 64
-  float k_scale = 1.f;                 // hd^(−1/2) for SPEC 2.3
+  float k_scale = 1.f;                 // hd^(−1/2) for docs/design.md §2.3
   float gate_logit_normalizer = 16.f;  // τ
 };
 Status retention_prefill(const RetentionPrefillArgs& args, void* stream);
 
 // --- swa.cu --------------------------------------------------------------------------
-// Sliding-window attention (SPEC 2.3) over a per-sequence window ring: the GPU layout of
+// Sliding-window attention (docs/design.md §2.3) over a per-sequence window ring: the GPU layout of
 // SelfLayerState's ring. A ring is [window, n_kv_heads·head_dim] fp32 for K and the same for V;
 // the post-RoPE row of position p lives in row p % window (the layout depends on the position
 // alone, so a restored state needs no rotation). Before a call that starts at position pos0 the
@@ -227,7 +227,7 @@ Status swa_decode(const SwaDecodeArgs& args, void* stream);
 
 // --- causal_attention.cu ------------------------------------------------------------
 // Causal attention prefill of one sequence over its paged K/V (the Transformer baseline's
-// attention, SPEC 2.6): the n queries at positions pos0 .. pos0 + n − 1 each attend keys 0 .. p of
+// attention, docs/design.md §2.6): the n queries at positions pos0 .. pos0 + n − 1 each attend keys 0 .. p of
 // their position p, softmax(scale · q·kᵀ) v, query head h reading kv head h / (n_q_heads /
 // n_kv_heads). Every key 0 .. pos0 + n − 1, this call's included, must already be in the pool
 // (append the chunk's rows first). Key t is row t % block_size of pool block

@@ -1,4 +1,4 @@
-// Gated-retention chunkwise prefill (SPEC 2.3) of one sequence on bf16 tensor cores.
+// Gated-retention chunkwise prefill (docs/design.md §2.3) of one sequence on bf16 tensor cores.
 // Grid: (value-column slices of kDV, heads). A block keeps its slice S[:, j0 : j0 + kDV] of the
 // state in fp32 mma accumulators for the whole call and walks the chunks in order; per chunk:
 //   1. q, k' = k·k_scale and the slice of v (transposed) become bf16 shared tiles; a_t comes from

@@ -44,7 +44,7 @@ Status launch(const char* op, T* x, int ld, int rows, int n_heads, int head_dim,
   if (!x) return invalid_argument(o + ": x is null");
   if (!positions) return invalid_argument(o + ": positions is null");
   const int half = head_dim / 2;
-  const double denom = half > 1 ? static_cast<double>(half - 1) : 1.0;  // SPEC 2.2: note the half - 1
+  const double denom = half > 1 ? static_cast<double>(half - 1) : 1.0;  // docs/design.md §2.2: note the half - 1
   const int64_t total = static_cast<int64_t>(rows) * n_heads * half;
   constexpr int kThreads = 256;
   const int64_t blocks = (total + kThreads - 1) / kThreads;

@@ -1,4 +1,4 @@
-// Sliding-window attention over a per-sequence window ring (SPEC 2.3; layout in ops.h).
+// Sliding-window attention over a per-sequence window ring (docs/design.md §2.3; layout in ops.h).
 // Prefill: flash attention, a block per (kBQ queries, query head), warp w owning query rows
 // 16w..16w+15. Per key tile: s = q·kᵀ on bf16 tensor cores, causal + window mask, online softmax in
 // fp32 registers (base 2), then the score fragments, packed to bf16, are the left operand of p·v.

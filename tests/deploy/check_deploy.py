@@ -43,7 +43,7 @@ import yaml
 K8S_VERSIONS = ["1.29.0", "latest"]
 # Where the NetworkPolicies expect Prometheus (deploy/README.md says so too).
 PROMETHEUS_PEER = ({"kubernetes.io/metadata.name": "monitoring"}, {"app.kubernetes.io/name": "prometheus"})
-# SPEC 6 names the KV store exports once kv_store/ lands; until then the dashboard may name them.
+# docs/design.md §6 names the KV store exports once kv_store/ lands; until then the dashboard may name them.
 PENDING_METRICS = {"yoco_kv_store_hits_total", "yoco_kv_store_misses_total", "yoco_kv_store_errors_total"}
 YOCO_BINARIES = ("yoco-router", "yoco-prefill", "yoco-decode")
 

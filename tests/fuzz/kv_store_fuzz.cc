@@ -1,4 +1,4 @@
-// libFuzzer target: the KV store's object reader (SPEC 5: a bad object is a miss, never a crash
+// libFuzzer target: the KV store's object reader (docs/design.md §5: a bad object is a miss, never a crash
 // or a wrong answer) on arbitrary bytes, and again after re-sealing the bytes' checksums so the
 // fuzzer gets past them into the dims/payload checks; the document record parser on the same
 // bytes. The same entry point is replayed over the seed corpus by a ctest in every build.

@@ -1,5 +1,5 @@
 // causal_attention_prefill (the Transformer baseline's prefill attention) against the CPU oracle
-// cpu::attention with window 0 (causal), on random inputs (STYLE item 4): |got − ref| ≤ atol +
+// cpu::attention with window 0 (causal), on random inputs (docs/architecture.md, rule 4): |got − ref| ≤ atol +
 // rtol·|ref| with the tensor-core tolerance of cuda_prefill_test (the CPU runs on the same
 // bf16-rounded q, k, v; the GPU also rounds the softmax weights, ≤ 2^-9 relative each, so rtol
 // 2e-2 with an atol of 2e-2 of the reference's RMS).

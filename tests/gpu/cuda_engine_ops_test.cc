@@ -1,4 +1,4 @@
-// The GPU engine's glue ops (kernels/cuda/engine_ops.cu) against CPU versions (STYLE item 4):
+// The GPU engine's glue ops (kernels/cuda/engine_ops.cu) against CPU versions (docs/architecture.md, rule 4):
 //   rmsnorm_to_bf16, silu_mul_to_bf16: the fp32 CPU op, then one bf16 rounding: the GPU's fp32
 //     value is a few ulp from the CPU's, which can move the rounding by one bf16 ulp (2^-7
 //     relative at most), so rtol 1e-2 and a tiny atol;

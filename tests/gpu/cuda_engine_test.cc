@@ -3,7 +3,7 @@
 //   logits: max |Δ log p| ≤ kLogprobTol over the whole vocabulary (bf16 weights and GEMM inputs,
 //     bf16 tensor cores in the prefill mixers); greedy tokens equal wherever the CPU's top-2
 //     margin exceeds 2·kLogprobTol (each of the two log-probs may be off by the tolerance);
-//   states (SPEC 2.3: test S itself): ‖got − ref‖₂ ≤ kStateTol·‖ref‖₂ per tensor;
+//   states (docs/design.md §2.3: test S itself): ‖got − ref‖₂ ≤ kStateTol·‖ref‖₂ per tensor;
 //   moving a state (download → upload, or through the serialized hand-off) decodes bitwise like
 //     the original on the same device (same kernels, same batch shape);
 //   a full KV pool returns RESOURCE_EXHAUSTED and changes nothing.
@@ -504,7 +504,7 @@ INSTANTIATE_TEST_SUITE_P(Presets, CudaEngineTest, ::testing::Values("tiny-gret",
                            return n;
                          });
 
-// --- the Transformer baseline (SPEC 2.6) ------------------------------------------------------------
+// --- the Transformer baseline (docs/design.md §2.6) ------------------------------------------------------------
 // The same engine on arch "transformer" (tiny-transformer: 4 layers, GQA 4/2) against the CPU Model:
 // logits after prefill and over decode steps (the kLogprobTol above), the per-layer K/V rows and
 // last_hidden (download; the pool row layout is the CPU state's), chunked = one-shot prefill,

@@ -1,4 +1,4 @@
-// Every CUDA op against the CPU oracle (kernels/cpu/ops.h) on random inputs (STYLE item 4):
+// Every CUDA op against the CPU oracle (kernels/cpu/ops.h) on random inputs (docs/architecture.md, rule 4):
 // |got − ref| ≤ atol + rtol·|ref|, per op:
 //   fp32 elementwise (rope, silu_mul, rmsnorm, embed, add): ~1e-5 relative (FMA contraction and
 //     expf/rsqrtf differ from the CPU's by a few ulp);
@@ -395,7 +395,7 @@ TEST(CudaOps, RetentionDecodeStepMatchesCpu) {
       a.gate_logit_normalizer = tau;
       ASSERT_OK(cuda::retention_decode_step(a, nullptr));
       EXPECT_TRUE(all_close(dout.host(), ref, 1e-5f, 1e-4f)) << "step " << step;
-      // SPEC 2.3: the state itself is what ships; test it, not only the output.
+      // docs/design.md §2.3: the state itself is what ships; test it, not only the output.
       for (int b = 0; b < B; ++b) EXPECT_TRUE(all_close(s_dev[b]->host(), s_ref[b], 1e-6f, 1e-5f)) << "step " << step;
     }
   }

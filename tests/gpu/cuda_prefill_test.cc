@@ -1,5 +1,5 @@
 // The prefill-side CUDA ops and the device sampler against the CPU oracle on random inputs
-// (STYLE item 4): |got − ref| ≤ atol + rtol·|ref|, per op:
+// (docs/architecture.md, rule 4): |got − ref| ≤ atol + rtol·|ref|, per op:
 //   retention_prefill, swa_prefill (bf16 tensor cores): the CPU op runs on the same bf16-rounded
 //     q, k, v; the GPU also rounds k·k_scale, the masked decay or softmax weights and (retention)
 //     the bf16 copy of the state for the cross term, each ≤ 2^-9 relative, so rtol 2e-2 with an
@@ -148,7 +148,7 @@ TEST(CudaPrefill, RetentionPrefillMatchesCpu) {
     RetRun got;
     gpu_retention(c.calls, c.chunk, in, 16.f, &got);
     EXPECT_TRUE(bf16_close(got.out, ref.out));
-    // SPEC 2.3: the state itself is what ships; test it, not only the output.
+    // docs/design.md §2.3: the state itself is what ships; test it, not only the output.
     EXPECT_TRUE(bf16_close(got.state, ref.state));
   }
 }

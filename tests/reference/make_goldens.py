@@ -70,7 +70,7 @@ def make_weights(params, tied, rng):
         mat(prefix + "ffn.fc2.weight", dim, hid)
 
     w["embed_tokens.weight"] = rng.standard_normal((cfg.vocab_size, dim)) / math.sqrt(dim)
-    if cfg.is_transformer:  # SPEC 2.6
+    if cfg.is_transformer:  # docs/design.md §2.6
         for i in range(cfg.n_layers):
             p = f"layers.{i}."
             norm(p + "mixer_layer_norm.weight")

@@ -1,4 +1,4 @@
-"""Independent float64 reference of the YOCO model (SPEC.md section 2), written from the formulas,
+"""Independent float64 reference of the YOCO model (docs/design.md §2), written from the formulas,
 and of the Transformer baseline of section 2.6 (arch "transformer").
 
 This is the test oracle for the C++ engine. It favours the obvious form over the fast one:
@@ -74,7 +74,7 @@ def load_weights(model_dir):
 
 
 class Config:
-    """params.json with the defaults of SPEC.md 2.1."""
+    """params.json with the defaults of docs/design.md §2.1."""
 
     def __init__(self, params, has_output_projection):
         p = dict(params)
@@ -392,7 +392,7 @@ def transformer_forward(model, tokens, state=None):
 
 
 def forward(model, tokens, form="parallel", chunk=4):
-    """Full forward. Returns (logprobs [n, vocab], state) where state follows SPEC 2.5:
+    """Full forward. Returns (logprobs [n, vocab], state) where state follows docs/design.md §2.5:
     {"position": n, "global_k": [n, Hkv*hd_c] (post-RoPE), "global_v": [n, Hkv*hd_c],
      "self": [ {"loop", "layer", "S": [H, hd, hd]} or {"loop", "layer", "k": [rows, dim], "v": ...} ]}
     with "self" ordered loop-major. A transformer's state is transformer_forward's."""

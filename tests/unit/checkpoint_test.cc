@@ -1,4 +1,4 @@
-// Hostile checkpoints (SPEC 9): every malformed file gives a clear error naming the tensor or
+// Hostile checkpoints (docs/design.md §9): every malformed file gives a clear error naming the tensor or
 // field, never a crash. Also params.json validation, sharded loading and dtype conversion.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The equivalences of SPEC 2.5 on random models (gRet, SWA, YOCO-U with 3 loops and NoPE):
+// The equivalences of docs/design.md §2.5 on random models (gRet, SWA, YOCO-U with 3 loops and NoPE):
 // prefill + decode = full forward; chunked, serialized and resumed prefill = one-shot;
 // batched decode = one at a time; looping = unrolling; prefill-only weights = full weights.
 #include <gtest/gtest.h>

@@ -33,7 +33,7 @@ Golden load_golden(const std::string& name) {
 
 double compare_state_part(const std::vector<double>& want, const float* got, size_t n, const char* what) {
   EXPECT_EQ(want.size(), n) << what;
-  // STYLE item 4: |x − ref| ≤ atol + rtol·|ref|, with atol scaled to the tensor's magnitude.
+  // docs/architecture.md, rule 4: |x − ref| ≤ atol + rtol·|ref|, with atol scaled to the tensor's magnitude.
   // Returns the worst ratio of the error to that bound (≤ 1 passes).
   double scale = 0;
   for (double w : want) scale = std::max(scale, std::fabs(w));

@@ -1,5 +1,5 @@
 // CPU kernels against their plain versions: BLAS vs triple loop, tiled attention vs textbook,
-// and the three forms of gated retention (SPEC 2.3, seed 001 appendix F).
+// and the three forms of gated retention (docs/design.md §2.3, seed 001 appendix F).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// The public API's generated code: the service has the RPCs SPEC 3.2 names, and a request
+// The public API's generated code: the service has the RPCs docs/design.md §3.2 names, and a request
 // round-trips through the wire format with its oneof and optional fields intact.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The Transformer baseline (SPEC 2.6) in the CPU engine: prefill + decode = full forward at
+// The Transformer baseline (docs/design.md §2.6) in the CPU engine: prefill + decode = full forward at
 // every position, chunked prefill = one shot, paged = contiguous bitwise, batched decode = one
 // at a time, the random presets round trip, bad tensors are named, and the serving paths that
 // do not take a transformer say so.
@@ -226,7 +226,7 @@ TEST_F(TransformerTest, RandomModelRoundTripsAndPresetsHaveTheBaselineSizes) {
   ASSERT_TRUE(reparsed.ok());
   EXPECT_EQ(reparsed->to_json().dump(), model_->config().to_json().dump());
   EXPECT_FALSE(model_->weights().tied);
-  // Same seed, same bytes; the weights are SPEC 2.6's tensors.
+  // Same seed, same bytes; the weights are docs/design.md §2.6's tensors.
   ASSERT_TRUE(write_random_model(dir_->sub("m2"), find_preset("tiny-transformer").value(), 42, DType::kF32).ok());
   EXPECT_EQ(test::read_file(dir_->sub("m/model.safetensors")), test::read_file(dir_->sub("m2/model.safetensors")));
   auto file = SafetensorsFile::open(dir_->sub("m/model.safetensors"));

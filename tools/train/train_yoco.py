@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Train a small YOCO language model on the King James Bible; evaluate; export to SPEC 2.1.
+"""Train a small YOCO language model on the King James Bible; evaluate; export to docs/design.md §2.1.
 
-The model is written from SPEC.md section 2 (our repository's /work/shared/SPEC.md copy):
+The model is written from docs/design.md §2:
   embedding h0 = sqrt(dim) E[token]; self-decoder of n_self_layers blocks (gated retention, or
   sliding-window attention when sliding_window is set), looped n_loops times with shared weights;
   one global K/V from RMSNorm_kv(h_self); cross-decoder blocks doing causal GQA over that K/V;
   logits RMSNorm(h) E^T (tied) or output_projection. Blocks are pre-norm: h += Mixer(RMSNorm(h)),
   h += SwiGLU(RMSNorm(h)) with fc2(silu(fc1 x) * gate x). RoPE is interleaved-pair with
-  f_j = theta^(-j/(d/2-1)). Module names equal the SPEC tensor names, so state_dict() is the
+  f_j = theta^(-j/(d/2-1)). Module names equal the tensor names of docs/design.md §2.1, so state_dict() is the
   checkpoint layout. Gated retention trains in its parallel form (exact, O(T^2) per head).
 
 Steps (see tools/train/README.md):
@@ -372,7 +372,7 @@ def perplexity(scores):
 
 # ============================================================================== checkpoints
 def load_model_dir(model_dir, dtype=torch.float64, device="cpu"):
-    """Reload an exported model directory (SPEC 2.1) into the training model."""
+    """Reload an exported model directory (docs/design.md §2.1) into the training model."""
     with open(os.path.join(model_dir, "params.json")) as f:
         p = json.load(f)
     tensors = convert_checkpoint.read_safetensors(os.path.join(model_dir, "model.safetensors"))
