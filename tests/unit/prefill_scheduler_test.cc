@@ -547,7 +547,7 @@ TEST_F(PrefillSchedulerTest, DocumentJobsAreComputedInSlicesAndStored) {
   auto loaded = cache.load_document(rec.id);
   ASSERT_TRUE(loaded.ok() && loaded->has_value() && (*loaded)->cached);
   SequenceState got;
-  ASSERT_TRUE(cache.restore(*(*loaded)->cached, c.prefill->config(), got).ok());
+  ASSERT_TRUE(restore_prefix(cache, *(*loaded)->cached, c.prefill->config(), got).ok());
   SequenceState want = c.prefill->new_sequence();
   ASSERT_TRUE(c.prefill->prefill(want, doc.tokens, PrefillOptions{lim.chunk_tokens, lim.retention_chunk}).ok());
   ASSERT_EQ(got.position, want.position);
@@ -555,7 +555,7 @@ TEST_F(PrefillSchedulerTest, DocumentJobsAreComputedInSlicesAndStored) {
   for (size_t i = 0; i < want.k.size(); ++i) ASSERT_NEAR(got.k[i], want.k[i], 1e-4) << i;
   auto cs = c.receiver->wait_committed(d.reservation_id, in(seconds(10)));
   ASSERT_TRUE(cs.ok()) << cs.status().to_string();
-  c.pool->release(*cs->state.pages);
+  c.pool->release_blocks(cs->blocks);
   EXPECT_EQ((*s)->load().queued_tokens, 0);
 
   // Without a KV store there is nowhere to keep a document.
