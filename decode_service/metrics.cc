@@ -1,42 +1,35 @@
 #include "decode_service/metrics.h"
 
 namespace yoco {
-namespace {
-
-// Keeps each metric name whole in the binary (not folded into inline stores): the deployment
-// check reads the names a binary exports from the binary itself (tests/deploy/check_deploy.py).
-[[gnu::noipa]] std::string name(const char* metric) { return metric; }
-
-}  // namespace
 
 DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
-    : ttft(r.histogram(name("yoco_time_to_first_token_seconds"), "Time from request to first token.",
+    : ttft(r.histogram(metric_name("yoco_time_to_first_token_seconds"), "Time from request to first token.",
                        Histogram::latency_buckets())),
-      itl(r.histogram(name("yoco_inter_token_latency_seconds"), "Time between streamed tokens.",
+      itl(r.histogram(metric_name("yoco_inter_token_latency_seconds"), "Time between streamed tokens.",
                       Histogram::latency_buckets())),
-      e2e(r.histogram(name("yoco_e2e_request_latency_seconds"), "Request latency, first byte in to last out.",
+      e2e(r.histogram(metric_name("yoco_e2e_request_latency_seconds"), "Request latency, first byte in to last out.",
                       Histogram::latency_buckets())),
-      queue(r.histogram(name("yoco_request_queue_seconds"),
+      queue(r.histogram(metric_name("yoco_request_queue_seconds"),
                         "Time a request waited for admission into the running batch.", Histogram::latency_buckets())),
-      transfer(r.histogram(name("yoco_kv_transfer_seconds"), "Reservation to admitted commit of a shipped sequence.",
+      transfer(r.histogram(metric_name("yoco_kv_transfer_seconds"), "Reservation to admitted commit of a shipped sequence.",
                            Histogram::latency_buckets())),
-      prompt_tokens(r.counter(name("yoco_prompt_tokens_total"), "Prompt tokens processed.")),
-      generation_tokens(r.counter(name("yoco_generation_tokens_total"), "Tokens generated.")),
-      cached_tokens(r.counter(name("yoco_cached_prompt_tokens_total"), "Prompt tokens served from the KV store.")),
+      prompt_tokens(r.counter(metric_name("yoco_prompt_tokens_total"), "Prompt tokens processed.")),
+      generation_tokens(r.counter(metric_name("yoco_generation_tokens_total"), "Tokens generated.")),
+      cached_tokens(r.counter(metric_name("yoco_cached_prompt_tokens_total"), "Prompt tokens served from the KV store.")),
       transfer_bytes(
-          r.counter(name("yoco_kv_transfer_bytes_total"), "K/V row and state bytes received from prefill workers.")),
-      transfer_failures(r.counter(name("yoco_kv_transfer_failures_total"),
+          r.counter(metric_name("yoco_kv_transfer_bytes_total"), "K/V row and state bytes received from prefill workers.")),
+      transfer_failures(r.counter(metric_name("yoco_kv_transfer_failures_total"),
                                   "Reservations that failed: expired, aborted, rejected, cancelled, peer lost.")),
-      migrated_in(r.counter(name("yoco_migrated_requests_total"),
+      migrated_in(r.counter(metric_name("yoco_migrated_requests_total"),
                             "Requests resumed here after another decode worker was lost.")),
-      shared_blocks(r.counter(name("yoco_kv_blocks_shared_total"),
+      shared_blocks(r.counter(metric_name("yoco_kv_blocks_shared_total"),
                               "Shipped KV blocks replaced by an identical block another sequence already holds.")),
-      requests(*r.counter_family(name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"}).value()),
-      running(r.gauge(name("yoco_requests_running"), "Sequences in the running batch.")),
-      waiting(r.gauge(name("yoco_requests_waiting"), "Requests waiting for admission.")),
-      kv_usage(r.gauge(name("yoco_kv_cache_usage_ratio"), "Share of KV pool blocks in use.")),
-      kv_free(r.gauge(name("yoco_kv_cache_blocks_free"), "Free KV pool blocks.")),
-      transfer_in_flight(r.gauge(name("yoco_kv_transfer_in_flight"), "Reservations waiting for their commit.")),
-      kv_shared(r.gauge(name("yoco_kv_cache_shared_blocks"), "Pool blocks held by more than one sequence.")) {}
+      requests(*r.counter_family(metric_name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"}).value()),
+      running(r.gauge(metric_name("yoco_requests_running"), "Sequences in the running batch.")),
+      waiting(r.gauge(metric_name("yoco_requests_waiting"), "Requests waiting for admission.")),
+      kv_usage(r.gauge(metric_name("yoco_kv_cache_usage_ratio"), "Share of KV pool blocks in use.")),
+      kv_free(r.gauge(metric_name("yoco_kv_cache_blocks_free"), "Free KV pool blocks.")),
+      transfer_in_flight(r.gauge(metric_name("yoco_kv_transfer_in_flight"), "Reservations waiting for their commit.")),
+      kv_shared(r.gauge(metric_name("yoco_kv_cache_shared_blocks"), "Pool blocks held by more than one sequence.")) {}
 
 }  // namespace yoco

@@ -3,37 +3,30 @@
 #include "proto/grpc_util.h"
 
 namespace yoco {
-namespace {
-
-// Keeps each metric name whole in the binary (not folded into inline stores): the deployment
-// check reads the names a binary exports from the binary itself (tests/deploy/check_deploy.py).
-[[gnu::noipa]] std::string name(const char* metric) { return metric; }
-
-}  // namespace
 
 RouterMetrics::RouterMetrics(MetricsRegistry& r)
-    : ttft_(r.histogram(name("yoco_time_to_first_token_seconds"), "Time from request to first streamed token.",
+    : ttft_(r.histogram(metric_name("yoco_time_to_first_token_seconds"), "Time from request to first streamed token.",
                         Histogram::latency_buckets())),
-      itl_(r.histogram(name("yoco_inter_token_latency_seconds"), "Time between streamed tokens.",
+      itl_(r.histogram(metric_name("yoco_inter_token_latency_seconds"), "Time between streamed tokens.",
                        Histogram::latency_buckets())),
-      e2e_(r.histogram(name("yoco_e2e_request_latency_seconds"), "Request latency, first byte in to last out.",
+      e2e_(r.histogram(metric_name("yoco_e2e_request_latency_seconds"), "Request latency, first byte in to last out.",
                        Histogram::latency_buckets())),
-      queue_(r.histogram(name("yoco_request_queue_seconds"), "Time a request waited in a prefill worker's queue.",
+      queue_(r.histogram(metric_name("yoco_request_queue_seconds"), "Time a request waited in a prefill worker's queue.",
                          Histogram::latency_buckets())),
-      prefill_(r.histogram(name("yoco_prefill_seconds"), "Prefill compute time per request.",
+      prefill_(r.histogram(metric_name("yoco_prefill_seconds"), "Prefill compute time per request.",
                            Histogram::latency_buckets())),
-      transfer_(r.histogram(name("yoco_kv_transfer_seconds"), "KV transfer time not hidden behind prefill compute.",
+      transfer_(r.histogram(metric_name("yoco_kv_transfer_seconds"), "KV transfer time not hidden behind prefill compute.",
                             Histogram::latency_buckets())),
-      prompt_tokens_(r.counter(name("yoco_prompt_tokens_total"), "Prompt tokens of admitted requests.")),
-      generation_tokens_(r.counter(name("yoco_generation_tokens_total"), "Tokens streamed to clients.")),
-      cached_tokens_(r.counter(name("yoco_cached_prompt_tokens_total"), "Prompt tokens served from the KV store.")),
-      requests_(*r.counter_family(name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"}).value()),
-      retries_(*r.counter_family(name("yoco_router_retries_total"),
+      prompt_tokens_(r.counter(metric_name("yoco_prompt_tokens_total"), "Prompt tokens of admitted requests.")),
+      generation_tokens_(r.counter(metric_name("yoco_generation_tokens_total"), "Tokens streamed to clients.")),
+      cached_tokens_(r.counter(metric_name("yoco_cached_prompt_tokens_total"), "Prompt tokens served from the KV store.")),
+      requests_(*r.counter_family(metric_name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"}).value()),
+      retries_(*r.counter_family(metric_name("yoco_router_retries_total"),
                                  "Prefill retries and decode migrations after a worker failure.", {"kind"})
                     .value()),
-      running_(r.gauge(name("yoco_requests_running"), "Admitted requests in flight.")),
-      waiting_(r.gauge(name("yoco_requests_waiting"), "Admitted requests that have not streamed a token yet.")),
-      healthy_workers_(*r.gauge_family(name("yoco_router_healthy_workers"), "Workers passing health checks, by role.",
+      running_(r.gauge(metric_name("yoco_requests_running"), "Admitted requests in flight.")),
+      waiting_(r.gauge(metric_name("yoco_requests_waiting"), "Admitted requests that have not streamed a token yet.")),
+      healthy_workers_(*r.gauge_family(metric_name("yoco_router_healthy_workers"), "Workers passing health checks, by role.",
                                        {"role"})
                             .value()) {}
 
