@@ -1,14 +1,9 @@
-// The gRPC edge shared by the three servers (docs/architecture.md, rule 6): library Status → grpc::Status, the
-// status label metrics use, and a server started the way every one of them starts (gRPC health
-// service SERVING, server reflection for grpcurl-style tools).
+// The gRPC edge shared by the three servers (docs/architecture.md, rule 6): library Status →
+// grpc::Status and the status label metrics use. Starting a server is server/server.h's.
 #pragma once
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
-#include <initializer_list>
-#include <memory>
 #include <string>
 
 #include "common/status.h"
@@ -46,22 +41,6 @@ inline const char* grpc_code_label(grpc::StatusCode c) {
     case grpc::StatusCode::UNIMPLEMENTED: return "unimplemented";
     default: return "error";
   }
-}
-
-// Listens on `listen` ("host:port", port 0: any free one), registers `services`, turns on the
-// health service (SERVING) and reflection. nullptr when it cannot listen; *port is the bound port.
-inline std::unique_ptr<grpc::Server> start_grpc_server(const std::string& listen,
-                                                       std::initializer_list<grpc::Service*> services, int* port) {
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  *port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), port);
-  for (grpc::Service* s : services) builder.RegisterService(s);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || *port == 0) return nullptr;
-  server->GetHealthCheckService()->SetServingStatus(true);
-  return server;
 }
 
 }  // namespace yoco
