@@ -12,6 +12,7 @@ packages=(
   libopenblas-openmp-dev      # CPU BLAS; the OpenMP build nests cleanly in our OpenMP regions
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev libomp-dev   # libFuzzer targets (clang + its OpenMP runtime)
+  clang-format                # scripts/check_format.sh (the format_check test)
   python3 python3-numpy       # the float64 reference (tests/reference/)
   python3-torch               # tools/train: training model + checkpoint converter tests
   libboost-dev prometheus     # /metrics endpoint (Beast); promtool and a real scrape in tests
