@@ -158,24 +158,27 @@ Status run_prefill_series(const std::string& preset, const std::vector<int64_t>&
 
 int compare_prefill(const std::string& spec, const std::vector<int64_t>& lens, int chunk, int device) {
   const size_t comma = spec.find(',');
-  if (comma == std::string::npos) return die(invalid_argument("--compare-prefill: want YOCO_PRESET,TRANSFORMER_PRESET"));
+  if (comma == std::string::npos)
+    return die(invalid_argument("--compare-prefill: want YOCO_PRESET,TRANSFORMER_PRESET"));
   const std::string names[2] = {spec.substr(0, comma), spec.substr(comma + 1)};
   std::vector<CompareRow> rows[2];
   int64_t weights[2] = {0, 0}, per_token[2] = {0, 0};
   for (int e = 0; e < 2; ++e)
     if (Status s = run_prefill_series(names[e], lens, chunk, device, rows[e], weights[e], per_token[e]); !s.ok())
       return die(s);
-  std::printf("prefill: %s (self-decoder + global K/V, early exit) vs %s (every layer, causal attention); calls of "
-              "%d tokens\n",
-              names[0].c_str(), names[1].c_str(), chunk);
+  std::printf(
+      "prefill: %s (self-decoder + global K/V, early exit) vs %s (every layer, causal attention); calls of "
+      "%d tokens\n",
+      names[0].c_str(), names[1].c_str(), chunk);
   for (int e = 0; e < 2; ++e)
     std::printf("  %-16s weights %.2f GB, KV %lld bytes/token (fp32 K+V, pool accounting)\n", names[e].c_str(),
                 weights[e] / 1e9, static_cast<long long>(per_token[e]));
-  std::printf("  TFLOP/s counts: YOCO as the plain prefill table (projections, FFN, global K/V, chunkwise gRet as executed);\n"
-              "  Transformer n*L*(2*D*(D+2*KV) + 2*D^2 + 6*D*H)"
-              " + L*4*hd*heads*n(n+1)/2\n\n");
-  std::printf("  %8s %12s %9s %12s %12s %9s %12s %9s\n", "tokens", "yoco ms", "TFLOP/s", "KV B/tok", "tf ms",
-              "TFLOP/s", "KV B/tok", "speedup");
+  std::printf(
+      "  TFLOP/s counts: YOCO as the plain prefill table (projections, FFN, global K/V, chunkwise gRet as executed);\n"
+      "  Transformer n*L*(2*D*(D+2*KV) + 2*D^2 + 6*D*H)"
+      " + L*4*hd*heads*n(n+1)/2\n\n");
+  std::printf("  %8s %12s %9s %12s %12s %9s %12s %9s\n", "tokens", "yoco ms", "TFLOP/s", "KV B/tok", "tf ms", "TFLOP/s",
+              "KV B/tok", "speedup");
   for (size_t i = 0; i < lens.size(); ++i) {
     const CompareRow &y = rows[0][i], &t = rows[1][i];
     auto cell = [](const CompareRow& r, char* buf, int what) -> const char* {

@@ -168,9 +168,8 @@ int main(int argc, char** argv) {
     const size_t bytes = size_t{2} << 30;
     Buf a(bytes), b(bytes);
     fill_f32(a, -1, 1);
-    const double ms = time_ms(reps, [&] {
-      check(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, g_stream), "copy");
-    });
+    const double ms =
+        time_ms(reps, [&] { check(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, g_stream), "copy"); });
     copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
     std::printf("copy  2 GiB d2d: %.3f ms, %.0f GB/s (read + write)\n", ms, copy_gbs);
   }
@@ -200,7 +199,8 @@ int main(int argc, char** argv) {
 
   if (want.count("decode")) {
     const int hd = c.cross_head_dim(), kvd = c.kv_dim(), block = 256;
-    std::printf("decode attention (fp32 pool, block %d, kv_dim %d, GQA %d):\n", block, kvd, c.n_attn_heads / c.n_attn_kv_heads);
+    std::printf("decode attention (fp32 pool, block %d, kv_dim %d, GQA %d):\n", block, kvd,
+                c.n_attn_heads / c.n_attn_kv_heads);
     std::printf("  %5s %7s %10s %10s %9s\n", "batch", "context", "ms", "GB/s", "of copy");
     for (int batch : {1, 8, 32, 64}) {
       for (int64_t ctx : {4096, 16384, 65536, 131072}) {
@@ -235,7 +235,8 @@ int main(int argc, char** argv) {
         a.head_dim = hd;
         a.block_size = block;
         a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        const double ms = time_ms(reps, [&] { check(cuda::decode_attention_paged(a, g_stream), "decode_attention_paged"); });
+        const double ms =
+            time_ms(reps, [&] { check(cuda::decode_attention_paged(a, g_stream), "decode_attention_paged"); });
         const double gbs = kv_bytes / (ms * 1e-3) / 1e9;
         std::printf("  %5d %7s %10.3f %10.0f %8.0f%%\n", batch, human(ctx).c_str(), ms, gbs,
                     copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0);
@@ -274,13 +275,15 @@ int main(int argc, char** argv) {
       a.chunk = C;
       a.k_scale = 1.0f / std::sqrt(static_cast<float>(hd));
       a.gate_logit_normalizer = static_cast<float>(c.gate_logit_normalizer);
-      const double ms = time_ms(std::min(reps, 10), [&] { check(cuda::retention_prefill(a, g_stream), "retention_prefill"); });
+      const double ms =
+          time_ms(std::min(reps, 10), [&] { check(cuda::retention_prefill(a, g_stream), "retention_prefill"); });
       const double flops = static_cast<double>(n) * H * (4.0 * C * hd + 4.0 * hd * hd);
       std::printf("  n=%-6s %10.3f ms %8.1f TFLOP/s %10.1f Mtok/s\n", human(n).c_str(), ms, flops / (ms * 1e-3) / 1e12,
                   n / (ms * 1e-3) / 1e6);
-      std::printf("{\"op\":\"retention_prefill\",\"impl\":\"yoco\",\"dtype\":\"f32 io, bf16 mma\",\"batch\":1,"
-                  "\"n\":%lld,\"heads\":%d,\"head_dim\":%d,\"chunk\":%d,\"ms\":%.4f,\"tflops\":%.3f}\n",
-                  static_cast<long long>(n), H, hd, C, ms, flops / (ms * 1e-3) / 1e12);
+      std::printf(
+          "{\"op\":\"retention_prefill\",\"impl\":\"yoco\",\"dtype\":\"f32 io, bf16 mma\",\"batch\":1,"
+          "\"n\":%lld,\"heads\":%d,\"head_dim\":%d,\"chunk\":%d,\"ms\":%.4f,\"tflops\":%.3f}\n",
+          static_cast<long long>(n), H, hd, C, ms, flops / (ms * 1e-3) / 1e12);
     }
   }
 
@@ -314,10 +317,12 @@ int main(int argc, char** argv) {
       const double ms = time_ms(std::min(reps, 10), [&] { check(cuda::swa_prefill(a, g_stream), "swa_prefill"); });
       double pairs = 0;
       for (int64_t i = 0; i < n; ++i) pairs += static_cast<double>(std::min<int64_t>(i + 1, window));
-      std::printf("  n=%-6s %10.3f ms %8.1f TFLOP/s\n", human(n).c_str(), ms, 4.0 * hd * H * pairs / (ms * 1e-3) / 1e12);
-      std::printf("{\"op\":\"swa_prefill\",\"impl\":\"yoco\",\"dtype\":\"f32 io, bf16 mma\",\"batch\":1,\"n\":%lld,"
-                  "\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"window\":%d,\"ms\":%.4f,\"tflops\":%.3f}\n",
-                  static_cast<long long>(n), H, H, hd, window, ms, 4.0 * hd * H * pairs / (ms * 1e-3) / 1e12);
+      std::printf("  n=%-6s %10.3f ms %8.1f TFLOP/s\n", human(n).c_str(), ms,
+                  4.0 * hd * H * pairs / (ms * 1e-3) / 1e12);
+      std::printf(
+          "{\"op\":\"swa_prefill\",\"impl\":\"yoco\",\"dtype\":\"f32 io, bf16 mma\",\"batch\":1,\"n\":%lld,"
+          "\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"window\":%d,\"ms\":%.4f,\"tflops\":%.3f}\n",
+          static_cast<long long>(n), H, H, hd, window, ms, 4.0 * hd * H * pairs / (ms * 1e-3) / 1e12);
     }
   }
 
@@ -390,8 +395,8 @@ int main(int argc, char** argv) {
       for (int i = 0; i < batch; ++i) hs[i] = 1000 + i;
       check(cudaMemcpy(params.p, rows.data(), rows.size() * sizeof(rows[0]), cudaMemcpyHostToDevice), "params");
       check(cudaMemcpy(seeds.p, hs.data(), hs.size() * 8, cudaMemcpyHostToDevice), "seeds");
-      check(cuda::sampling_rng_init(static_cast<const uint64_t*>(seeds.p), nullptr, static_cast<uint64_t*>(states.p), batch,
-                                    g_stream),
+      check(cuda::sampling_rng_init(static_cast<const uint64_t*>(seeds.p), nullptr, static_cast<uint64_t*>(states.p),
+                                    batch, g_stream),
             "sampling_rng_init");
       const double greedy = time_ms(reps, [&] {
         check(cuda::sample_greedy(logits.f(), V, batch, V, static_cast<int32_t*>(tokens.p), g_stream), "sample_greedy");

@@ -46,8 +46,8 @@ int die(const Status& s) {
 
 int main(int argc, char** argv) {
   auto f = Flags::parse(argc, argv, 1,
-                        {"model", "preset", "threads", "prefill-lens", "decode-batches", "decode-context", "decode-steps",
-                         "repeats", "json", "chunk-tokens"},
+                        {"model", "preset", "threads", "prefill-lens", "decode-batches", "decode-context",
+                         "decode-steps", "repeats", "json", "chunk-tokens"},
                         {"json"});
   if (!f.ok()) return die(f.status());
   auto threads = f->get_int("threads", 0);
@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
   popt.chunk_tokens = static_cast<int>(chunk.value());
   auto repeats = f->get_int("repeats", 3);
   if (!repeats.ok()) return die(repeats.status());
-  auto lens = f->has("prefill-lens") ? f->get_int_list("prefill-lens") : Result<std::vector<int64_t>>(std::vector<int64_t>{1024, 4096});
+  auto lens = f->has("prefill-lens") ? f->get_int_list("prefill-lens")
+                                     : Result<std::vector<int64_t>>(std::vector<int64_t>{1024, 4096});
   auto batches = f->has("decode-batches") ? f->get_int_list("decode-batches")
                                           : Result<std::vector<int64_t>>(std::vector<int64_t>{1, 8, 32});
   auto ctx = f->get_int("decode-context", 512);
@@ -157,12 +158,12 @@ int main(int argc, char** argv) {
   std::printf("model %s  threads %d  blas %s\n", dir.c_str(), cpu::num_threads(), cpu::gemm_uses_blas() ? "yes" : "no");
   std::printf("%-10s %12s %14s\n", "prefill", "seconds", "tokens/s");
   for (const auto& r : out["prefill"].as_array())
-    std::printf("%-10lld %12.3f %14.1f\n", static_cast<long long>(r.find("tokens")->as_int()), r.find("seconds")->as_double(),
-                r.find("tokens_per_s")->as_double());
+    std::printf("%-10lld %12.3f %14.1f\n", static_cast<long long>(r.find("tokens")->as_int()),
+                r.find("seconds")->as_double(), r.find("tokens_per_s")->as_double());
   std::printf("%-10s %12s %14s\n", "decode B", "seconds", "tokens/s");
   for (const auto& r : out["decode"].as_array())
-    std::printf("%-10lld %12.3f %14.1f\n", static_cast<long long>(r.find("batch")->as_int()), r.find("seconds")->as_double(),
-                r.find("tokens_per_s")->as_double());
+    std::printf("%-10lld %12.3f %14.1f\n", static_cast<long long>(r.find("batch")->as_int()),
+                r.find("seconds")->as_double(), r.find("tokens_per_s")->as_double());
   std::printf("KV bytes/token (f32): %lld (a Transformer of the same size: %lld)  peak RSS %.0f MB\n",
               static_cast<long long>(kv_per_token), static_cast<long long>(transformer_kv_per_token), peak_rss_mb());
   return 0;

@@ -30,7 +30,10 @@ double median(std::vector<double> v) {
 }
 
 int usage(const char* why) {
-  std::fprintf(stderr, "kv_store_bench: %s\nusage: kv_store_bench --store SPEC [--value-bytes N] [--values N] [--reps N] [--small-gets N]\n", why);
+  std::fprintf(stderr,
+               "kv_store_bench: %s\nusage: kv_store_bench --store SPEC [--value-bytes N] [--values N] [--reps N] "
+               "[--small-gets N]\n",
+               why);
   return 2;
 }
 

@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
     std::printf("%s\n", Json(o).dump().c_str());
   } else {
     std::printf("%zu documents, %.2f MB, %zu tokens (%.2f bytes/token), best of %lld, 1 thread\n", texts.size(), mb,
-                n_tokens, static_cast<double>(bytes) / static_cast<double>(n_tokens), static_cast<long long>(repeats.value()));
+                n_tokens, static_cast<double>(bytes) / static_cast<double>(n_tokens),
+                static_cast<long long>(repeats.value()));
     std::printf("encode cold  %8.2f MB/s\n", mb / cold);
     std::printf("encode warm  %8.2f MB/s\n", mb / warm);
     std::printf("decode       %8.2f MB/s\n", mb / decode);

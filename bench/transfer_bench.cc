@@ -148,8 +148,8 @@ struct Child {
 bool spawn_sender(Child& c, const TransportSpec& t, const std::string& path, int kv_dim, bool row_crc) {
   int to[2], from[2];
   if (pipe(to) != 0 || pipe(from) != 0) return false;
-  std::vector<std::string> args = {"/proc/self/exe", "--role", "sender", "--transports", t.name, "--paths", path,
-                                   "--kv-dim", std::to_string(kv_dim)};
+  std::vector<std::string> args = {"/proc/self/exe", "--role", "sender",   "--transports",        t.name,
+                                   "--paths",        path,     "--kv-dim", std::to_string(kv_dim)};
   if (!row_crc) args.push_back("--no-row-crc");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -169,8 +169,9 @@ bool spawn_sender(Child& c, const TransportSpec& t, const std::string& path, int
 }
 
 // put_rows bandwidth (GB/s) per message size over one transport.
-std::map<int64_t, double> bench_transport(const TransportSpec& t, const std::string& path, const std::vector<int64_t>& sizes,
-                                          int kv_dim, int reps, bool row_crc, int64_t rows) {
+std::map<int64_t, double> bench_transport(const TransportSpec& t, const std::string& path,
+                                          const std::vector<int64_t>& sizes, int kv_dim, int reps, bool row_crc,
+                                          int64_t rows) {
   std::map<int64_t, double> out;
   const ModelConfig cfg = bench_config(kv_dim);
   const int blocks = static_cast<int>(rows / kBlockRows) + 1;
@@ -211,7 +212,8 @@ std::map<int64_t, double> bench_transport(const TransportSpec& t, const std::str
       gbps.push_back(static_cast<double>(rows * row_bytes) / secs / 1e9);
     }
     out[size] = median(gbps);
-    std::fprintf(stderr, "  %s %s %8lld B: %.3f GB/s\n", t.name.c_str(), path.c_str(), static_cast<long long>(size), out[size]);
+    std::fprintf(stderr, "  %s %s %8lld B: %.3f GB/s\n", t.name.c_str(), path.c_str(), static_cast<long long>(size),
+                 out[size]);
   }
   std::fprintf(child.in, "QUIT\n");
   std::fflush(child.in);
@@ -280,13 +282,16 @@ int main(int argc, char** argv) {
   for (const auto& t : split(transports))
     for (const auto& p : split(paths)) names.push_back(t + " " + p);
 
-  std::fprintf(stderr, "transfer_bench: kv_dim %d (%lld B per K+V row), reservation %lld rows (%lld MiB), %d reps, row checksums %s\n",
-               kv_dim, static_cast<long long>(row_bytes), static_cast<long long>(rows),
-               static_cast<long long>(rows * row_bytes >> 20), reps, row_crc ? "on" : "off");
+  std::fprintf(
+      stderr,
+      "transfer_bench: kv_dim %d (%lld B per K+V row), reservation %lld rows (%lld MiB), %d reps, row checksums %s\n",
+      kv_dim, static_cast<long long>(row_bytes), static_cast<long long>(rows),
+      static_cast<long long>(rows * row_bytes >> 20), reps, row_crc ? "on" : "off");
   auto mem = bench_memcpy(sizes, rows * row_bytes, reps);
   std::vector<std::map<int64_t, double>> results;
   for (const auto& n : names)
-    results.push_back(bench_transport(transport(n.substr(0, n.find(' '))), n.substr(n.find(' ') + 1), sizes, kv_dim, reps, row_crc, rows));
+    results.push_back(bench_transport(transport(n.substr(0, n.find(' '))), n.substr(n.find(' ') + 1), sizes, kv_dim,
+                                      reps, row_crc, rows));
 
   std::printf("| message | memcpy GB/s |");
   for (const auto& n : names) std::printf(" %s GB/s |", n.c_str());

@@ -74,7 +74,8 @@ Result<Flags> Flags::parse(int argc, char** argv, int first, const std::set<std:
     }
     f.values_[name] = value;
   }
-  if (known.count("config") && f.has("config")) YOCO_RETURN_IF_ERROR(f.merge_config_file(f.get("config"), known, booleans));
+  if (known.count("config") && f.has("config"))
+    YOCO_RETURN_IF_ERROR(f.merge_config_file(f.get("config"), known, booleans));
   return f;
 }
 
@@ -88,7 +89,8 @@ Status Flags::merge_config_file(const std::string& path, const std::set<std::str
   if (!j.ok()) return invalid_argument("--config " + path + ": " + j.status().message());
   if (!j->is_object()) return invalid_argument("--config " + path + ": expected a JSON object of flag values");
   for (const auto& [key, v] : j->as_object()) {
-    if (key == "config" || !known.count(key)) return invalid_argument("--config " + path + ": unknown key \"" + key + "\"");
+    if (key == "config" || !known.count(key))
+      return invalid_argument("--config " + path + ": unknown key \"" + key + "\"");
     if (values_.count(key)) continue;  // the command line wins
     if (booleans.count(key)) {
       if (!v.is_bool()) return invalid_argument("--config " + path + ": \"" + key + "\" must be true or false");
@@ -120,7 +122,8 @@ Result<int64_t> Flags::get_int(const std::string& name, int64_t def) const {
   int64_t v = 0;
   const std::string& s = it->second;
   auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (r.ec != std::errc() || r.ptr != s.data() + s.size()) return invalid_argument("--" + name + ": not an integer: " + s);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size())
+    return invalid_argument("--" + name + ": not an integer: " + s);
   return v;
 }
 
@@ -148,7 +151,8 @@ Result<std::vector<int64_t>> Flags::get_int_list(const std::string& name) const 
     int64_t v = 0;
     auto r = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || r.ec != std::errc() || r.ptr != item.data() + item.size())
-      return invalid_argument("--" + name + ": item " + std::to_string(out.size()) + " (\"" + item + "\") is not an integer");
+      return invalid_argument("--" + name + ": item " + std::to_string(out.size()) + " (\"" + item +
+                              "\") is not an integer");
     out.push_back(v);
     pos = end + 1;
   }

@@ -3,7 +3,6 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
 #include <chrono>
 #include <thread>
 
@@ -83,8 +82,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& host, u
   if (!ec) impl->acceptor.bind(ep, ec);
   if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
-    return Status(StatusCode::kUnavailable, "http server: cannot listen on " + host + ":" + std::to_string(port) + ": " +
-                                                ec.message());
+    return Status(StatusCode::kUnavailable,
+                  "http server: cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
   impl->port = impl->acceptor.local_endpoint(ec).port();
   impl->accept();
   Impl* raw = impl.get();

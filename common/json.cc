@@ -48,9 +48,18 @@ class Parser {
       out = Json(std::move(str));
       return Status::Ok();
     }
-    if (consume("true")) { out = Json(true); return Status::Ok(); }
-    if (consume("false")) { out = Json(false); return Status::Ok(); }
-    if (consume("null")) { out = Json(); return Status::Ok(); }
+    if (consume("true")) {
+      out = Json(true);
+      return Status::Ok();
+    }
+    if (consume("false")) {
+      out = Json(false);
+      return Status::Ok();
+    }
+    if (consume("null")) {
+      out = Json();
+      return Status::Ok();
+    }
     if (c == '-' || (c >= '0' && c <= '9')) return number(out);
     return error(std::string("unexpected character '") + c + "'");
   }
@@ -76,8 +85,14 @@ class Parser {
       YOCO_RETURN_IF_ERROR(value(v, depth + 1));
       if (!obj.emplace(key, std::move(v)).second) return error("duplicate key \"" + key + "\"");
       skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
-      if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; break; }
+      if (pos_ < s_.size() && s_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < s_.size() && s_[pos_] == '}') {
+        ++pos_;
+        break;
+      }
       return error("expected ',' or '}'");
     }
     out = Json(std::move(obj));
@@ -98,8 +113,14 @@ class Parser {
       YOCO_RETURN_IF_ERROR(value(v, depth + 1));
       arr.push_back(std::move(v));
       skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
-      if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; break; }
+      if (pos_ < s_.size() && s_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < s_.size() && s_[pos_] == ']') {
+        ++pos_;
+        break;
+      }
       return error("expected ',' or ']'");
     }
     out = Json(std::move(arr));
@@ -152,14 +173,30 @@ class Parser {
       if (pos_ >= s_.size()) return error("unterminated escape");
       char e = s_[pos_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           uint32_t cp = 0;
           YOCO_RETURN_IF_ERROR(hex4(cp));
@@ -175,7 +212,8 @@ class Parser {
           put_utf8(out, cp);
           break;
         }
-        default: return error(std::string("bad escape \\") + e);
+        default:
+          return error(std::string("bad escape \\") + e);
       }
     }
   }
@@ -226,11 +264,21 @@ void dump_string(std::string& out, const std::string& s) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -262,15 +310,21 @@ std::string Json::dump() const {
 
 void Json::dump_to(std::string& out) const {
   switch (type_) {
-    case Type::kNull: out += "null"; break;
-    case Type::kBool: out += bool_ ? "true" : "false"; break;
+    case Type::kNull:
+      out += "null";
+      break;
+    case Type::kBool:
+      out += bool_ ? "true" : "false";
+      break;
     case Type::kNumber: {
       char buf[32];
       auto r = is_int_ ? std::to_chars(buf, buf + sizeof buf, int_) : std::to_chars(buf, buf + sizeof buf, num_);
       out.append(buf, r.ptr);
       break;
     }
-    case Type::kString: dump_string(out, *str_); break;
+    case Type::kString:
+      dump_string(out, *str_);
+      break;
     case Type::kArray: {
       out += '[';
       bool first = true;
@@ -300,12 +354,18 @@ void Json::dump_to(std::string& out) const {
 
 const char* json_type_name(Json::Type t) {
   switch (t) {
-    case Json::Type::kNull: return "null";
-    case Json::Type::kBool: return "bool";
-    case Json::Type::kNumber: return "number";
-    case Json::Type::kString: return "string";
-    case Json::Type::kArray: return "array";
-    case Json::Type::kObject: return "object";
+    case Json::Type::kNull:
+      return "null";
+    case Json::Type::kBool:
+      return "bool";
+    case Json::Type::kNumber:
+      return "number";
+    case Json::Type::kString:
+      return "string";
+    case Json::Type::kArray:
+      return "array";
+    case Json::Type::kObject:
+      return "object";
   }
   return "?";
 }

@@ -32,8 +32,8 @@ class LogFields {
 
 }  // namespace yoco
 
-#define YOCO_LOG(level, msg, fields)                                   \
-  do {                                                                 \
+#define YOCO_LOG(level, msg, fields)                                      \
+  do {                                                                    \
     if (static_cast<int>(level) >= static_cast<int>(::yoco::log_level())) \
-      ::yoco::log_line(level, msg, (fields).str());                    \
+      ::yoco::log_line(level, msg, (fields).str());                       \
   } while (0)

@@ -140,7 +140,8 @@ Status MetricsRegistry::check_new(const std::string& name, const std::vector<std
     return invalid_argument("counter \"" + name + "\" must end in _total");
   for (const auto& l : label_names) {
     if (!valid_label_name(l)) return invalid_argument("metric \"" + name + "\": label name \"" + l + "\" is not valid");
-    if (type == MetricType::kHistogram && l == "le") return invalid_argument("histogram \"" + name + "\": label \"le\" is reserved");
+    if (type == MetricType::kHistogram && l == "le")
+      return invalid_argument("histogram \"" + name + "\": label \"le\" is reserved");
   }
   YOCO_CHECK(entries_.find(name) == entries_.end());  // registering a name twice is a bug
   return Status::Ok();
@@ -202,7 +203,9 @@ std::string MetricsRegistry::expose() const {
   for (const auto& entry : entries_) {
     const std::string& name = entry.first;  // plain references: clang 14 cannot capture bindings
     const Entry& e = entry.second;
-    const char* type = e.type == MetricType::kCounter ? "counter" : e.type == MetricType::kGauge ? "gauge" : "histogram";
+    const char* type = e.type == MetricType::kCounter ? "counter"
+                       : e.type == MetricType::kGauge ? "gauge"
+                                                      : "histogram";
     out += "# HELP " + name + " " + escape_help(e.help) + "\n";
     out += "# TYPE " + name + " " + type + "\n";
     if (e.counters) {
@@ -220,7 +223,8 @@ std::string MetricsRegistry::expose() const {
         for (size_t i = 0; i < s.upper_bounds.size(); ++i)
           out += name + "_bucket" + label_set(ln, values, "le", format_value(s.upper_bounds[i])) + " " +
                  std::to_string(s.cumulative[i]) + "\n";
-        out += name + "_bucket" + label_set(ln, values, "le", "+Inf") + " " + std::to_string(s.cumulative.back()) + "\n";
+        out +=
+            name + "_bucket" + label_set(ln, values, "le", "+Inf") + " " + std::to_string(s.cumulative.back()) + "\n";
         out += name + "_sum" + label_set(ln, values) + " " + format_value(s.sum) + "\n";
         out += name + "_count" + label_set(ln, values) + " " + std::to_string(s.count) + "\n";
       });

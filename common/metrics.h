@@ -117,7 +117,8 @@ class MetricsRegistry {
   Status check_new(const std::string& name, const std::vector<std::string>& label_names, MetricType type) const;
   template <class M>
   Result<Family<M>*> add_family(const std::string& name, const std::string& help, std::vector<std::string> label_names,
-                                MetricType type, std::unique_ptr<Family<M>> Entry::*slot, std::vector<double> buckets = {});
+                                MetricType type, std::unique_ptr<Family<M>> Entry::*slot,
+                                std::vector<double> buckets = {});
 
   mutable std::mutex mu_;
   std::map<std::string, Entry> entries_;

@@ -6,7 +6,9 @@
 namespace yoco {
 
 Status SamplingParams::validate() const {
-  auto bad = [](const char* field, const std::string& why) { return invalid_argument(std::string(field) + ": " + why); };
+  auto bad = [](const char* field, const std::string& why) {
+    return invalid_argument(std::string(field) + ": " + why);
+  };
   if (!(temperature >= 0.0f) || !std::isfinite(temperature)) return bad("temperature", "must be >= 0");
   if (top_k < 0) return bad("top_k", "must be >= 0 (0 disables it)");
   if (!(top_p > 0.0f && top_p <= 1.0f)) return bad("top_p", "must be in (0, 1]");

@@ -56,9 +56,9 @@ inline Status internal_error(std::string m) { return {StatusCode::kInternal, std
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT
-    if (std::get<Status>(v_).ok()) std::abort();  // an OK status carries no value
+    if (std::get<Status>(v_).ok()) std::abort();   // an OK status carries no value
   }
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -82,10 +82,10 @@ class [[nodiscard]] Result {
 #define YOCO_CONCAT_INNER(a, b) a##b
 #define YOCO_CONCAT(a, b) YOCO_CONCAT_INNER(a, b)
 
-#define YOCO_RETURN_IF_ERROR(expr)          \
-  do {                                      \
-    ::yoco::Status _yoco_st = (expr);       \
-    if (!_yoco_st.ok()) return _yoco_st;    \
+#define YOCO_RETURN_IF_ERROR(expr)       \
+  do {                                   \
+    ::yoco::Status _yoco_st = (expr);    \
+    if (!_yoco_st.ok()) return _yoco_st; \
   } while (0)
 
 #define YOCO_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
@@ -93,14 +93,13 @@ class [[nodiscard]] Result {
   if (!tmp.ok()) return tmp.status();              \
   lhs = std::move(tmp).value()
 
-#define YOCO_ASSIGN_OR_RETURN(lhs, expr) \
-  YOCO_ASSIGN_OR_RETURN_IMPL(YOCO_CONCAT(_yoco_res_, __LINE__), lhs, expr)
+#define YOCO_ASSIGN_OR_RETURN(lhs, expr) YOCO_ASSIGN_OR_RETURN_IMPL(YOCO_CONCAT(_yoco_res_, __LINE__), lhs, expr)
 
 // Internal invariant: a failure here is a bug in this code base, not bad input.
-#define YOCO_CHECK(cond)                                                          \
-  do {                                                                            \
-    if (!(cond)) {                                                                \
+#define YOCO_CHECK(cond)                                                                  \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
       std::fprintf(stderr, "%s:%d: invariant violated: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                               \
-    }                                                                             \
+      std::abort();                                                                       \
+    }                                                                                     \
   } while (0)

@@ -23,7 +23,8 @@ Status ContinuousBatcher::validate(const DecodeRequest& req) const {
   if (req.max_tokens < 1) return invalid_argument("max_tokens: must be >= 1");
   YOCO_RETURN_IF_ERROR(req.sampling.validate());
   YOCO_RETURN_IF_ERROR(model_.validate_tokens(req.prompt, 0, "prompt"));
-  YOCO_RETURN_IF_ERROR(model_.validate_tokens(req.generated_before, static_cast<int64_t>(req.prompt.size()), "generated"));
+  YOCO_RETURN_IF_ERROR(
+      model_.validate_tokens(req.generated_before, static_cast<int64_t>(req.prompt.size()), "generated"));
   if (static_cast<int>(req.generated_before.size()) >= req.max_tokens)
     return invalid_argument("generated: already max_tokens tokens");
   if (req.logprobs < 0 || req.logprobs > 20) return invalid_argument("logprobs: must be in [0, 20]");
@@ -275,7 +276,8 @@ ContinuousBatcher::Sweep ContinuousBatcher::sweep() {
     take_expired(running_);
   }
   for (auto& s : done_cancelled) finish(std::move(s), "cancelled", Status(StatusCode::kCancelled, "cancelled"));
-  for (auto& s : done_deadline) finish(std::move(s), "deadline", Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
+  for (auto& s : done_deadline)
+    finish(std::move(s), "deadline", Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
   return abort_all ? Sweep::kExit : Sweep::kGoOn;
 }
 
@@ -312,7 +314,8 @@ void ContinuousBatcher::admit_waiting() {
     }
     if (sample_and_emit(*s, s->logits.data())) {
       finish(std::move(s),
-             s->req.generated_before.size() + s->generated.size() >= static_cast<size_t>(s->req.max_tokens) ? "length" : "stop",
+             s->req.generated_before.size() + s->generated.size() >= static_cast<size_t>(s->req.max_tokens) ? "length"
+                                                                                                            : "stop",
              Status::Ok());
       continue;
     }
@@ -374,9 +377,8 @@ void ContinuousBatcher::step(const std::vector<Seq*>& batch, std::vector<float>&
       finish(std::move(s), "error", st);
       continue;
     }
-    const bool stop = !s->generated.empty() &&
-                      std::find(s->req.stop_token_ids.begin(), s->req.stop_token_ids.end(), s->generated.back()) !=
-                          s->req.stop_token_ids.end();
+    const bool stop = !s->generated.empty() && std::find(s->req.stop_token_ids.begin(), s->req.stop_token_ids.end(),
+                                                         s->generated.back()) != s->req.stop_token_ids.end();
     finish(std::move(s), stop ? "stop" : "length", Status::Ok());
   }
 }

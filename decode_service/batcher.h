@@ -68,15 +68,15 @@ struct DecodeRequest {
   // their count; stop tokens do not apply. Empty: an ordinary sampled request.
   std::vector<int32_t> forced;
   std::function<void(const TokenLogprobs&)> on_logprobs;
-  std::function<void(int32_t token)> on_token;         // called from the batcher thread
-  std::function<void(const FinishInfo&)> on_finish;    // exactly once
+  std::function<void(int32_t token)> on_token;       // called from the batcher thread
+  std::function<void(const FinishInfo&)> on_finish;  // exactly once
 };
 
 // Small value type: how much the batcher takes on (docs/architecture.md, rule 8).
 struct BatcherLimits {
-  int max_running = 32;          // sequences per decode step
-  int max_waiting = 256;         // queued requests; beyond: RESOURCE_EXHAUSTED
-  int reserve_ahead_rows = 32;   // rows reserved past the current need, to grow less often
+  int max_running = 32;         // sequences per decode step
+  int max_waiting = 256;        // queued requests; beyond: RESOURCE_EXHAUSTED
+  int reserve_ahead_rows = 32;  // rows reserved past the current need, to grow less often
   PrefillOptions prefill;
 };
 
@@ -110,9 +110,9 @@ class ContinuousBatcher {
     DecodeRequest req;
     std::unique_ptr<Sampler> sampler;
     std::vector<int32_t> generated;
-    Engine::SeqId seq = -1;              // the engine's sequence while admitted (≥ 0)
-    int32_t next_input = -1;             // the sampled token the next step consumes
-    std::vector<float> logits;           // logits awaiting sampling (after prefill)
+    Engine::SeqId seq = -1;     // the engine's sequence while admitted (≥ 0)
+    int32_t next_input = -1;    // the sampled token the next step consumes
+    std::vector<float> logits;  // logits awaiting sampling (after prefill)
     bool cancelled = false;
     int preemptions = 0;
     Clock::time_point submitted;
@@ -128,7 +128,7 @@ class ContinuousBatcher {
   void admit_waiting();
   std::vector<Seq*> make_room();
   void step(const std::vector<Seq*>& batch, std::vector<float>& logits);
-  bool admit(Seq& s);                 // false: the pool is short (stays waiting)
+  bool admit(Seq& s);  // false: the pool is short (stays waiting)
   void finish(SeqPtr s, std::string reason, Status status);
   void preempt_newest();
   bool sample_and_emit(Seq& s, const float* logits);  // true: the sequence is done

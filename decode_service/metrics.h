@@ -6,11 +6,11 @@
 namespace yoco {
 
 struct DecodeMetrics {
-  explicit DecodeMetrics(MetricsRegistry& r);
+  explicit DecodeMetrics(MetricsRegistry &r);
   Histogram &ttft, &itl, &e2e, &queue, &transfer;
   Counter &prompt_tokens, &generation_tokens, &cached_tokens, &transfer_bytes, &transfer_failures, &migrated_in,
       &shared_blocks;
-  Family<Counter>& requests;
+  Family<Counter> &requests;
   Gauge &running, &waiting, &kv_usage, &kv_free, &transfer_in_flight, &kv_shared;
 };
 

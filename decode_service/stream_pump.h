@@ -6,9 +6,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <algorithm>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -41,9 +41,9 @@ struct PumpResult {
 // `write(ids, logprobs)` sends one batch and returns false when the stream is broken; logprobs
 // is empty unless the request asked for them. Returns when the request finished, or the
 // submit error.
-inline Result<PumpResult> pump_tokens(grpc::ServerContext* ctx, ContinuousBatcher& batcher, DecodeRequest dr,
-                                      const std::function<bool(const std::vector<int32_t>&,
-                                                               const std::vector<TokenLogprobs>&)>& write) {
+inline Result<PumpResult> pump_tokens(
+    grpc::ServerContext* ctx, ContinuousBatcher& batcher, DecodeRequest dr,
+    const std::function<bool(const std::vector<int32_t>&, const std::vector<TokenLogprobs>&)>& write) {
   struct Channel {
     std::mutex mu;
     std::condition_variable cv;

@@ -5,8 +5,8 @@
 
 #include "common/checksum.h"
 #include "common/log.h"
-#include "handoff/prefix_chain.h"
 #include "decode_service/stream_pump.h"
+#include "handoff/prefix_chain.h"
 #include "proto/grpc_util.h"
 #include "server/call.h"
 

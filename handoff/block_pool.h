@@ -15,8 +15,8 @@ class KvBlockPool {
  public:
   virtual ~KvBlockPool() = default;
 
-  virtual int block_size() const = 0;    // rows per block
-  virtual int row_floats() const = 0;    // fp32 values per K (and V) row: the model's kv_dim
+  virtual int block_size() const = 0;  // rows per block
+  virtual int row_floats() const = 0;  // fp32 values per K (and V) row: the model's kv_dim
   virtual int total_blocks() const = 0;
   // The arrays, [total_blocks · block_size, row_floats] each; they never move.
   virtual float* k_base() = 0;

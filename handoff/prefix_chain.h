@@ -14,7 +14,7 @@ namespace yoco {
 // 128 bits: two independent 64-bit hashes (FNV-1a and a mix64 chain) of the same bytes.
 struct BlockKey {
   uint64_t a = 0, b = 0;
-  std::string hex() const;  // 32 lowercase hex chars
+  std::string hex() const;                   // 32 lowercase hex chars
   uint64_t fold64() const { return a ^ b; }  // where 64 bits are enough (in-process indexes)
   bool operator==(const BlockKey&) const = default;
 };

@@ -28,12 +28,12 @@ enum class SelfMixer : uint32_t { kGatedRetention = 0, kSlidingWindow = 1 };
 
 // The model's shapes a blob records; a reader compares them with its own model's.
 struct StateShape {
-  uint32_t kv_dim = 0;         // floats per global K (and V) row
-  uint32_t dim = 0;            // model width: window rows and last_hidden
+  uint32_t kv_dim = 0;  // floats per global K (and V) row
+  uint32_t dim = 0;     // model width: window rows and last_hidden
   uint32_t n_loops = 0, n_self_layers = 0;
   SelfMixer mixer = SelfMixer::kGatedRetention;
   uint32_t n_self_heads = 0, self_head_dim = 0;
-  uint32_t window = 0;         // sliding window W (the format keeps W − 1 rows)
+  uint32_t window = 0;  // sliding window W (the format keeps W − 1 rows)
 
   int64_t self_layers() const { return static_cast<int64_t>(n_loops) * n_self_layers; }
   int64_t retention_floats() const { return static_cast<int64_t>(n_self_heads) * self_head_dim * self_head_dim; }
@@ -60,11 +60,11 @@ struct StateBlobHeader {
 class StateBlobWriter {
  public:
   explicit StateBlobWriter(const StateBlobHeader& h);
-  void put_kv_row(const float* row);  // kv_dim values in the header's dtype: K rows, then V rows
-  void put_retention(const float* s);  // one gRet layer: retention_floats() values
-  void put_window_rows(uint32_t rows);  // one SWA layer: its row count, then its k rows, then its v rows
+  void put_kv_row(const float* row);      // kv_dim values in the header's dtype: K rows, then V rows
+  void put_retention(const float* s);     // one gRet layer: retention_floats() values
+  void put_window_rows(uint32_t rows);    // one SWA layer: its row count, then its k rows, then its v rows
   void put_window_row(const float* row);  // dim values
-  void put_last_hidden(const float* h);  // dim values
+  void put_last_hidden(const float* h);   // dim values
   // Appends the checksum and hands the bytes over.
   std::vector<uint8_t> finish();
 
@@ -76,8 +76,8 @@ class StateBlobWriter {
 
 // One self-decoder layer's bytes (spans into the blob).
 struct SelfLayerBytes {
-  std::span<const uint8_t> retention;  // gRet: retention_floats() f32
-  uint32_t window_rows = 0;            // SWA: rows, oldest first
+  std::span<const uint8_t> retention;           // gRet: retention_floats() f32
+  uint32_t window_rows = 0;                     // SWA: rows, oldest first
   std::span<const uint8_t> window_k, window_v;  // SWA: [window_rows, dim] f32 each
 };
 

@@ -58,8 +58,8 @@ Status KvCache::write_blocks_impl(std::span<const int32_t> tokens, RowFn&& row, 
                             std::to_string(first_block + n_blocks) + ") exceed the " + std::to_string(tokens.size()) +
                             " tokens");
   if (n_blocks == 0) return Status::Ok();
-  const auto keys = chain_keys(tokens.first(static_cast<size_t>((first_block + n_blocks) * B)), opt_.block_tokens,
-                               opt_.fingerprint);
+  const auto keys =
+      chain_keys(tokens.first(static_cast<size_t>((first_block + n_blocks) * B)), opt_.block_tokens, opt_.fingerprint);
   const int64_t expiry = expiry_for(ttl);
   for (int64_t i = first_block; i < first_block + n_blocks; ++i) {
     const std::string bytes = encode_kv_block_rows([&](int64_t r) { return row(i * B + r); }, B, opt_.kv_dim,
@@ -78,12 +78,15 @@ Status KvCache::write_blocks(std::span<const int32_t> tokens, const float* k_row
                              int64_t first_block, int64_t n_blocks, std::chrono::seconds ttl) {
   const int64_t d = opt_.kv_dim;
   return write_blocks_impl(
-      tokens, [&](int64_t r) { return std::pair<const float*, const float*>{k_rows + r * d, v_rows + r * d}; },
+      tokens,
+      [&](int64_t r) {
+        return std::pair<const float*, const float*>{k_rows + r * d, v_rows + r * d};
+      },
       first_block, n_blocks, ttl);
 }
 
-Status KvCache::write_blocks(std::span<const int32_t> tokens, const KvRowFn& row, int64_t first_block,
-                             int64_t n_blocks, std::chrono::seconds ttl) {
+Status KvCache::write_blocks(std::span<const int32_t> tokens, const KvRowFn& row, int64_t first_block, int64_t n_blocks,
+                             std::chrono::seconds ttl) {
   return write_blocks_impl(tokens, row, first_block, n_blocks, ttl);
 }
 
@@ -227,7 +230,8 @@ Status KvCache::put_document(const DocumentRecord& record) {
 }
 
 Result<std::optional<DocumentRecord>> KvCache::get_document(const std::string& id) {
-  if (!well_formed_document_id(id)) return invalid_argument("document id '" + id.substr(0, 64) + "' is not doc- + 32 hex");
+  if (!well_formed_document_id(id))
+    return invalid_argument("document id '" + id.substr(0, 64) + "' is not doc- + 32 hex");
   KvGetResult got = store_.get(id);
   auto obj = check(got, id, ObjectKind::kDocument);
   if (!obj) {
@@ -268,7 +272,8 @@ Result<std::vector<std::string>> KvCache::list_documents() {
 }
 
 Status KvCache::delete_document(const std::string& id) {
-  if (!well_formed_document_id(id)) return invalid_argument("document id '" + id.substr(0, 64) + "' is not doc- + 32 hex");
+  if (!well_formed_document_id(id))
+    return invalid_argument("document id '" + id.substr(0, 64) + "' is not doc- + 32 hex");
   Status first;
   auto rec = get_document(id);
   if (rec.ok() && rec->has_value()) {

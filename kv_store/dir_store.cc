@@ -1,4 +1,3 @@
-#include "handoff/bytes.h"
 #include "kv_store/dir_store.h"
 
 #include <dirent.h>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "common/checksum.h"
+#include "handoff/bytes.h"
 #include "kv_store/format.h"
 #include "kv_store/util.h"
 
@@ -27,7 +27,6 @@ constexpr size_t kMaxKeyBytes = 4096;
 constexpr size_t kMaxNameBytes = 180;
 constexpr char kTempPrefix[] = ".tmp-";
 constexpr int64_t kStaleTempMs = 10 * 60 * 1000;  // a writer that died mid-write
-
 
 std::string errno_text(int e) { return std::strerror(e); }
 
@@ -110,7 +109,8 @@ Status make_dir(const std::string& path) {
 Result<std::unique_ptr<DirStore>> DirStore::open(DirStoreOptions opt) {
   if (opt.root.empty()) return invalid_argument("dir store: empty root path");
   if (opt.max_bytes <= 0) return invalid_argument("dir store: max_bytes must be positive");
-  if (!(opt.low_watermark > 0 && opt.low_watermark <= 1)) return invalid_argument("dir store: low_watermark must be in (0, 1]");
+  if (!(opt.low_watermark > 0 && opt.low_watermark <= 1))
+    return invalid_argument("dir store: low_watermark must be in (0, 1]");
   while (opt.root.size() > 1 && opt.root.back() == '/') opt.root.pop_back();
   YOCO_RETURN_IF_ERROR(make_dir(opt.root));
   if (::access(opt.root.c_str(), R_OK | W_OK | X_OK) != 0)
@@ -163,7 +163,8 @@ KvGetResult DirStore::get(std::string_view key) {
   const uint64_t value_len = load_le<uint64_t>(p + 24);
   if (key_len > kMaxKeyBytes || kFixedBytes + key_len + 4 > size) return damaged();
   const size_t header = kFixedBytes + key_len + 4;
-  if (crc32c(p, kFixedBytes + key_len) != static_cast<uint32_t>(load_le<uint32_t>(p + kFixedBytes + key_len))) return damaged();
+  if (crc32c(p, kFixedBytes + key_len) != static_cast<uint32_t>(load_le<uint32_t>(p + kFixedBytes + key_len)))
+    return damaged();
   if (value_len != size - header) return damaged();
   if (crc32c(p + header, value_len) != value_crc) return damaged();
   if (std::string_view(p + kFixedBytes, key_len) != key) {
@@ -200,7 +201,8 @@ Status DirStore::put(std::string_view key, std::string_view value, std::chrono::
   const std::string dir = path.substr(0, path.rfind('/'));
   std::string header(kFixedBytes + key.size() + 4, '\0');
   std::memcpy(header.data(), kMagic, 8);
-  store_le<uint64_t>(header.data() + 8, ttl.count() > 0 ? static_cast<uint64_t>(unix_ms_now() + ttl.count() * 1000) : 0);
+  store_le<uint64_t>(header.data() + 8,
+                     ttl.count() > 0 ? static_cast<uint64_t>(unix_ms_now() + ttl.count() * 1000) : 0);
   store_le<uint32_t>(header.data() + 16, key.size());
   store_le<uint32_t>(header.data() + 20, crc32c(value.data(), value.size()));
   store_le<uint64_t>(header.data() + 24, value.size());
@@ -260,7 +262,8 @@ int64_t DirStore::scan_and_evict() {
   std::vector<std::string> fan;
   while (dirent* e = ::readdir(root)) {
     const std::string n = e->d_name;
-    if (n.size() == 2 && std::isxdigit(static_cast<unsigned char>(n[0])) && std::isxdigit(static_cast<unsigned char>(n[1])))
+    if (n.size() == 2 && std::isxdigit(static_cast<unsigned char>(n[0])) &&
+        std::isxdigit(static_cast<unsigned char>(n[1])))
       fan.push_back(opt_.root + "/" + n);
   }
   ::closedir(root);

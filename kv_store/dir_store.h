@@ -57,8 +57,8 @@ class DirStore final : public KvStore {
   void note_written(int64_t delta_bytes, int64_t written);
 
   const DirStoreOptions opt_;
-  std::atomic<int64_t> usage_{0};           // bytes as of the last scan plus this process's writes
-  std::atomic<int64_t> since_scan_{0};      // bytes this process wrote since the last scan
+  std::atomic<int64_t> usage_{0};       // bytes as of the last scan plus this process's writes
+  std::atomic<int64_t> since_scan_{0};  // bytes this process wrote since the last scan
   std::mutex evict_mu_;
 };
 

@@ -92,8 +92,8 @@ Result<std::unique_ptr<KvStore>> make_kv_store(const std::string& spec) {
       // Never echo a password back: name the tier by its position and scheme.
       std::string shown(part.substr(0, part.find_first_of("@?")));
       if (part.find('@') != std::string_view::npos) shown = std::string(part.substr(0, part.find("://") + 3)) + "...";
-      return Status(tier.status().code(), "kv store spec, tier " + std::to_string(index) + " '" + shown + "': " +
-                                              tier.status().message());
+      return Status(tier.status().code(),
+                    "kv store spec, tier " + std::to_string(index) + " '" + shown + "': " + tier.status().message());
     }
     tiers.push_back(std::move(tier).value());
     if (comma == std::string_view::npos) break;

@@ -14,8 +14,8 @@ namespace {
 
 constexpr char kMagic[8] = {'Y', 'O', 'C', 'O', 'K', 'V', 'S', '1'};
 // Header field offsets.
-constexpr size_t kOffVersion = 8, kOffKind = 12, kOffFingerprint = 16, kOffDType = 24, kOffNDims = 28,
-                 kOffDims = 32, kOffPayloadBytes = 64, kOffExpiry = 72, kOffPayloadCrc = 80, kOffHeaderCrc = 84;
+constexpr size_t kOffVersion = 8, kOffKind = 12, kOffFingerprint = 16, kOffDType = 24, kOffNDims = 28, kOffDims = 32,
+                 kOffPayloadBytes = 64, kOffExpiry = 72, kOffPayloadCrc = 80, kOffHeaderCrc = 84;
 static_assert(kOffHeaderCrc + 4 == kObjectHeaderBytes);
 
 // Sizes a block may have: far above any model, far below overflow.
@@ -45,14 +45,17 @@ Result<uint64_t> shape_bytes(ObjectKind kind, ObjectDType dtype, std::span<const
     if (dtype != ObjectDType::kF32 && dtype != ObjectDType::kBF16)
       return data_loss("kv block: dtype " + std::to_string(static_cast<uint32_t>(dtype)) + " is not f32 or bf16");
     if (dims.size() != 2) return data_loss("kv block: ndims " + std::to_string(dims.size()) + " != 2");
-    if (dims[0] == 0 || dims[0] > kMaxBlockRows) return data_loss("kv block: rows " + std::to_string(dims[0]) + " out of range");
-    if (dims[1] == 0 || dims[1] > kMaxKvDim) return data_loss("kv block: kv_dim " + std::to_string(dims[1]) + " out of range");
+    if (dims[0] == 0 || dims[0] > kMaxBlockRows)
+      return data_loss("kv block: rows " + std::to_string(dims[0]) + " out of range");
+    if (dims[1] == 0 || dims[1] > kMaxKvDim)
+      return data_loss("kv block: kv_dim " + std::to_string(dims[1]) + " out of range");
     return 2 * dims[0] * dims[1] * elem_bytes(dtype);
   }
   if (dtype != ObjectDType::kBytes)
     return data_loss(std::string(object_kind_name(kind)) + ": dtype " + std::to_string(static_cast<uint32_t>(dtype)) +
                      " is not bytes");
-  if (dims.size() != 1) return data_loss(std::string(object_kind_name(kind)) + ": ndims " + std::to_string(dims.size()) + " != 1");
+  if (dims.size() != 1)
+    return data_loss(std::string(object_kind_name(kind)) + ": ndims " + std::to_string(dims.size()) + " != 1");
   return dims[0];
 }
 
@@ -75,9 +78,12 @@ bool parse_key_hex(std::string_view s, BlockKey& k) {
 
 const char* object_kind_name(ObjectKind k) {
   switch (k) {
-    case ObjectKind::kKvBlock: return "kv block";
-    case ObjectKind::kStateSnapshot: return "state snapshot";
-    case ObjectKind::kDocument: return "document";
+    case ObjectKind::kKvBlock:
+      return "kv block";
+    case ObjectKind::kStateSnapshot:
+      return "state snapshot";
+    case ObjectKind::kDocument:
+      return "document";
   }
   return "unknown kind";
 }
@@ -141,15 +147,17 @@ Result<Object> decode_object(std::string_view bytes, ObjectKind expected_kind, u
   const uint32_t kind = load_le<uint32_t>(bytes.data() + kOffKind);
   if (kind != static_cast<uint32_t>(expected_kind))
     return data_loss("kv object: kind " + std::to_string(kind) + ", expected " +
-                     std::to_string(static_cast<uint32_t>(expected_kind)) + " (" + object_kind_name(expected_kind) + ")");
+                     std::to_string(static_cast<uint32_t>(expected_kind)) + " (" + object_kind_name(expected_kind) +
+                     ")");
   Object obj;
   obj.kind = expected_kind;
   obj.fingerprint = load_le<uint64_t>(bytes.data() + kOffFingerprint);
   if (obj.fingerprint != expected_fingerprint)
-    return failed_precondition("kv object: model fingerprint " + fingerprint_hex(obj.fingerprint) + " != " +
-                               fingerprint_hex(expected_fingerprint));
+    return failed_precondition("kv object: model fingerprint " + fingerprint_hex(obj.fingerprint) +
+                               " != " + fingerprint_hex(expected_fingerprint));
   const uint32_t dtype = load_le<uint32_t>(bytes.data() + kOffDType);
-  if (dtype > static_cast<uint32_t>(ObjectDType::kBytes)) return data_loss("kv object: unknown dtype " + std::to_string(dtype));
+  if (dtype > static_cast<uint32_t>(ObjectDType::kBytes))
+    return data_loss("kv object: unknown dtype " + std::to_string(dtype));
   obj.dtype = static_cast<ObjectDType>(dtype);
   const uint32_t ndims = load_le<uint32_t>(bytes.data() + kOffNDims);
   if (ndims == 0 || ndims > static_cast<uint32_t>(kObjectMaxDims))
@@ -186,18 +194,22 @@ Result<Object> decode_object(std::string_view bytes, ObjectKind expected_kind, u
 std::string encode_kv_block(const float* k_rows, const float* v_rows, int64_t rows, int kv_dim, KvDType dtype,
                             uint64_t fingerprint, int64_t expiry_ms) {
   return encode_kv_block_rows(
-      [&](int64_t r) { return std::pair<const float*, const float*>{k_rows + r * kv_dim, v_rows + r * kv_dim}; }, rows,
-      kv_dim, dtype, fingerprint, expiry_ms);
+      [&](int64_t r) {
+        return std::pair<const float*, const float*>{k_rows + r * kv_dim, v_rows + r * kv_dim};
+      },
+      rows, kv_dim, dtype, fingerprint, expiry_ms);
 }
 
 Status decode_kv_block(const Object& obj, int64_t expected_rows, int kv_dim, float* k_out, float* v_out) {
   if (obj.kind != ObjectKind::kKvBlock || obj.dims.size() != 2) return data_loss("kv block: not a block object");
   if (obj.dims[0] != static_cast<uint64_t>(expected_rows))
-    return data_loss("kv block: rows " + std::to_string(obj.dims[0]) + " != block size " + std::to_string(expected_rows));
+    return data_loss("kv block: rows " + std::to_string(obj.dims[0]) + " != block size " +
+                     std::to_string(expected_rows));
   if (obj.dims[1] != static_cast<uint64_t>(kv_dim))
     return data_loss("kv block: kv_dim " + std::to_string(obj.dims[1]) + " != model kv_dim " + std::to_string(kv_dim));
   const size_t n = static_cast<size_t>(expected_rows) * kv_dim;
-  if (obj.payload.size() != 2 * n * elem_bytes(obj.dtype)) return data_loss("kv block: payload size does not match dims");
+  if (obj.payload.size() != 2 * n * elem_bytes(obj.dtype))
+    return data_loss("kv block: payload size does not match dims");
   if (obj.dtype != ObjectDType::kF32 && obj.dtype != ObjectDType::kBF16)
     return data_loss("kv block: dtype is not f32 or bf16");
   const KvDType dtype = obj.dtype == ObjectDType::kBF16 ? KvDType::kBF16 : KvDType::kF32;
@@ -261,10 +273,11 @@ Result<DocumentRecord> document_from_json(std::string_view json, uint64_t expect
   YOCO_ASSIGN_OR_RETURN(const Json* id, field("id", &Json::is_string));
   r.id = id->as_string();
   YOCO_ASSIGN_OR_RETURN(const Json* fp, field("fingerprint", &Json::is_string));
-  if (!parse_hex64(fp->as_string(), r.fingerprint)) return data_loss("document record: field 'fingerprint' is not 16 hex chars");
+  if (!parse_hex64(fp->as_string(), r.fingerprint))
+    return data_loss("document record: field 'fingerprint' is not 16 hex chars");
   if (r.fingerprint != expected_fingerprint)
-    return failed_precondition("document record: model fingerprint " + fp->as_string() + " != " +
-                               fingerprint_hex(expected_fingerprint));
+    return failed_precondition("document record: model fingerprint " + fp->as_string() +
+                               " != " + fingerprint_hex(expected_fingerprint));
   YOCO_ASSIGN_OR_RETURN(const Json* tokens, field("tokens", &Json::is_array));
   r.tokens.reserve(tokens->as_array().size());
   for (const Json& t : tokens->as_array()) {
@@ -274,14 +287,15 @@ Result<DocumentRecord> document_from_json(std::string_view json, uint64_t expect
   }
   YOCO_ASSIGN_OR_RETURN(int64_t count, int_field("token_count", 0, kMax));
   if (count != static_cast<int64_t>(r.tokens.size()))
-    return data_loss("document record: field 'token_count' " + std::to_string(count) + " != " +
-                     std::to_string(r.tokens.size()) + " tokens");
+    return data_loss("document record: field 'token_count' " + std::to_string(count) +
+                     " != " + std::to_string(r.tokens.size()) + " tokens");
   YOCO_ASSIGN_OR_RETURN(int64_t bt, int_field("block_tokens", 1, 1 << 20));
   r.block_tokens = static_cast<int>(bt);
   YOCO_ASSIGN_OR_RETURN(const Json* keys, field("block_keys", &Json::is_array));
   for (const Json& k : keys->as_array()) {
     BlockKey bk;
-    if (!k.is_string() || !parse_key_hex(k.as_string(), bk)) return data_loss("document record: field 'block_keys' holds a bad key");
+    if (!k.is_string() || !parse_key_hex(k.as_string(), bk))
+      return data_loss("document record: field 'block_keys' holds a bad key");
     r.block_keys.push_back(bk);
   }
   YOCO_ASSIGN_OR_RETURN(const Json* sk, field("state_key", &Json::is_string));
@@ -290,7 +304,8 @@ Result<DocumentRecord> document_from_json(std::string_view json, uint64_t expect
   YOCO_ASSIGN_OR_RETURN(r.ttl_s, int_field("ttl_s", 0, kMax));
   YOCO_ASSIGN_OR_RETURN(r.stored_bytes, int_field("stored_bytes", 0, kMax));
   // Everything derived from the tokens must agree with them.
-  if (r.id != document_id(r.tokens, r.fingerprint)) return data_loss("document record: field 'id' does not match the tokens");
+  if (r.id != document_id(r.tokens, r.fingerprint))
+    return data_loss("document record: field 'id' does not match the tokens");
   if (r.block_keys != chain_keys(r.tokens, r.block_tokens, r.fingerprint))
     return data_loss("document record: field 'block_keys' does not match the tokens");
   if (r.state_key != state_key_for(r.tokens, r.block_tokens, r.fingerprint))

@@ -99,8 +99,7 @@ Result<DocumentRecord> document_from_json(std::string_view json, uint64_t expect
 // ---- template implementation ----------------------------------------------------------------
 namespace kv_format_detail {
 void put_row(std::string& out, size_t offset, const float* row, int kv_dim, KvDType dtype);
-std::string kv_block_header_and_space(int64_t rows, int kv_dim, KvDType dtype, uint64_t fingerprint,
-                                      int64_t expiry_ms);
+std::string kv_block_header_and_space(int64_t rows, int kv_dim, KvDType dtype, uint64_t fingerprint, int64_t expiry_ms);
 void seal_object(std::string& bytes);  // fills both CRCs
 }  // namespace kv_format_detail
 

@@ -131,7 +131,8 @@ TlsContext::~TlsContext() { SSL_CTX_free(static_cast<SSL_CTX*>(ctx_)); }
 bool tls_available() { return false; }
 
 Result<std::shared_ptr<TlsContext>> TlsContext::create(const TlsOptions&) {
-  return kv_unimplemented("redis kv store: tls requested, but this build has no OpenSSL (install libssl-dev and rebuild)");
+  return kv_unimplemented(
+      "redis kv store: tls requested, but this build has no OpenSSL (install libssl-dev and rebuild)");
 }
 
 TlsContext::~TlsContext() = default;
@@ -214,8 +215,10 @@ Result<std::unique_ptr<Connection>> Connection::open(const std::string& host, in
                             X509_verify_cert_error_string(v) + " (expected name '" + name + "')");
     std::string detail = ssl_errors();
     if (e == SSL_ERROR_SYSCALL || e == SSL_ERROR_ZERO_RETURN)
-      detail = "connection closed by the server during the handshake (is it a TLS port? does it require a "
-               "client certificate, tls_cert/tls_key?)" + (detail == "no detail" ? "" : ": " + detail);
+      detail =
+          "connection closed by the server during the handshake (is it a TLS port? does it require a "
+          "client certificate, tls_cert/tls_key?)" +
+          (detail == "no detail" ? "" : ": " + detail);
     return kv_unavailable("redis tls handshake with " + where + ": " + detail);
   }
   return c;
@@ -234,8 +237,9 @@ Status Connection::wait(bool want_write, std::chrono::milliseconds timeout, cons
   for (;;) {
     const int n = poll(&p, 1, static_cast<int>(timeout.count()));
     if (n > 0) return Status::Ok();  // ready, or an error/hangup the next call reports
-    if (n == 0) return fail(kv_deadline_exceeded("redis " + what + ": timed out after " +
-                                                 std::to_string(timeout.count()) + " ms"));
+    if (n == 0)
+      return fail(
+          kv_deadline_exceeded("redis " + what + ": timed out after " + std::to_string(timeout.count()) + " ms"));
     if (errno != EINTR) return fail(kv_unavailable("redis " + what + ": poll: " + errno_text(errno)));
   }
 }
@@ -275,8 +279,8 @@ Status Connection::write_all(const std::string& what) {
         YOCO_RETURN_IF_ERROR(wait(e == SSL_ERROR_WANT_WRITE, command_timeout_, what));
         continue;
       }
-      return fail(kv_unavailable("redis " + what + ": tls write: " +
-                                 (e == SSL_ERROR_SYSCALL ? errno_text(errno) : ssl_errors())));
+      return fail(kv_unavailable("redis " + what +
+                                 ": tls write: " + (e == SSL_ERROR_SYSCALL ? errno_text(errno) : ssl_errors())));
     }
 #endif
     const ssize_t w = send(fd_, out_.data() + off, n, MSG_NOSIGNAL);
@@ -316,9 +320,9 @@ Status Connection::read_more(const std::string& what) {
         continue;
       }
       if (e == SSL_ERROR_ZERO_RETURN) return fail(kv_unavailable("redis " + what + ": server closed the connection"));
-      return fail(kv_unavailable("redis " + what + ": tls read: " +
-                                 (e == SSL_ERROR_SYSCALL ? (r == 0 ? std::string("connection closed") : errno_text(errno))
-                                                         : ssl_errors())));
+      return fail(kv_unavailable(
+          "redis " + what + ": tls read: " +
+          (e == SSL_ERROR_SYSCALL ? (r == 0 ? std::string("connection closed") : errno_text(errno)) : ssl_errors())));
     }
 #endif
     const ssize_t r = recv(fd_, buf, sizeof buf, 0);

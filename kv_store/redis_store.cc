@@ -1,5 +1,4 @@
 // The hiredis implementation of redis_store.h (built only when hiredis is found).
-#include "handoff/bytes.h"
 #include "kv_store/redis_store.h"
 
 #include <signal.h>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "common/checksum.h"
+#include "handoff/bytes.h"
 #include "kv_store/redis_conn.h"
 #include "kv_store/util.h"
 
@@ -42,7 +42,6 @@ struct Manifest {
     return i + 1 < chunks ? chunk_bytes : total - static_cast<uint64_t>(chunks - 1) * chunk_bytes;
   }
 };
-
 
 std::string encode_manifest(const Manifest& m) {
   std::string s(kManifestBytes, '\0');
@@ -89,14 +88,13 @@ class RedisStore final : public KvStore {
   std::vector<KvGetResult> get_many(std::span<const std::string> keys) override;
   Status put(std::string_view key, std::string_view value, std::chrono::seconds ttl) override;
   Status del(std::string_view key) override;
-  Status set_add(std::string_view set, std::string_view member) override {
-    return set_op("SADD", set, member);
-  }
-  Status set_remove(std::string_view set, std::string_view member) override {
-    return set_op("SREM", set, member);
-  }
+  Status set_add(std::string_view set, std::string_view member) override { return set_op("SADD", set, member); }
+  Status set_remove(std::string_view set, std::string_view member) override { return set_op("SREM", set, member); }
   Result<std::vector<std::string>> set_members(std::string_view set) override;
-  std::string name() const override { return std::string(tls_ ? "rediss://" : "redis://") + opt_.host + ":" + std::to_string(opt_.port) + "/" + std::to_string(opt_.db); }
+  std::string name() const override {
+    return std::string(tls_ ? "rediss://" : "redis://") + opt_.host + ":" + std::to_string(opt_.port) + "/" +
+           std::to_string(opt_.db);
+  }
 
  private:
   // A pooled connection, returned on destruction (freed if it broke).
@@ -134,8 +132,9 @@ class RedisStore final : public KvStore {
 };
 
 Result<std::unique_ptr<redis::Connection>> RedisStore::connect() {
-  YOCO_ASSIGN_OR_RETURN(std::unique_ptr<redis::Connection> conn,
-                        redis::Connection::open(opt_.host, opt_.port, opt_.connect_timeout, opt_.command_timeout, tls_));
+  YOCO_ASSIGN_OR_RETURN(
+      std::unique_ptr<redis::Connection> conn,
+      redis::Connection::open(opt_.host, opt_.port, opt_.connect_timeout, opt_.command_timeout, tls_));
   redis::Connection* c = conn.get();
   if (!opt_.password.empty()) {
     if (opt_.user.empty()) c->append({"AUTH", opt_.password});
@@ -154,7 +153,8 @@ Result<std::unique_ptr<redis::Connection>> RedisStore::connect() {
         if (is_ok_status(r)) continue;
         const bool auth = !opt_.password.empty() && i == 0;
         // The message names the command, never the secret.
-        st = failed_precondition(std::string("redis ") + (auth ? "AUTH" : "SELECT " + db) + " failed: " + reply_text(r));
+        st =
+            failed_precondition(std::string("redis ") + (auth ? "AUTH" : "SELECT " + db) + " failed: " + reply_text(r));
       }
     }
     if (!st.ok()) return st;
@@ -304,8 +304,8 @@ std::vector<KvGetResult> RedisStore::get_many(std::span<const std::string> keys)
 Status RedisStore::put(std::string_view key, std::string_view value, std::chrono::seconds ttl) {
   if (static_cast<int64_t>(value.size()) > opt_.max_value_bytes) {
     stats_.error();
-    return kv_resource_exhausted("redis put: value of " + std::to_string(value.size()) + " bytes over max_value_bytes " +
-                                 std::to_string(opt_.max_value_bytes));
+    return kv_resource_exhausted("redis put: value of " + std::to_string(value.size()) +
+                                 " bytes over max_value_bytes " + std::to_string(opt_.max_value_bytes));
   }
   Manifest m;
   m.total = value.size();

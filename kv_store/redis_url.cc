@@ -9,7 +9,8 @@ namespace {
 Result<int64_t> ranged(const std::string& v, const std::string& key, int64_t lo, int64_t hi) {
   YOCO_ASSIGN_OR_RETURN(int64_t n, kv::parse_int(v, "redis url: " + key));
   if (n < lo || n > hi)
-    return invalid_argument("redis url: " + key + "=" + v + " not in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return invalid_argument("redis url: " + key + "=" + v + " not in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "]");
   return n;
 }
 
@@ -91,9 +92,11 @@ Result<RedisOptions> parse_redis_url(std::string_view url) {
     } else if (key == "chunk_bytes" || key == "max_value_bytes") {
       auto v = kv::parse_byte_size(value);
       if (!v.ok()) return invalid_argument("redis url: " + key + ": " + v.status().message());
-      const int64_t lo = key == "chunk_bytes" ? 1024 : 1, hi = key == "chunk_bytes" ? (int64_t{256} << 20) : (int64_t{1} << 40);
+      const int64_t lo = key == "chunk_bytes" ? 1024 : 1,
+                    hi = key == "chunk_bytes" ? (int64_t{256} << 20) : (int64_t{1} << 40);
       if (*v < lo || *v > hi)
-        return invalid_argument("redis url: " + key + "=" + value + " not in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] bytes");
+        return invalid_argument("redis url: " + key + "=" + value + " not in [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "] bytes");
       (key == "chunk_bytes" ? o.chunk_bytes : o.max_value_bytes) = *v;
     } else if (key == "prefix") {
       o.key_prefix = value;
@@ -103,9 +106,10 @@ Result<RedisOptions> parse_redis_url(std::string_view url) {
       o.tls = o.tls || *v;
     } else if (key == "tls_ca" || key == "tls_cert" || key == "tls_key" || key == "tls_server_name") {
       if (value.empty()) return invalid_argument("redis url: " + key + " is empty");
-      (key == "tls_ca" ? o.tls_options.ca_file : key == "tls_cert" ? o.tls_options.cert_file
-                                                : key == "tls_key" ? o.tls_options.key_file
-                                                                   : o.tls_options.server_name) = value;
+      (key == "tls_ca"     ? o.tls_options.ca_file
+       : key == "tls_cert" ? o.tls_options.cert_file
+       : key == "tls_key"  ? o.tls_options.key_file
+                           : o.tls_options.server_name) = value;
     } else if (key == "tls_verify") {
       auto v = kv::parse_bool(value, "redis url: tls_verify");
       if (!v.ok()) return v.status();
@@ -130,7 +134,8 @@ Result<RedisOptions> parse_redis_url(std::string_view url) {
       return invalid_argument("redis url: unknown parameter '" + key + "'");
     }
   }
-  if (o.breaker_options.max_cooldown < o.breaker_options.cooldown) o.breaker_options.max_cooldown = o.breaker_options.cooldown;
+  if (o.breaker_options.max_cooldown < o.breaker_options.cooldown)
+    o.breaker_options.max_cooldown = o.breaker_options.cooldown;
   return o;
 }
 

@@ -60,10 +60,12 @@ Result<int64_t> parse_byte_size(std::string_view text) {
 }
 
 Result<int64_t> parse_int(std::string_view text, std::string_view what) {
-  if (text.empty() || text.size() > 18) return invalid_argument(std::string(what) + ": '" + std::string(text) + "' is not an integer");
+  if (text.empty() || text.size() > 18)
+    return invalid_argument(std::string(what) + ": '" + std::string(text) + "' is not an integer");
   int64_t v = 0;
   for (char c : text) {
-    if (c < '0' || c > '9') return invalid_argument(std::string(what) + ": '" + std::string(text) + "' is not an integer");
+    if (c < '0' || c > '9')
+      return invalid_argument(std::string(what) + ": '" + std::string(text) + "' is not an integer");
     v = v * 10 + (c - '0');
   }
   return v;
@@ -79,7 +81,10 @@ Result<std::string> percent_decode(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   auto hexval = [](char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
   };
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] != '%') {
@@ -103,7 +108,8 @@ Result<std::map<std::string, std::string>> parse_query(std::string_view q) {
     q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
     if (part.empty()) continue;
     const size_t eq = part.find('=');
-    if (eq == std::string_view::npos || eq == 0) return invalid_argument("query parameter '" + std::string(part) + "' is not key=value");
+    if (eq == std::string_view::npos || eq == 0)
+      return invalid_argument("query parameter '" + std::string(part) + "' is not key=value");
     YOCO_ASSIGN_OR_RETURN(std::string value, percent_decode(part.substr(eq + 1)));
     if (!out.emplace(std::string(part.substr(0, eq)), std::move(value)).second)
       return invalid_argument("query parameter '" + std::string(part.substr(0, eq)) + "' given twice");

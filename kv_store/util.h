@@ -14,7 +14,7 @@ namespace yoco::kv {
 
 // A random 64-bit value; reseeded per thread and again in a forked child.
 uint64_t random64();
-using yoco::hex64;  // common/checksum.h
+using yoco::hex64;         // common/checksum.h
 std::string random_hex();  // 16 hex chars
 
 // "256MiB", "10GiB", "1.5GB", "4096", "64KiB": binary (KiB..TiB, K/M/G/T) and decimal (KB..TB)

@@ -117,8 +117,8 @@ class LocalGroup {
 
   const Status& abort_locked(int rank, const Status& why) {
     if (aborted_.ok()) {
-      aborted_ = Status(StatusCode::kUnavailable, "tensor-parallel group aborted by rank " + std::to_string(rank) +
-                                                      ": " + why.to_string());
+      aborted_ = Status(StatusCode::kUnavailable,
+                        "tensor-parallel group aborted by rank " + std::to_string(rank) + ": " + why.to_string());
       cv_.notify_all();
     }
     return aborted_;

@@ -37,7 +37,6 @@ struct LocalGroupOptions {
 };
 
 // The communicators share the group; any of them may outlive the others.
-Result<std::vector<std::unique_ptr<Communicator>>> make_local_group(int world_size,
-                                                                    const LocalGroupOptions& opt = {});
+Result<std::vector<std::unique_ptr<Communicator>>> make_local_group(int world_size, const LocalGroupOptions& opt = {});
 
 }  // namespace yoco

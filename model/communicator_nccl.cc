@@ -29,7 +29,11 @@ Status cuda_error(const char* what, cudaError_t e) {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int world, const NcclOptions& opt, float* scratch)
-      : comm_(comm), rank_(rank), world_(world), opt_(opt), stream_(static_cast<cudaStream_t>(opt.stream)),
+      : comm_(comm),
+        rank_(rank),
+        world_(world),
+        opt_(opt),
+        stream_(static_cast<cudaStream_t>(opt.stream)),
         scratch_(scratch) {}
   ~NcclCommunicator() override {
     if (comm_ && abort_requested_) ncclCommAbort(comm_);

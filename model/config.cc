@@ -44,7 +44,8 @@ Status get_bool(const Json& j, const char* key, bool& out, bool& present) {
 }
 
 Status positive(const char* key, int64_t v) {
-  if (v <= 0) return invalid_argument(std::string("params.json: \"") + key + "\" must be > 0, got " + std::to_string(v));
+  if (v <= 0)
+    return invalid_argument(std::string("params.json: \"") + key + "\" must be > 0, got " + std::to_string(v));
   return Status::Ok();
 }
 
@@ -90,7 +91,9 @@ Result<ModelConfig> parse_model_config(const Json& j) {
     if (!a->is_string()) return invalid_argument("params.json: \"arch\" must be a string");
     if (a->as_string() == "yoco") c.arch = Arch::kYoco;
     else if (a->as_string() == "transformer") c.arch = Arch::kTransformer;
-    else return invalid_argument("params.json: \"arch\" must be \"yoco\" or \"transformer\", got \"" + a->as_string() + "\"");
+    else
+      return invalid_argument("params.json: \"arch\" must be \"yoco\" or \"transformer\", got \"" + a->as_string() +
+                              "\"");
   }
   YOCO_RETURN_IF_ERROR(get_int32(j, "dim", true, c.dim));
   YOCO_RETURN_IF_ERROR(get_int32(j, "n_layers", true, c.n_layers));

@@ -9,9 +9,7 @@ namespace yoco {
 
 namespace {
 
-Status unknown(Engine::SeqId id) {
-  return Status(StatusCode::kNotFound, "engine: no sequence " + std::to_string(id));
-}
+Status unknown(Engine::SeqId id) { return Status(StatusCode::kNotFound, "engine: no sequence " + std::to_string(id)); }
 
 }  // namespace
 

@@ -49,7 +49,8 @@ void CudaEngine::Impl::init_sizes(const ModelConfig& c, const CudaEngineOptions&
 }
 
 Status CudaEngine::Impl::check_options() const {
-  if (tf && static_cast<int64_t>(opt.kv_blocks) * (opt.kv_block_size / kKvChunkRows) * cfg.n_layers >= (int64_t{1} << 31))
+  if (tf &&
+      static_cast<int64_t>(opt.kv_blocks) * (opt.kv_block_size / kKvChunkRows) * cfg.n_layers >= (int64_t{1} << 31))
     return invalid_argument("cuda engine: kv_blocks too large for a transformer's chunk ids (int32)");
   if (opt.max_sequences <= 0) return invalid_argument("cuda engine: max_sequences must be > 0");
   if (opt.max_batch <= 0) return invalid_argument("cuda engine: max_batch must be > 0");
@@ -131,8 +132,7 @@ CudaEngine::CudaEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 CudaEngine::~CudaEngine() = default;
 
-Result<std::unique_ptr<CudaEngine>> CudaEngine::create(const Model& model, const CudaEngineOptions& opt,
-                                                        KvPool* pool) {
+Result<std::unique_ptr<CudaEngine>> CudaEngine::create(const Model& model, const CudaEngineOptions& opt, KvPool* pool) {
   if (model.tensor_parallel().world != 1)
     return invalid_argument("cuda engine: tensor-parallel models are not supported");
   auto impl = std::make_unique<Impl>();

@@ -12,8 +12,8 @@
 namespace yoco {
 
 using cuda_engine_internal::cuda_check;
-using cuda_engine_internal::to_status;
 using cuda_engine_internal::Slot;
+using cuda_engine_internal::to_status;
 
 Status CudaEngine::Impl::add_proj(const uint16_t* x_bf16, const uint16_t* w, int rows, int k) {
   return to_status(cuda::gemm_bf16(x_bf16, w, h.as<float>(), cuda::DType::kF32, rows, D, k, 1.f, 1.f, stream));
@@ -165,7 +165,7 @@ Status CudaEngine::Impl::self_decoder_step(int B) {
 
 Status CudaEngine::Impl::global_kv(int rows, const int32_t* row_tables_dev) {
   YOCO_RETURN_IF_KERNEL_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), kv_norm, xb.as<uint16_t>(), rows, D,
-                                             static_cast<float>(cfg.norm_eps), stream));
+                                                    static_cast<float>(cfg.norm_eps), stream));
   float* kv = kvbuf.as<float>();
   YOCO_RETURN_IF_KERNEL_ERROR(
       cuda::gemm_bf16(xb.as<uint16_t>(), wkv, kv, cuda::DType::kF32, rows, 2 * KV, D, 1.f, 0.f, stream));
@@ -251,7 +251,8 @@ Status CudaEngine::Impl::transformer_layers(int rows, bool chunk, int64_t pos0, 
         cuda::rope_interleaved(q + Dq, P, rows, KVh, hdc, positions.as<int64_t>(), cfg.rope_theta, stream));
     // Layer l's view of the pool (see tf above).
     const int64_t layer_off = static_cast<int64_t>(l) * kKvChunkRows * KV;
-    YOCO_RETURN_IF_ERROR(append_kv(q + Dq, q + Dq + KV, P, layer_off, rows, chunk ? nullptr : row_tables.as<int32_t>()));
+    YOCO_RETURN_IF_ERROR(
+        append_kv(q + Dq, q + Dq + KV, P, layer_off, rows, chunk ? nullptr : row_tables.as<int32_t>()));
     if (chunk) {
       cuda::CausalPrefillArgs a;
       a.q = q;
@@ -282,7 +283,7 @@ Status CudaEngine::Impl::transformer_layers(int rows, bool chunk, int64_t pos0, 
 
 Status CudaEngine::Impl::output_head(int B) {
   YOCO_RETURN_IF_KERNEL_ERROR(cuda::rmsnorm_to_bf16(h.as<float>(), final_norm, xb.as<uint16_t>(), B, D,
-                                             static_cast<float>(cfg.norm_eps), stream));
+                                                    static_cast<float>(cfg.norm_eps), stream));
   return to_status(
       cuda::gemm_bf16(xb.as<uint16_t>(), output, logits.as<float>(), cuda::DType::kF32, B, V, D, 1.f, 0.f, stream));
 }
@@ -303,11 +304,11 @@ Status CudaEngine::Impl::upload_batch_meta(std::span<const SeqId> ids, std::span
 
 Status CudaEngine::Impl::decode_device_work(int B, int64_t attn_len) {
   YOCO_RETURN_IF_KERNEL_ERROR(cuda::embed(embed, cuda::DType::kBF16, D, tokens.as<int32_t>(), B,
-                                   std::sqrt(static_cast<float>(D)), h.as<float>(), stream));
+                                          std::sqrt(static_cast<float>(D)), h.as<float>(), stream));
   if (tf) {
     YOCO_RETURN_IF_ERROR(transformer_layers(B, false, 0, attn_len));
-    YOCO_RETURN_IF_KERNEL_ERROR(cuda::copy_rows(h.as<float>(), D, nullptr, last_hidden.as<float>(), D,
-                                         slot_ids.as<int32_t>(), B, D, stream));
+    YOCO_RETURN_IF_KERNEL_ERROR(
+        cuda::copy_rows(h.as<float>(), D, nullptr, last_hidden.as<float>(), D, slot_ids.as<int32_t>(), B, D, stream));
     return output_head(B);
   }
   YOCO_RETURN_IF_ERROR(self_decoder_step(B));
@@ -346,7 +347,7 @@ Status CudaEngine::prefill(SeqId id, std::span<const int32_t> tokens, int chunk_
     YOCO_RETURN_IF_ERROR(m.copy_up(m.tokens.as<int32_t>(), tokens.data() + off, static_cast<size_t>(n) * 4, "tokens"));
     YOCO_RETURN_IF_ERROR(m.copy_up(m.positions.as<int64_t>(), pos.data(), static_cast<size_t>(n) * 8, "positions"));
     YOCO_RETURN_IF_KERNEL_ERROR(cuda::embed(m.embed, cuda::DType::kBF16, m.D, m.tokens.as<int32_t>(), n,
-                                     std::sqrt(static_cast<float>(m.D)), m.h.as<float>(), m.stream));
+                                            std::sqrt(static_cast<float>(m.D)), m.h.as<float>(), m.stream));
     if (m.tf) {
       YOCO_RETURN_IF_ERROR(m.transformer_layers(n, true, position, 0));
     } else {

@@ -125,8 +125,8 @@ struct CudaEngine::Impl {
   // ((chunk·n_layers + l)·kKvChunkRows + row)·KV, exactly that view. So one chunk table serves
   // every layer, and upload/download copy pool rows as the CPU state holds them.
   bool tf = false;
-  int KVR = 0;         // floats per pool row: KV (YOCO) or n_layers·KV (transformer)
-  int max_chunks = 0;  // transformer: chunk-table entries per sequence
+  int KVR = 0;               // floats per pool row: KV (YOCO) or n_layers·KV (transformer)
+  int max_chunks = 0;        // transformer: chunk-table entries per sequence
   int n_states = 0;          // n_loops · n_self_layers
   int64_t layer_floats = 0;  // one (loop, layer) state: Hs·hd² (gRet) or 2·W·D (SWA)
   int rows_max = 0;          // max(max_batch, max_chunk_tokens)
@@ -195,7 +195,9 @@ struct CudaEngine::Impl {
   // transformer's chunk ids (see tf above), `table_width()` entries of `table_block()` rows.
   int table_width() const { return tf ? max_chunks : max_blocks; }
   int table_block() const { return tf ? kKvChunkRows : opt.kv_block_size; }
-  int table_ids() const { return tf ? opt.kv_blocks * (opt.kv_block_size / kKvChunkRows) * cfg.n_layers : opt.kv_blocks; }
+  int table_ids() const {
+    return tf ? opt.kv_blocks * (opt.kv_block_size / kKvChunkRows) * cfg.n_layers : opt.kv_blocks;
+  }
   void fill_table(const Slot& s, int32_t* dst) const;
   // Pool rows that hold the first n tokens' K/V: a transformer's chunk is layer-major, so its
   // last chunk is needed whole (model/state.h).

@@ -46,8 +46,7 @@ Result<CudaEngine::SeqId> CudaEngine::upload(const SequenceState& st) {
                std::to_string(m.n_states));
   const int64_t n_rows = m.stored_rows(n);  // a transformer's last chunk whole (model/state.h)
   if (st.pages) {
-    if (st.pages->kv_dim != m.KVR || st.pages->capacity() < n_rows)
-      return bad("KV pages do not hold the state's rows");
+    if (st.pages->kv_dim != m.KVR || st.pages->capacity() < n_rows) return bad("KV pages do not hold the state's rows");
   } else if (static_cast<int64_t>(st.k.size()) < n_rows * m.KVR || static_cast<int64_t>(st.v.size()) < n_rows * m.KVR) {
     return bad("K/V rows shorter than the position");
   }

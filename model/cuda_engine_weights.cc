@@ -132,7 +132,8 @@ Status CudaEngine::Impl::random_weights(uint64_t seed) {
   auto matrix = [&](int64_t rows, int64_t fan_in, const char* what) -> Result<const uint16_t*> {
     YOCO_ASSIGN_OR_RETURN(uint16_t * p, new_bf16(rows * fan_in, what));
     YOCO_RETURN_IF_KERNEL_ERROR(cuda::fill_normal(p, cuda::DType::kBF16, rows * fan_in, seed + 0x9e37u * ++tensor, 0.f,
-                                           static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in))), stream));
+                                                  static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in))),
+                                                  stream));
     return static_cast<const uint16_t*>(p);
   };
   auto norm = [&](const char* what) -> Result<const float*> {

@@ -13,7 +13,8 @@ Result<GenerateResult> generate(const Model& model, std::span<const int32_t> pro
   const auto& cfg = model.config();
   if (static_cast<int64_t>(prompt.size()) + opt.max_tokens > cfg.max_seq_len)
     return invalid_argument("max_tokens: prompt (" + std::to_string(prompt.size()) + ") + max_tokens (" +
-                            std::to_string(opt.max_tokens) + ") exceeds max_seq_len " + std::to_string(cfg.max_seq_len));
+                            std::to_string(opt.max_tokens) + ") exceeds max_seq_len " +
+                            std::to_string(cfg.max_seq_len));
   YOCO_RETURN_IF_ERROR(model.validate_tokens(prompt, 0, "prompt"));
 
   using clock = std::chrono::steady_clock;

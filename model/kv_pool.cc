@@ -92,7 +92,8 @@ int KvPool::share_prefix(KvPages& pages, std::span<const uint64_t> block_hashes)
     if (theirs == mine) continue;
     // Equal hashes, but only equal bytes are shared: the output never depends on sharing.
     const size_t off = static_cast<size_t>(theirs) * block_floats, own = static_cast<size_t>(mine) * block_floats;
-    if (std::memcmp(&k_[off], &k_[own], block_floats * 4) != 0 || std::memcmp(&v_[off], &v_[own], block_floats * 4) != 0)
+    if (std::memcmp(&k_[off], &k_[own], block_floats * 4) != 0 ||
+        std::memcmp(&v_[off], &v_[own], block_floats * 4) != 0)
       continue;
     ++refs_[theirs];
     pages.blocks[i] = theirs;

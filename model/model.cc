@@ -39,8 +39,9 @@ int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 // whole on one rank.
 Status transformer_not_split(const ModelConfig& c, const TensorParallel& tp) {
   if (c.is_transformer() && tp.world != 1)
-    return Status(StatusCode::kUnimplemented, "tensor parallel: arch \"transformer\" is not supported (world must be 1, got " +
-                                                  std::to_string(tp.world) + ")");
+    return Status(StatusCode::kUnimplemented,
+                  "tensor parallel: arch \"transformer\" is not supported (world must be 1, got " +
+                      std::to_string(tp.world) + ")");
   return Status::Ok();
 }
 
@@ -106,8 +107,9 @@ Status Model::add_row_parallel(const float* x, const std::vector<float>& w, floa
 Status Model::validate_tokens(std::span<const int32_t> tokens, int64_t start_position, const char* field) const {
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= cfg_.vocab_size)
-      return invalid_argument(std::string(field) + "[" + std::to_string(i) + "]: token id " + std::to_string(tokens[i]) +
-                              " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
+      return invalid_argument(std::string(field) + "[" + std::to_string(i) + "]: token id " +
+                              std::to_string(tokens[i]) + " is outside the vocabulary [0, " +
+                              std::to_string(cfg_.vocab_size) + ")");
   if (start_position + static_cast<int64_t>(tokens.size()) > cfg_.max_seq_len)
     return invalid_argument(std::string(field) + ": sequence of " +
                             std::to_string(start_position + static_cast<int64_t>(tokens.size())) +
@@ -156,14 +158,15 @@ Status Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& s
         cpu::linear(x.data(), L.wgt.data(), gt.data(), n, Hs, D);
         const float inv_tau = 1.0f / static_cast<float>(cfg_.gate_logit_normalizer);
         for (int t = 0; t < n; ++t)
-          for (int hh = 0; hh < Hs; ++hh) a[static_cast<size_t>(hh) * n + t] = logsigmoid(gt[static_cast<size_t>(t) * Hs + hh]) * inv_tau;
+          for (int hh = 0; hh < Hs; ++hh)
+            a[static_cast<size_t>(hh) * n + t] = logsigmoid(gt[static_cast<size_t>(t) * Hs + hh]) * inv_tau;
         const float kscale = 1.0f / std::sqrt(static_cast<float>(hd));
         for (int t = 0; t < n; ++t) cpu::scale_inplace(k + static_cast<int64_t>(t) * R, kscale, Dl);
 #pragma omp parallel for schedule(dynamic)
         for (int hh = 0; hh < Hs; ++hh)
-          cpu::retention_chunkwise(q + hh * hd, R, k + hh * hd, R, v + hh * hd, R, a.data() + static_cast<size_t>(hh) * n, n,
-                                   hd, opt.retention_chunk, S.s.data() + static_cast<size_t>(hh) * hd * hd,
-                                   o.data() + hh * hd, Dl);
+          cpu::retention_chunkwise(q + hh * hd, R, k + hh * hd, R, v + hh * hd, R,
+                                   a.data() + static_cast<size_t>(hh) * n, n, hd, opt.retention_chunk,
+                                   S.s.data() + static_cast<size_t>(hh) * hd * hd, o.data() + hh * hd, Dl);
         cpu::rmsnorm(o.data(), hd, nullptr, o.data(), hd, n * Hs, hd, eps);  // per-head, no weight
         cpu::silu_mul(proj.data() + 3 * Dl, R, o.data(), Dl, o.data(), Dl, n, Dl);
       } else {
@@ -179,8 +182,23 @@ Status Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& s
           std::memcpy(&k_all[static_cast<size_t>(cnt + t) * Dl], k + static_cast<int64_t>(t) * R, Dl * 4);
           std::memcpy(&v_all[static_cast<size_t>(cnt + t) * Dl], v + static_cast<int64_t>(t) * R, Dl * 4);
         }
-        cpu::AttentionArgs args{q, R, k_all.data(), Dl, v_all.data(), Dl, o.data(), Dl, n, total, Hs, Hs, hd,
-                                pos0, pos0 - cnt, cfg_.sliding_window, 1.0f / std::sqrt(static_cast<float>(hd))};
+        cpu::AttentionArgs args{q,
+                                R,
+                                k_all.data(),
+                                Dl,
+                                v_all.data(),
+                                Dl,
+                                o.data(),
+                                Dl,
+                                n,
+                                total,
+                                Hs,
+                                Hs,
+                                hd,
+                                pos0,
+                                pos0 - cnt,
+                                cfg_.sliding_window,
+                                1.0f / std::sqrt(static_cast<float>(hd))};
         cpu::attention(args);
         // Every row goes through the ring (not just the last W) so that the row of position p
         // lands in slot p mod W: the layout depends on the position alone.
@@ -221,7 +239,7 @@ Status Model::self_decoder_step(float* h, std::span<SequenceState* const> states
         const float inv_tau = 1.0f / static_cast<float>(cfg_.gate_logit_normalizer);
         const float kscale = 1.0f / std::sqrt(static_cast<float>(hd));
         for (int b = 0; b < B; ++b) cpu::scale_inplace(k + static_cast<int64_t>(b) * R, kscale, Dl);
-#pragma omp parallel for schedule(static) if (worth_threads(static_cast<int64_t>(B) * Hs * hd * hd))
+#pragma omp parallel for schedule(static) if (worth_threads(static_cast <int64_t>(B) * Hs * hd * hd))
         for (int bh = 0; bh < B * Hs; ++bh) {
           const int b = bh / Hs, hh = bh % Hs;
           const float a = logsigmoid(gt[bh]) * inv_tau;
@@ -234,7 +252,8 @@ Status Model::self_decoder_step(float* h, std::span<SequenceState* const> states
         cpu::silu_mul(proj.data() + 3 * Dl, R, o.data(), Dl, o.data(), Dl, B, Dl);
       } else {
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel for schedule(static) if (B > 1 && worth_threads(static_cast<int64_t>(B) * cfg_.sliding_window * Dl))
+#pragma omp parallel for schedule(static) if (B > 1 && \
+                                              worth_threads(static_cast <int64_t>(B) * cfg_.sliding_window * Dl))
         for (int b = 0; b < B; ++b) {
           SelfLayerState& S = states[b]->self[si];
           // The ring holds W rows, so after inserting this token it is exactly the window.
@@ -276,11 +295,12 @@ void Model::global_kv(const float* h, int n, const int64_t* positions, float* k_
 Status Model::cross_decoder(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
                             bool chunk_of_one_sequence, float* logits) const {
   // Per rank: Ha query heads that read exactly its KVh kv heads (GQA groups stay whole).
-  const int D = cfg_.dim, Ha = sd_.attn_heads, KVh = sd_.attn_kv_heads, hdc = cfg_.cross_head_dim(),
-            KV = sd_.kv_dim, Dq = sd_.attn_width;
+  const int D = cfg_.dim, Ha = sd_.attn_heads, KVh = sd_.attn_kv_heads, hdc = cfg_.cross_head_dim(), KV = sd_.kv_dim,
+            Dq = sd_.attn_width;
   const float eps = static_cast<float>(cfg_.norm_eps);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hdc));
-  std::vector<float> x(static_cast<size_t>(rows) * D), q(static_cast<size_t>(rows) * Dq), o(static_cast<size_t>(rows) * Dq);
+  std::vector<float> x(static_cast<size_t>(rows) * D), q(static_cast<size_t>(rows) * Dq),
+      o(static_cast<size_t>(rows) * Dq);
   std::unique_ptr<RopeTable> rope;
   if (cfg_.cross_decoder_rope) rope = std::make_unique<RopeTable>(positions, rows, hdc, cfg_.rope_theta);
   int64_t attended_rows = 0;
@@ -293,8 +313,10 @@ Status Model::cross_decoder(float* h, int rows, const int64_t* positions, std::s
     if (chunk_of_one_sequence) {
       const SequenceState& st = *states[0];
       YOCO_CHECK(!st.pages);  // the full forward runs on a fresh contiguous state
-      cpu::AttentionArgs args{q.data(), Dq, st.k.data(), KV, st.v.data(), KV, o.data(), Dq, rows,
-                              static_cast<int>(positions[rows - 1] + 1), Ha, KVh, hdc, positions[0], 0, 0, scale};
+      cpu::AttentionArgs args{q.data(), Dq,       st.k.data(), KV,           st.v.data(),
+                              KV,       o.data(), Dq,          rows,         static_cast<int>(positions[rows - 1] + 1),
+                              Ha,       KVh,      hdc,         positions[0], 0,
+                              0,        scale};
       cpu::attention(args);
     } else {
 #pragma omp parallel for schedule(dynamic) if (rows > 1 && worth_threads(attended_rows * KV))
@@ -336,7 +358,8 @@ Status Model::transformer_layers(float* h, int rows, const int64_t* positions, s
   const float eps = static_cast<float>(cfg_.norm_eps);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const RopeTable rope(positions, rows, hd, cfg_.rope_theta);
-  std::vector<float> x(static_cast<size_t>(rows) * D), proj(static_cast<size_t>(rows) * R), o(static_cast<size_t>(rows) * Dq);
+  std::vector<float> x(static_cast<size_t>(rows) * D), proj(static_cast<size_t>(rows) * R),
+      o(static_cast<size_t>(rows) * Dq);
   std::vector<float> k_all, v_all;
   int64_t attended_rows = 0;
   for (int b = 0; b < rows; ++b) attended_rows += positions[b] + 1;
@@ -365,8 +388,8 @@ Status Model::transformer_layers(float* h, int rows, const int64_t* positions, s
         std::memcpy(&k_all[static_cast<size_t>(t) * KV], st.layer_k_row(t, l, L, KV), KV * 4);
         std::memcpy(&v_all[static_cast<size_t>(t) * KV], st.layer_v_row(t, l, L, KV), KV * 4);
       }
-      cpu::AttentionArgs args{q, R, k_all.data(), KV, v_all.data(), KV, o.data(), Dq, rows, total, Ha, KVh, hd,
-                              positions[0], 0, 0, scale};
+      cpu::AttentionArgs args{q,     R,  k_all.data(), KV, v_all.data(), KV, o.data(), Dq,   rows,
+                              total, Ha, KVh,          hd, positions[0], 0,  0,        scale};
       cpu::attention(args);
     } else {
 #pragma omp parallel for schedule(dynamic) if (rows > 1 && worth_threads(attended_rows * KV))
@@ -398,7 +421,8 @@ Status Model::make_room(SequenceState& st, int64_t rows) const {
       return invalid_argument("KV pages do not match the model (kv_dim or block size)");
     if (st.pages->capacity() < need)
       return Status(StatusCode::kResourceExhausted, "KV pool: the sequence needs " + std::to_string(need) +
-                                                        " rows, its blocks hold " + std::to_string(st.pages->capacity()));
+                                                        " rows, its blocks hold " +
+                                                        std::to_string(st.pages->capacity()));
     return Status::Ok();
   }
   // A transformer's rows come in whole chunks (model/state.h).
@@ -460,7 +484,8 @@ Status Model::prefill(SequenceState& st, std::span<const int32_t> tokens, const 
 Status Model::logits(std::span<SequenceState* const> states, float* out) const {
   const int B = static_cast<int>(states.size()), D = cfg_.dim;
   YOCO_RETURN_IF_ERROR(agree([&]() -> Status {
-    if (!has_cross_decoder()) return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
+    if (!has_cross_decoder())
+      return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
     for (int b = 0; b < B; ++b)
       if (states[b]->position <= 0 || static_cast<int>(states[b]->last_hidden.size()) != D)
         return failed_precondition("sequence " + std::to_string(b) + " has consumed no tokens");
@@ -482,7 +507,8 @@ Status Model::logits(std::span<SequenceState* const> states, float* out) const {
 Status Model::decode_step(std::span<SequenceState* const> states, std::span<const int32_t> tokens, float* out) const {
   const int B = static_cast<int>(states.size()), D = cfg_.dim, KV = sd_.kv_dim;
   YOCO_RETURN_IF_ERROR(agree([&]() -> Status {
-    if (!has_cross_decoder()) return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
+    if (!has_cross_decoder())
+      return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
     if (tokens.size() != states.size()) return invalid_argument("decode_step: one token per sequence");
     for (int b = 0; b < B; ++b) YOCO_RETURN_IF_ERROR(validate_tokens(tokens.subspan(b, 1), states[b]->position));
     for (int b = 0; b < B; ++b)
@@ -500,7 +526,8 @@ Status Model::decode_step(std::span<SequenceState* const> states, std::span<cons
     }
     YOCO_RETURN_IF_ERROR(transformer_layers(h.data(), B, positions.data(), states, false));
     for (int b = 0; b < B; ++b) {
-      states[b]->last_hidden.assign(h.begin() + static_cast<ptrdiff_t>(b) * D, h.begin() + static_cast<ptrdiff_t>(b + 1) * D);
+      states[b]->last_hidden.assign(h.begin() + static_cast<ptrdiff_t>(b) * D,
+                                    h.begin() + static_cast<ptrdiff_t>(b + 1) * D);
       states[b]->position += 1;
     }
     output_head(h.data(), B, out);
@@ -527,7 +554,8 @@ Status Model::decode_step(std::span<SequenceState* const> states, std::span<cons
 
 Status Model::forward(std::span<const int32_t> tokens, const LogitsSink& sink, const PrefillOptions& opt) const {
   YOCO_RETURN_IF_ERROR(agree([&]() -> Status {
-    if (!has_cross_decoder()) return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
+    if (!has_cross_decoder())
+      return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
     if (opt.chunk_tokens <= 0 || opt.retention_chunk <= 0) return invalid_argument("chunk sizes must be > 0");
     return validate_tokens(tokens, 0);
   }()));

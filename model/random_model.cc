@@ -69,7 +69,8 @@ const std::vector<ModelPreset>& model_presets() {
   static const std::vector<ModelPreset> presets = {
       {"tiny-gret", "test config, gated retention", make(64, 4, 160, 4, 4, 2, 256, 0)},
       {"tiny-swa", "test config, sliding window 16", make(64, 4, 160, 4, 4, 2, 256, 16)},
-      {"tiny-yocou", "test config, YOCO-U: SWA 16, 3 loops, NoPE cross-decoder", make(64, 4, 160, 4, 4, 1, 256, 16, 3, false)},
+      {"tiny-yocou", "test config, YOCO-U: SWA 16, 3 loops, NoPE cross-decoder",
+       make(64, 4, 160, 4, 4, 1, 256, 16, 3, false)},
       {"small-gret", "benchmark config (~50M), gated retention", make(512, 8, 1536, 8, 8, 2, 32000, 0)},
       {"small-swa", "benchmark config (~50M), sliding window 512", make(512, 8, 1536, 8, 8, 2, 32000, 512)},
       {"mid-gret", "benchmark config (~0.3B), gated retention", make(1024, 16, 2816, 8, 16, 4, 32000, 0)},
@@ -127,7 +128,8 @@ Status write_random_model(const std::string& dir, const ModelConfig& config, uin
             const double u1 = 1.0 - rng.uniform(), u2 = rng.uniform();  // Box-Muller
             const double r = std::sqrt(-2.0 * std::log(u1));
             vals[e] = static_cast<float>(mean + stddev * r * std::cos(2 * M_PI * u2));
-            if (e + 1 < std::min(n, b0 + kBlock)) vals[e + 1] = static_cast<float>(mean + stddev * r * std::sin(2 * M_PI * u2));
+            if (e + 1 < std::min(n, b0 + kBlock))
+              vals[e + 1] = static_cast<float>(mean + stddev * r * std::sin(2 * M_PI * u2));
           }
         }
         if (dtype == DType::kF32) {

@@ -21,10 +21,9 @@ constexpr struct {
   DType dtype;
   size_t size;
 } kDTypes[] = {
-    {"F64", DType::kF64, 8},   {"F32", DType::kF32, 4},       {"F16", DType::kF16, 2},
-    {"BF16", DType::kBF16, 2}, {"I64", DType::kI64, 8},       {"I32", DType::kI32, 4},
-    {"I16", DType::kI16, 2},   {"I8", DType::kI8, 1},         {"U8", DType::kU8, 1},
-    {"BOOL", DType::kBool, 1}, {"F8_E4M3", DType::kF8E4M3, 1}, {"F8_E5M2", DType::kF8E5M2, 1},
+    {"F64", DType::kF64, 8}, {"F32", DType::kF32, 4},   {"F16", DType::kF16, 2},        {"BF16", DType::kBF16, 2},
+    {"I64", DType::kI64, 8}, {"I32", DType::kI32, 4},   {"I16", DType::kI16, 2},        {"I8", DType::kI8, 1},
+    {"U8", DType::kU8, 1},   {"BOOL", DType::kBool, 1}, {"F8_E4M3", DType::kF8E4M3, 1}, {"F8_E5M2", DType::kF8E5M2, 1},
 };
 }  // namespace
 
@@ -60,7 +59,8 @@ const TensorInfo* SafetensorsHeader::find(const std::string& name) const {
 
 Result<SafetensorsHeader> parse_safetensors_header(const uint8_t* data, size_t available, uint64_t file_size) {
   if (file_size < 8 || available < 8)
-    return invalid_argument("safetensors: file is " + std::to_string(file_size) + " bytes, too short for the header length");
+    return invalid_argument("safetensors: file is " + std::to_string(file_size) +
+                            " bytes, too short for the header length");
   const uint64_t hlen = load_le<uint64_t>(data);
   if (hlen > kMaxSafetensorsHeaderBytes)
     return invalid_argument("safetensors: header length " + std::to_string(hlen) + " exceeds the limit of " +
@@ -82,12 +82,15 @@ Result<SafetensorsHeader> parse_safetensors_header(const uint8_t* data, size_t a
     if (name == "__metadata__") {
       if (!entry.is_object()) return invalid_argument("safetensors header: __metadata__ must be an object");
       for (const auto& [k, v] : entry.as_object()) {
-        if (!v.is_string()) return invalid_argument("safetensors header: __metadata__ value \"" + k + "\" must be a string");
+        if (!v.is_string())
+          return invalid_argument("safetensors header: __metadata__ value \"" + k + "\" must be a string");
         h.metadata[k] = v.as_string();
       }
       continue;
     }
-    auto err = [&](const std::string& what) { return invalid_argument("safetensors tensor \"" + name + "\": " + what); };
+    auto err = [&](const std::string& what) {
+      return invalid_argument("safetensors tensor \"" + name + "\": " + what);
+    };
     if (!entry.is_object()) return err("entry must be an object");
     const Json* dt = entry.find("dtype");
     const Json* shape = entry.find("shape");
@@ -186,7 +189,9 @@ float f16_to_f32(uint16_t h) {
 
 Status convert_to_f32(DType dtype, const uint8_t* src, int64_t n, float* dst) {
   switch (dtype) {
-    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return Status::Ok();
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return Status::Ok();
     case DType::kBF16:
       for (int64_t i = 0; i < n; ++i) {
         uint16_t v;
@@ -208,7 +213,8 @@ Status convert_to_f32(DType dtype, const uint8_t* src, int64_t n, float* dst) {
         dst[i] = static_cast<float>(v);
       }
       return Status::Ok();
-    default: return invalid_argument(std::string("dtype ") + dtype_name(dtype) + " is not a floating-point weight type");
+    default:
+      return invalid_argument(std::string("dtype ") + dtype_name(dtype) + " is not a floating-point weight type");
   }
 }
 
@@ -234,7 +240,8 @@ Status write_safetensors(const std::string& path, const std::vector<TensorSpec>&
     Json::Object e;
     e["dtype"] = Json(dtype_name(s.dtype));
     e["shape"] = Json(std::move(shape));
-    e["data_offsets"] = Json(Json::Array{Json(static_cast<int64_t>(offset)), Json(static_cast<int64_t>(offset + bytes))});
+    e["data_offsets"] =
+        Json(Json::Array{Json(static_cast<int64_t>(offset)), Json(static_cast<int64_t>(offset + bytes))});
     if (!root.emplace(s.name, Json(std::move(e))).second) return invalid_argument("duplicate tensor name " + s.name);
     offset += bytes;
     sizes.push_back(bytes);

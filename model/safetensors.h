@@ -30,7 +30,7 @@ struct TensorInfo {
 };
 
 struct SafetensorsHeader {
-  uint64_t data_offset = 0;  // 8 + header length: where the data section starts in the file
+  uint64_t data_offset = 0;         // 8 + header length: where the data section starts in the file
   std::vector<TensorInfo> tensors;  // sorted by name
   std::map<std::string, std::string> metadata;
   const TensorInfo* find(const std::string& name) const;

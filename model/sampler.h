@@ -39,9 +39,9 @@ class Sampler {
   SamplingParams p_;
   int vocab_;
   Rng rng_;
-  std::vector<uint8_t> seen_;                    // prompt or generated (repetition penalty)
+  std::vector<uint8_t> seen_;                   // prompt or generated (repetition penalty)
   std::unordered_map<int32_t, int> generated_;  // counts (presence/frequency penalties)
-  std::vector<int32_t> idx_;                     // scratch
+  std::vector<int32_t> idx_;                    // scratch
 };
 
 }  // namespace yoco

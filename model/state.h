@@ -68,18 +68,22 @@ constexpr int kKvChunkRows = 32;
 //   - serialize_state / deserialize_state (UCX shipping, KV store) do not take transformer
 //     states: deserialize_state answers UNIMPLEMENTED naming the arch.
 struct SequenceState {
-  int64_t position = 0;           // tokens consumed
+  int64_t position = 0;  // tokens consumed
   // Global K/V rows [position, kv_row_floats]: YOCO's one K/V per token (K post-RoPE unless
   // cross_decoder_rope is false); a transformer's layout is above. Empty when paged.
   std::vector<float> k, v;
-  std::optional<KvPages> pages;   // set: the rows live in a paged pool, k and v stay empty
+  std::optional<KvPages> pages;      // set: the rows live in a paged pool, k and v stay empty
   std::vector<SelfLayerState> self;  // n_loops · n_self_layers, loop-major
   // The self-decoder output at position − 1: the cross-decoder input for the next-token
   // logits (prefill exits early, so the decode side runs the cross-decoder on it).
   std::vector<float> last_hidden;
 
-  const float* k_row(int64_t r, int kv_dim) const { return pages ? pages->k_pool + pages->offset(r) : k.data() + r * kv_dim; }
-  const float* v_row(int64_t r, int kv_dim) const { return pages ? pages->v_pool + pages->offset(r) : v.data() + r * kv_dim; }
+  const float* k_row(int64_t r, int kv_dim) const {
+    return pages ? pages->k_pool + pages->offset(r) : k.data() + r * kv_dim;
+  }
+  const float* v_row(int64_t r, int kv_dim) const {
+    return pages ? pages->v_pool + pages->offset(r) : v.data() + r * kv_dim;
+  }
   float* k_row(int64_t r, int kv_dim) { return const_cast<float*>(std::as_const(*this).k_row(r, kv_dim)); }
   float* v_row(int64_t r, int kv_dim) { return const_cast<float*>(std::as_const(*this).v_row(r, kv_dim)); }
   // Transformer: layer `layer`'s K (V) row of token r (layout above); kv_dim is one layer's.

@@ -233,8 +233,8 @@ Result<LoadedWeights> load_model_dir(const std::string& dir, WeightSet set) {
     if (st.ok()) {
       for (int64_t e = 0; e < t.numel(); ++e)
         if (!std::isfinite(dst[e])) {
-          st = invalid_argument(dir + ": tensor \"" + slots[i].name + "\" has a non-finite value (NaN or Inf) at element " +
-                                std::to_string(e));
+          st = invalid_argument(dir + ": tensor \"" + slots[i].name +
+                                "\" has a non-finite value (NaN or Inf) at element " + std::to_string(e));
           break;
         }
     }
@@ -252,7 +252,8 @@ Result<LoadedWeights> load_model_dir(const std::string& dir, WeightSet set) {
   out.fingerprint = fp;
   size_t extra = sources.size();
   for (const auto* f : found) extra -= f ? 1 : 0;
-  if (extra > 0) YOCO_LOG(LogLevel::kDebug, "ignoring checkpoint tensors the model does not use", LogFields().kv("count", extra));
+  if (extra > 0)
+    YOCO_LOG(LogLevel::kDebug, "ignoring checkpoint tensors the model does not use", LogFields().kv("count", extra));
   return out;
 }
 

@@ -13,11 +13,11 @@ namespace yoco {
 
 struct SelfLayerWeights {
   std::vector<float> mixer_norm, final_norm;  // [dim]
-  std::vector<float> wqkvg;                    // [(3 or 4)·dim, dim]: q, k, v (, g) rows
-  std::vector<float> wgt;                      // [n_self_heads, dim], gated retention only
-  std::vector<float> wo;                       // [dim, dim]
-  std::vector<float> w13;                      // [2·hidden, dim]: fc1 then gate
-  std::vector<float> w2;                       // [dim, hidden]
+  std::vector<float> wqkvg;                   // [(3 or 4)·dim, dim]: q, k, v (, g) rows
+  std::vector<float> wgt;                     // [n_self_heads, dim], gated retention only
+  std::vector<float> wo;                      // [dim, dim]
+  std::vector<float> w13;                     // [2·hidden, dim]: fc1 then gate
+  std::vector<float> w2;                      // [dim, hidden]
 };
 
 struct CrossLayerWeights {

@@ -23,7 +23,8 @@ class PrefillMetrics {
     follow(store_hits_, objects.hits);
     follow(store_misses_, objects.misses);
     follow(store_errors_, backend.errors);
-    follow(store_corrupt_, objects.corrupt + backend.corrupt);  // caught by a backend (its own framing) or by the object check
+    follow(store_corrupt_,
+           objects.corrupt + backend.corrupt);  // caught by a backend (its own framing) or by the object check
     follow(store_read_bytes_, backend.bytes_read);
     follow(store_written_bytes_, backend.bytes_written);
     store_breaker_open_.set(static_cast<double>(backend.breaker_open));

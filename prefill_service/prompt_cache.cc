@@ -16,8 +16,8 @@ KvRowFn state_rows(const SequenceState& st, int kv_dim) {
 
 }  // namespace
 
-Status write_state_blocks(KvCache& cache, std::span<const int32_t> tokens, const SequenceState& st,
-                          int64_t first_block, int64_t n_blocks, std::chrono::seconds ttl) {
+Status write_state_blocks(KvCache& cache, std::span<const int32_t> tokens, const SequenceState& st, int64_t first_block,
+                          int64_t n_blocks, std::chrono::seconds ttl) {
   if ((first_block + n_blocks) * cache.options().block_tokens > st.position)
     return invalid_argument("write_blocks: blocks beyond the state's position " + std::to_string(st.position));
   return cache.write_blocks(tokens, state_rows(st, cache.options().kv_dim), first_block, n_blocks, ttl);
@@ -36,9 +36,11 @@ Status restore_prefix(const KvCache& cache, const CachedPrefix& p, const ModelCo
   if (info.position != p.tokens)
     return data_loss("restore: state position " + std::to_string(info.position) + " != cached tokens " +
                      std::to_string(p.tokens));
-  if (p.k.size() != block_floats || p.v.size() != block_floats) return data_loss("restore: block rows do not match blocks");
-  const bool tail_ok = info.kv_rows > 0 ? info.kv_row_begin == block_rows && info.kv_row_begin + info.kv_rows == info.position
-                                        : info.position == block_rows;
+  if (p.k.size() != block_floats || p.v.size() != block_floats)
+    return data_loss("restore: block rows do not match blocks");
+  const bool tail_ok = info.kv_rows > 0
+                           ? info.kv_row_begin == block_rows && info.kv_row_begin + info.kv_rows == info.position
+                           : info.position == block_rows;
   if (!tail_ok) return data_loss("restore: state KV rows do not continue the cached blocks");
   st.k.resize(static_cast<size_t>(info.position) * opt.kv_dim);
   st.v.resize(st.k.size());
@@ -54,8 +56,8 @@ Result<DocumentRecord> save_document(KvCache& cache, std::span<const int32_t> to
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) return invalid_argument("save_document: no tokens");
   if (st.position != n)
-    return invalid_argument("save_document: state position " + std::to_string(st.position) + " != " +
-                            std::to_string(n) + " tokens");
+    return invalid_argument("save_document: state position " + std::to_string(st.position) +
+                            " != " + std::to_string(n) + " tokens");
   if (c.kv_dim() != opt.kv_dim) return invalid_argument("save_document: model kv_dim does not match the cache");
   // The state carries the rows of the trailing partial block; whole blocks go as block objects.
   const int64_t full_rows = n / opt.block_tokens * opt.block_tokens;

@@ -15,8 +15,8 @@ namespace yoco {
 
 // Full blocks first_block .. first_block+n_blocks−1 of `tokens` from a state's rows (contiguous
 // or paged); the blocks must lie below st.position.
-Status write_state_blocks(KvCache& cache, std::span<const int32_t> tokens, const SequenceState& st,
-                          int64_t first_block, int64_t n_blocks, std::chrono::seconds ttl);
+Status write_state_blocks(KvCache& cache, std::span<const int32_t> tokens, const SequenceState& st, int64_t first_block,
+                          int64_t n_blocks, std::chrono::seconds ttl);
 
 // Rebuilds a contiguous SequenceState from a lookup: the blocks' rows, then the state blob
 // (validated against the model; its K/V rows must continue the blocks up to its position).

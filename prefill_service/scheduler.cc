@@ -16,19 +16,22 @@ using Clock = TransferClock;
 // follow a change of load.
 constexpr std::chrono::seconds kThroughputWindow{10};
 
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // The lease is wall clock (it crosses machines); waits here are on the steady clock.
 Clock::time_point lease_on_steady_clock(const ReservationDescriptor& d) {
-  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   return Clock::now() + std::chrono::milliseconds(d.lease_deadline_unix_ms - now_ms);
 }
 
 bool lease_over(const ReservationDescriptor& d) {
-  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   return now_ms >= d.lease_deadline_unix_ms;
 }
 
@@ -40,7 +43,8 @@ Status PrefillLimits::validate() const {
   if (max_queued_tokens <= 0)
     return invalid_argument("max_queued_tokens: must be > 0, got " + std::to_string(max_queued_tokens));
   if (committers <= 0) return invalid_argument("committers: must be > 0, got " + std::to_string(committers));
-  if (retention_chunk <= 0) return invalid_argument("retention_chunk: must be > 0, got " + std::to_string(retention_chunk));
+  if (retention_chunk <= 0)
+    return invalid_argument("retention_chunk: must be > 0, got " + std::to_string(retention_chunk));
   if (commit_grace.count() < 0) return invalid_argument("commit_grace: must be >= 0");
   return Status::Ok();
 }
@@ -51,11 +55,11 @@ struct PrefillScheduler::Job {
   uint64_t id = 0;
   PrefillJob req;
   PrefillCallback on_done;
-  Phase phase = Phase::kWaiting;       // under mu_
-  int64_t settled = 0;                 // tokens already taken off queued_tokens_ (under mu_)
-  Status cancel_status;                // under mu_, written before cancel_requested is set
+  Phase phase = Phase::kWaiting;  // under mu_
+  int64_t settled = 0;            // tokens already taken off queued_tokens_ (under mu_)
+  Status cancel_status;           // under mu_, written before cancel_requested is set
   std::atomic<bool> cancel_requested{false};
-  std::atomic<bool> aborted{false};    // the abort went out (once is enough)
+  std::atomic<bool> aborted{false};  // the abort went out (once is enough)
   // Compute thread while waiting/active, then the committer that took the job.
   Engine::SeqId seq = -1;  // the engine's sequence while computing
   // Before adoption: the fresh or cache-restored state. After: on a device engine, the host
@@ -190,8 +194,8 @@ void PrefillScheduler::stop(std::chrono::milliseconds drain) {
     if (started_) idle_cv_.wait_for(lock, drain, [&] { return jobs_.empty(); });
     for (auto& [id, j] : jobs_) {
       if (j->cancel_requested) continue;
-      j->cancel_status = Status(StatusCode::kUnavailable, "request " + j->req.reservation.request_id +
-                                                              ": this prefill worker is shutting down");
+      j->cancel_status = Status(StatusCode::kUnavailable,
+                                "request " + j->req.reservation.request_id + ": this prefill worker is shutting down");
       j->cancel_requested = true;
       if (j->phase == Job::Phase::kCommitting) to_abort.push_back(j);
     }
@@ -261,7 +265,8 @@ void PrefillScheduler::sweep_locked(std::vector<Ended>& ended) {
                     "request " + j.req.reservation.request_id + ": deadline passed before its prefill finished");
     // Computing for a reservation the decode worker has dropped is wasted work.
     if (!j.req.document && lease_over(j.req.reservation))
-      return transfer_error(TransferError::kLeaseExpired, "reservation " + std::to_string(j.req.reservation.reservation_id) +
+      return transfer_error(TransferError::kLeaseExpired, "reservation " +
+                                                              std::to_string(j.req.reservation.reservation_id) +
                                                               ": lease over before the prefill finished");
     return Status::Ok();
   };
@@ -375,7 +380,7 @@ bool PrefillScheduler::compute_slice(Slice& s, Clock::time_point t0) {
     if (engine_.snapshot(j.seq, snap).ok()) {
       const auto blob = serialize_state(snap, model_.config(), model_.fingerprint(), so);
       (void)cache_->put_state(state_key_for(std::span<const int32_t>(j.req.tokens).first(boundary), static_cast<int>(B),
-                                          model_.fingerprint()),
+                                            model_.fingerprint()),
                               blob, std::chrono::seconds(0));
     }
   }
@@ -523,7 +528,8 @@ void PrefillScheduler::record_throughput(int64_t tokens, double busy_seconds) {
     sum_tokens += s.tokens;
     sum_seconds += s.seconds;
   }
-  if (sum_seconds > 0) tokens_per_second_.store(static_cast<double>(sum_tokens) / sum_seconds, std::memory_order_relaxed);
+  if (sum_seconds > 0)
+    tokens_per_second_.store(static_cast<double>(sum_tokens) / sum_seconds, std::memory_order_relaxed);
 }
 
 // ---- committers -----------------------------------------------------------------------------
@@ -554,9 +560,9 @@ void PrefillScheduler::commit_loop() {
       if (skipped || (!st.ok() && j->cancel_requested)) {
         st = j->cancel_status;  // the abort of cancel()/stop() is what ended the commit
       } else if (!st.ok() && now >= j->req.deadline) {
-        st = Status(StatusCode::kDeadlineExceeded, "request " + d.request_id +
-                                                       ": deadline passed waiting for the decode worker's acknowledgement (" +
-                                                       st.message() + ")");
+        st = Status(StatusCode::kDeadlineExceeded,
+                    "request " + d.request_id + ": deadline passed waiting for the decode worker's acknowledgement (" +
+                        st.message() + ")");
       } else if (!st.ok()) {
         j->stats.transfer_failed = true;
       }

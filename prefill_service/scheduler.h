@@ -38,11 +38,11 @@ namespace yoco {
 
 // How much the scheduler takes on (docs/architecture.md, rule 8).
 struct PrefillLimits {
-  int chunk_tokens = 512;                         // tokens computed per step, across all active prompts
-  int max_active = 4;                             // prompts interleaved per step
-  int64_t max_queued_tokens = int64_t{1} << 20;   // uncomputed tokens waiting or active; beyond: RESOURCE_EXHAUSTED
-  int committers = 8;                             // threads waiting for commit acknowledgements
-  int retention_chunk = 64;                       // C of the chunkwise gated-retention form
+  int chunk_tokens = 512;                        // tokens computed per step, across all active prompts
+  int max_active = 4;                            // prompts interleaved per step
+  int64_t max_queued_tokens = int64_t{1} << 20;  // uncomputed tokens waiting or active; beyond: RESOURCE_EXHAUSTED
+  int committers = 8;                            // threads waiting for commit acknowledgements
+  int retention_chunk = 64;                      // C of the chunkwise gated-retention form
   // Slack past the reservation's lease for the commit acknowledgement (its wait must end).
   std::chrono::milliseconds commit_grace{5000};
   // Fault injection for tests and drills, off by default: every slice takes at least this long
@@ -74,15 +74,15 @@ struct PrefillJob {
 };
 
 struct PrefillStats {
-  int64_t rows = 0;             // K/V rows shipped (the prompt length)
-  int64_t bytes = 0;            // K/V rows + state blob
-  bool started = false;         // the first slice was computed (queue_seconds is meaningful)
-  double queue_seconds = 0;     // submit to the first slice
-  double prefill_seconds = 0;   // first slice start to last slice end
-  double transfer_seconds = 0;  // last slice end to the acknowledged commit (the part not hidden)
-  bool transfer_failed = false; // the transfer failed (sender error, decode-side rejection, lease over),
-                                // as opposed to a cancellation, a deadline or bad input
-  int64_t cached_tokens = 0;    // loaded from the KV store instead of computed
+  int64_t rows = 0;              // K/V rows shipped (the prompt length)
+  int64_t bytes = 0;             // K/V rows + state blob
+  bool started = false;          // the first slice was computed (queue_seconds is meaningful)
+  double queue_seconds = 0;      // submit to the first slice
+  double prefill_seconds = 0;    // first slice start to last slice end
+  double transfer_seconds = 0;   // last slice end to the acknowledged commit (the part not hidden)
+  bool transfer_failed = false;  // the transfer failed (sender error, decode-side rejection, lease over),
+                                 // as opposed to a cancellation, a deadline or bad input
+  int64_t cached_tokens = 0;     // loaded from the KV store instead of computed
   // The slices the prompt was computed in, in order: Model::prefill over the same slices (with
   // the same PrefillOptions) reproduces the shipped state bitwise.
   std::vector<int> chunks;
@@ -200,14 +200,14 @@ class PrefillScheduler {
   const bool write_prompts_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;         // compute thread: work, cancellation, stop
-  std::condition_variable commit_cv_;  // committers: work, stop
-  std::condition_variable idle_cv_;    // stop(): everything finished
+  std::condition_variable cv_;                 // compute thread: work, cancellation, stop
+  std::condition_variable commit_cv_;          // committers: work, stop
+  std::condition_variable idle_cv_;            // stop(): everything finished
   std::unordered_map<uint64_t, JobPtr> jobs_;  // every live job, for cancel()
   std::deque<JobPtr> waiting_;
-  std::vector<JobPtr> active_;                 // in arrival order
+  std::vector<JobPtr> active_;  // in arrival order
   std::deque<JobPtr> to_commit_;
-  int committing_ = 0;                         // in to_commit_ or inside commit()
+  int committing_ = 0;  // in to_commit_ or inside commit()
   int64_t queued_tokens_ = 0;
   uint64_t next_id_ = 1;
   bool started_ = false, stopping_ = false, commit_stop_ = false;

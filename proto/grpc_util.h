@@ -12,34 +12,55 @@ namespace yoco {
 
 inline grpc::Status to_grpc(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kOk: return grpc::Status::OK;
+    case StatusCode::kOk:
+      return grpc::Status::OK;
     case StatusCode::kInvalidArgument:
-    case StatusCode::kOutOfRange: return {grpc::StatusCode::INVALID_ARGUMENT, s.message()};
-    case StatusCode::kNotFound: return {grpc::StatusCode::NOT_FOUND, s.message()};
-    case StatusCode::kResourceExhausted: return {grpc::StatusCode::RESOURCE_EXHAUSTED, s.message()};
-    case StatusCode::kUnavailable: return {grpc::StatusCode::UNAVAILABLE, s.message()};
-    case StatusCode::kDeadlineExceeded: return {grpc::StatusCode::DEADLINE_EXCEEDED, s.message()};
-    case StatusCode::kCancelled: return {grpc::StatusCode::CANCELLED, s.message()};
-    case StatusCode::kFailedPrecondition: return {grpc::StatusCode::FAILED_PRECONDITION, s.message()};
-    case StatusCode::kUnimplemented: return {grpc::StatusCode::UNIMPLEMENTED, s.message()};
-    case StatusCode::kDataLoss: return {grpc::StatusCode::DATA_LOSS, s.message()};
-    default: return {grpc::StatusCode::INTERNAL, s.message()};
+    case StatusCode::kOutOfRange:
+      return {grpc::StatusCode::INVALID_ARGUMENT, s.message()};
+    case StatusCode::kNotFound:
+      return {grpc::StatusCode::NOT_FOUND, s.message()};
+    case StatusCode::kResourceExhausted:
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED, s.message()};
+    case StatusCode::kUnavailable:
+      return {grpc::StatusCode::UNAVAILABLE, s.message()};
+    case StatusCode::kDeadlineExceeded:
+      return {grpc::StatusCode::DEADLINE_EXCEEDED, s.message()};
+    case StatusCode::kCancelled:
+      return {grpc::StatusCode::CANCELLED, s.message()};
+    case StatusCode::kFailedPrecondition:
+      return {grpc::StatusCode::FAILED_PRECONDITION, s.message()};
+    case StatusCode::kUnimplemented:
+      return {grpc::StatusCode::UNIMPLEMENTED, s.message()};
+    case StatusCode::kDataLoss:
+      return {grpc::StatusCode::DATA_LOSS, s.message()};
+    default:
+      return {grpc::StatusCode::INTERNAL, s.message()};
   }
 }
 
 // The `status` label of yoco_requests_total.
 inline const char* grpc_code_label(grpc::StatusCode c) {
   switch (c) {
-    case grpc::StatusCode::OK: return "ok";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "invalid_argument";
-    case grpc::StatusCode::NOT_FOUND: return "not_found";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "resource_exhausted";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "deadline_exceeded";
-    case grpc::StatusCode::CANCELLED: return "cancelled";
-    case grpc::StatusCode::UNAVAILABLE: return "unavailable";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "failed_precondition";
-    case grpc::StatusCode::UNIMPLEMENTED: return "unimplemented";
-    default: return "error";
+    case grpc::StatusCode::OK:
+      return "ok";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "invalid_argument";
+    case grpc::StatusCode::NOT_FOUND:
+      return "not_found";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "resource_exhausted";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "deadline_exceeded";
+    case grpc::StatusCode::CANCELLED:
+      return "cancelled";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "unavailable";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "failed_precondition";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "unimplemented";
+    default:
+      return "error";
   }
 }
 

@@ -4,8 +4,8 @@
 
 #include <random>
 
-#include "common/status.h"
 #include "common/sampling_params.h"
+#include "common/status.h"
 #include "yoco/v1/yoco.pb.h"
 
 namespace yoco {

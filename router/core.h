@@ -24,11 +24,11 @@
 namespace yoco {
 
 struct RouterLimits {
-  int max_in_flight = 256;                 // admitted requests; beyond: RESOURCE_EXHAUSTED
-  int64_t max_queued_tokens = 1 << 20;     // prompt tokens of admitted requests
-  int prefill_attempts = 3;                // tries per request across prefill workers
-  int migrations = 3;                      // decode workers a stream may move across
-  uint32_t lease_ms = 30000;               // how long a reservation waits for its commit
+  int max_in_flight = 256;              // admitted requests; beyond: RESOURCE_EXHAUSTED
+  int64_t max_queued_tokens = 1 << 20;  // prompt tokens of admitted requests
+  int prefill_attempts = 3;             // tries per request across prefill workers
+  int migrations = 3;                   // decode workers a stream may move across
+  uint32_t lease_ms = 30000;            // how long a reservation waits for its commit
   int max_stop_strings = 16;
   int max_logprobs = 20;
   // Prefix affinity for prefill choice (0: off): prompts whose first `affinity_tokens` tokens

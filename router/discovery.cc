@@ -28,7 +28,8 @@ Result<Target> parse_one(std::string item) {
     colon = close + 1;
   } else {
     colon = item.rfind(':');
-    if (colon == std::string::npos || colon == 0) return invalid_argument("target \"" + item + "\": expected host:port");
+    if (colon == std::string::npos || colon == 0)
+      return invalid_argument("target \"" + item + "\": expected host:port");
     t.host = item.substr(0, colon);
   }
   const std::string port = item.substr(colon + 1);

@@ -208,9 +208,9 @@ GenerateCall::Step GenerateCall::prefill(const DecodePick& pick, const std::stri
   if (!pi) {
     stream.ctx->TryCancel();
     stream.reader->Finish();
-    return Step::end({grpc::StatusCode::UNAVAILABLE,
-                      "no healthy prefill worker for model " + pick.fingerprint +
-                          (last_error_.empty() ? "" : " (last error: " + last_error_ + ")")});
+    return Step::end(
+        {grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker for model " + pick.fingerprint +
+                                            (last_error_.empty() ? "" : " (last error: " + last_error_ + ")")});
   }
   const std::string paddr = snap[*pi].address;
   internal::v1::PrefillRequest preq;
@@ -269,8 +269,7 @@ GenerateCall::Step GenerateCall::relay(DecodeStream& stream, const std::string& 
       finished = true;
       reason = ev.finished().reason();
       // Colocated: no prefill worker reported a queue time; the decode worker's is the request's.
-      if (core_.colocated() && migrations_ == 0)
-        timings_.set_queue_seconds(ev.finished().queue_seconds());
+      if (core_.colocated() && migrations_ == 0) timings_.set_queue_seconds(ev.finished().queue_seconds());
       continue;
     }
     if (ev.kind_case() != internal::v1::DecodeEvent::kTokens || stop_hit_ || client_gone_) continue;
@@ -333,11 +332,14 @@ GenerateCall::Step GenerateCall::decode_failed(const std::string& address, const
   bad_decode_.push_back(address);
   core_.metrics().observe_retry("migration");
   if (++migrations_ > core_.limits().migrations)
-    return Step::end({grpc::StatusCode::UNAVAILABLE,
-                      "decode failed " + std::to_string(migrations_) + " times; " + last_error_});
+    return Step::end(
+        {grpc::StatusCode::UNAVAILABLE, "decode failed " + std::to_string(migrations_) + " times; " + last_error_});
   YOCO_LOG(LogLevel::kWarn, "moving request to another decode worker",
-           LogFields().kv("request_id", request_id_).kv("from", address)
-               .kv("generated", static_cast<int64_t>(generated_.size())).kv("error", st.error_message()));
+           LogFields()
+               .kv("request_id", request_id_)
+               .kv("from", address)
+               .kv("generated", static_cast<int64_t>(generated_.size()))
+               .kv("error", st.error_message()));
   return Step::retry();
 }
 

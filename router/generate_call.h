@@ -85,10 +85,10 @@ class GenerateCall {
   const Tokenizer* const tok_;
 
   // Fixed by validate/admit.
-  std::vector<int32_t> prompt_;            // documents' tokens first, then the request's
+  std::vector<int32_t> prompt_;             // documents' tokens first, then the request's
   std::vector<int64_t> cached_candidates_;  // document ends: where a prefill may resume from the store
   int64_t max_tokens_ = 16;
-  v1::SamplingParams sampling_;            // with its seed fixed, so a migrated stream draws the same
+  v1::SamplingParams sampling_;  // with its seed fixed, so a migrated stream draws the same
   std::string request_id_;
   bool admitted_ = false;
   uint64_t prefix_hash_ = 0;

@@ -44,10 +44,10 @@ std::vector<Target> read_targets(ServerFlags& f, const std::string& name, bool r
 }
 
 int run(int argc, char** argv) {
-  ServerFlags f(kProgram, argc, argv,
-                {"model", "prefill", "decode", "max-in-flight", "max-queued-tokens", "prefill-attempts", "migrations",
-                 "lease-ms", "health-interval-ms", "dns-refresh-seconds", "affinity-tokens",
-                 "affinity-max-extra-tokens"});
+  ServerFlags f(
+      kProgram, argc, argv,
+      {"model", "prefill", "decode", "max-in-flight", "max-queued-tokens", "prefill-attempts", "migrations", "lease-ms",
+       "health-interval-ms", "dns-refresh-seconds", "affinity-tokens", "affinity-max-extra-tokens"});
   const ServerOptions so = server_options(f);
   const std::string model_dir = f.required("model", "a model directory: the router reads its tokenizer");
   const std::vector<Target> ptargets = read_targets(f, "prefill", /*required=*/false);
@@ -75,13 +75,15 @@ int run(int argc, char** argv) {
     metrics.set_healthy_workers("decode", decode.healthy_count());
   });
   if (!server.ok()) return exit_with(kProgram, server.status().message(), 1);
-  (*server)->log_serving(LogFields().kv("prefill_healthy", prefill.healthy_count())
-                             .kv("decode_healthy", decode.healthy_count()).kv("colocated", ptargets.empty()));
+  (*server)->log_serving(LogFields()
+                             .kv("prefill_healthy", prefill.healthy_count())
+                             .kv("decode_healthy", decode.healthy_count())
+                             .kv("colocated", ptargets.empty()));
 
   // In-flight streams finish; new requests are refused (the router has no queue of its own).
   const auto idle = [&] { return core.in_flight() == 0; };
-  (*server)->wait_and_drain({.refuse = [&] { core.set_serving(false); },
-                             .finish = [&](auto until) { wait_until_idle(idle, until); }});
+  (*server)->wait_and_drain(
+      {.refuse = [&] { core.set_serving(false); }, .finish = [&](auto until) { wait_until_idle(idle, until); }});
   prefill.stop();
   decode.stop();
   return 0;

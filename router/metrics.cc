@@ -11,23 +11,25 @@ RouterMetrics::RouterMetrics(MetricsRegistry& r)
                        Histogram::latency_buckets())),
       e2e_(r.histogram(metric_name("yoco_e2e_request_latency_seconds"), "Request latency, first byte in to last out.",
                        Histogram::latency_buckets())),
-      queue_(r.histogram(metric_name("yoco_request_queue_seconds"), "Time a request waited in a prefill worker's queue.",
-                         Histogram::latency_buckets())),
+      queue_(r.histogram(metric_name("yoco_request_queue_seconds"),
+                         "Time a request waited in a prefill worker's queue.", Histogram::latency_buckets())),
       prefill_(r.histogram(metric_name("yoco_prefill_seconds"), "Prefill compute time per request.",
                            Histogram::latency_buckets())),
-      transfer_(r.histogram(metric_name("yoco_kv_transfer_seconds"), "KV transfer time not hidden behind prefill compute.",
-                            Histogram::latency_buckets())),
+      transfer_(r.histogram(metric_name("yoco_kv_transfer_seconds"),
+                            "KV transfer time not hidden behind prefill compute.", Histogram::latency_buckets())),
       prompt_tokens_(r.counter(metric_name("yoco_prompt_tokens_total"), "Prompt tokens of admitted requests.")),
       generation_tokens_(r.counter(metric_name("yoco_generation_tokens_total"), "Tokens streamed to clients.")),
-      cached_tokens_(r.counter(metric_name("yoco_cached_prompt_tokens_total"), "Prompt tokens served from the KV store.")),
-      requests_(*r.counter_family(metric_name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"}).value()),
+      cached_tokens_(
+          r.counter(metric_name("yoco_cached_prompt_tokens_total"), "Prompt tokens served from the KV store.")),
+      requests_(*r.counter_family(metric_name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"})
+                     .value()),
       retries_(*r.counter_family(metric_name("yoco_router_retries_total"),
                                  "Prefill retries and decode migrations after a worker failure.", {"kind"})
                     .value()),
       running_(r.gauge(metric_name("yoco_requests_running"), "Admitted requests in flight.")),
       waiting_(r.gauge(metric_name("yoco_requests_waiting"), "Admitted requests that have not streamed a token yet.")),
-      healthy_workers_(*r.gauge_family(metric_name("yoco_router_healthy_workers"), "Workers passing health checks, by role.",
-                                       {"role"})
+      healthy_workers_(*r.gauge_family(metric_name("yoco_router_healthy_workers"),
+                                       "Workers passing health checks, by role.", {"role"})
                             .value()) {}
 
 void RouterMetrics::observe_finished(grpc::StatusCode code, double seconds) {

@@ -20,12 +20,16 @@ void ModelInfoCache::refresh() {
     auto stub = internal::v1::DecodeWorker::NewStub(decode_.channel(w.address));
     const grpc::Status st = stub->Describe(&ctx, internal::v1::DescribeRequest(), info.get());
     if (!st.ok()) {
-      YOCO_LOG(LogLevel::kWarn, "describe failed", LogFields().kv("address", w.address).kv("error", st.error_message()));
+      YOCO_LOG(LogLevel::kWarn, "describe failed",
+               LogFields().kv("address", w.address).kv("error", st.error_message()));
       continue;
     }
     YOCO_LOG(LogLevel::kInfo, "serving model",
-             LogFields().kv("fingerprint", info->fingerprint()).kv("vocab_size", info->vocab_size())
-                 .kv("max_seq_len", info->max_seq_len()).kv("from", w.address));
+             LogFields()
+                 .kv("fingerprint", info->fingerprint())
+                 .kv("vocab_size", info->vocab_size())
+                 .kv("max_seq_len", info->max_seq_len())
+                 .kv("from", w.address));
     std::lock_guard<std::mutex> lock(mu_);
     info_ = std::move(info);
     return;

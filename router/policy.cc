@@ -67,10 +67,11 @@ std::optional<size_t> pick_decode(const std::vector<WorkerSnapshot>& workers, in
 Status Admission::try_admit(int64_t prompt_tokens) {
   if (in_flight_ >= max_in_flight_)
     return Status(StatusCode::kResourceExhausted, "admission: " + std::to_string(in_flight_) +
-                                                      " requests in flight (limit " + std::to_string(max_in_flight_) + ")");
+                                                      " requests in flight (limit " + std::to_string(max_in_flight_) +
+                                                      ")");
   if (queued_tokens_ + prompt_tokens > max_queued_tokens_)
-    return Status(StatusCode::kResourceExhausted, "admission: queued prompt tokens would exceed " +
-                                                      std::to_string(max_queued_tokens_));
+    return Status(StatusCode::kResourceExhausted,
+                  "admission: queued prompt tokens would exceed " + std::to_string(max_queued_tokens_));
   ++in_flight_;
   queued_tokens_ += prompt_tokens;
   return Status::Ok();

@@ -12,13 +12,13 @@
 namespace yoco {
 
 struct WorkerSnapshot {
-  std::string address;       // host:port
+  std::string address;  // host:port
   bool healthy = false;
-  int64_t queued_tokens = 0;  // prefill: prompt tokens waiting or in flight
-  int64_t free_kv_blocks = 0; // decode: blocks free in its pool
-  int64_t kv_block_rows = 0;  // decode: rows per block
-  int running = 0;            // decode: sequences in the running batch
-  std::string fingerprint;    // the model it reported ("" before its first successful poll)
+  int64_t queued_tokens = 0;   // prefill: prompt tokens waiting or in flight
+  int64_t free_kv_blocks = 0;  // decode: blocks free in its pool
+  int64_t kv_block_rows = 0;   // decode: rows per block
+  int running = 0;             // decode: sequences in the running batch
+  std::string fingerprint;     // the model it reported ("" before its first successful poll)
 };
 
 // Prefill choice: power of two choices on queued tokens — two random healthy workers, the

@@ -28,7 +28,9 @@ grpc::Status RouterService::Generate(grpc::ServerContext* ctx, const v1::Generat
   core_.metrics().observe_finished(st.error_code(), since(t0));
   if (!st.ok())
     YOCO_LOG(LogLevel::kInfo, "generate failed",
-             LogFields().kv("request_id", req->request_id()).kv("code", grpc_code_label(st.error_code()))
+             LogFields()
+                 .kv("request_id", req->request_id())
+                 .kv("code", grpc_code_label(st.error_code()))
                  .kv("message", st.error_message()));
   return st;
 }
@@ -145,12 +147,13 @@ grpc::Status RouterService::cache_document(grpc::ServerContext* ctx, const v1::C
       core_.prefix_hash(ids));
 }
 
-grpc::Status RouterService::GetDocument(grpc::ServerContext* ctx, const v1::GetDocumentRequest* req, v1::Document* doc) {
+grpc::Status RouterService::GetDocument(grpc::ServerContext* ctx, const v1::GetDocumentRequest* req,
+                                        v1::Document* doc) {
   if (req->id().empty()) return invalid("id: empty");
   internal::v1::DocumentRecord rec;
-  grpc::Status st = on_prefill_worker(ctx, *req, &rec, [](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
-    return stub.GetDocument(c, r, out);
-  });
+  grpc::Status st = on_prefill_worker(
+      ctx, *req, &rec,
+      [](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) { return stub.GetDocument(c, r, out); });
   if (st.ok()) *doc = rec.document();
   return st;
 }

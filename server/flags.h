@@ -15,8 +15,10 @@ namespace yoco {
 struct ListenAddress {
   std::string host;
   int port = 0;
-  std::string str() const { return host.find(':') == std::string::npos ? host + ":" + std::to_string(port)
-                                                                         : "[" + host + "]:" + std::to_string(port); }
+  std::string str() const {
+    return host.find(':') == std::string::npos ? host + ":" + std::to_string(port)
+                                               : "[" + host + "]:" + std::to_string(port);
+  }
 };
 
 class ServerFlags {

@@ -1,11 +1,11 @@
 #include "server/server.h"
 
-#include "server/call.h"  // compiled here once so the header stays self-contained
-
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include <thread>
+
+#include "server/call.h"  // compiled here once so the header stays self-contained
 
 namespace yoco {
 

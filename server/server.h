@@ -32,12 +32,12 @@
 namespace yoco {
 
 struct ServerOptions {
-  std::string program;          // "yoco-router": the log line and error prefix
-  std::string listen = "127.0.0.1:0";          // gRPC; port 0: any free port
+  std::string program;                           // "yoco-router": the log line and error prefix
+  std::string listen = "127.0.0.1:0";            // gRPC; port 0: any free port
   ListenAddress metrics_listen{"127.0.0.1", 0};  // /metrics over HTTP
-  std::string port_file;        // empty: none; else {"grpc_port", "metrics_port", extra...} JSON
-  std::chrono::seconds drain{30};           // the most in-flight work may take after SIGTERM
-  std::chrono::seconds shutdown_grace{1};   // gRPC Shutdown deadline after the drain
+  std::string port_file;                         // empty: none; else {"grpc_port", "metrics_port", extra...} JSON
+  std::chrono::seconds drain{30};                // the most in-flight work may take after SIGTERM
+  std::chrono::seconds shutdown_grace{1};        // gRPC Shutdown deadline after the drain
 };
 
 // Reads the common flags (ServerFlags::common_names()); errors go into `flags`.

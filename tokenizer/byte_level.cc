@@ -8,10 +8,10 @@ namespace yoco::byte_level {
 namespace {
 
 struct Alphabet {
-  std::array<uint32_t, 256> cp{};         // byte -> code point
-  std::array<char, 512> utf8{};           // byte -> its UTF-8 (2 slots each, second may be unused)
+  std::array<uint32_t, 256> cp{};  // byte -> code point
+  std::array<char, 512> utf8{};    // byte -> its UTF-8 (2 slots each, second may be unused)
   std::array<uint8_t, 256> utf8_len{};
-  std::array<int16_t, 324> byte{};        // code point (< 324) -> byte, or -1
+  std::array<int16_t, 324> byte{};  // code point (< 324) -> byte, or -1
 
   Alphabet() {
     byte.fill(-1);
@@ -40,9 +40,7 @@ std::string_view char_of(uint8_t b) {
   return {&a.utf8[2 * b], a.utf8_len[b]};
 }
 
-int byte_of(uint32_t cp) {
-  return cp < 324 ? alphabet().byte[cp] : -1;
-}
+int byte_of(uint32_t cp) { return cp < 324 ? alphabet().byte[cp] : -1; }
 
 void encode(std::string& out, std::string_view bytes) {
   const Alphabet& a = alphabet();

@@ -82,13 +82,16 @@ Status parse_pre_tokenizer(const Json& j, const std::string& where, int depth, s
   }
   if (type == "Split") {
     const Json* pattern = j.find("pattern");
-    if (!pattern || !pattern->is_object()) return invalid_argument(where + ".pattern: must be {\"Regex\": ...} or {\"String\": ...}");
+    if (!pattern || !pattern->is_object())
+      return invalid_argument(where + ".pattern: must be {\"Regex\": ...} or {\"String\": ...}");
     PreTokenizerStep st;
     if (const Json* re = pattern->find("Regex"); re && re->is_string()) {
-      YOCO_ASSIGN_OR_RETURN(st.regex, Regex::compile(re->as_string(), Regex::Dialect::kOniguruma, where + ".pattern.Regex"));
+      YOCO_ASSIGN_OR_RETURN(st.regex,
+                            Regex::compile(re->as_string(), Regex::Dialect::kOniguruma, where + ".pattern.Regex"));
     } else if (const Json* s = pattern->find("String"); s && s->is_string()) {
       if (s->as_string().empty()) return invalid_argument(where + ".pattern.String: must not be empty");
-      YOCO_ASSIGN_OR_RETURN(st.regex, Regex::compile(s->as_string(), Regex::Dialect::kLiteral, where + ".pattern.String"));
+      YOCO_ASSIGN_OR_RETURN(st.regex,
+                            Regex::compile(s->as_string(), Regex::Dialect::kLiteral, where + ".pattern.String"));
     } else {
       return invalid_argument(where + ".pattern: must be {\"Regex\": string} or {\"String\": string}");
     }
@@ -137,7 +140,8 @@ Status check_decoder(const Json* j, const std::string& where, int depth) {
     const Json* list = j->find("decoders");
     if (!list || !list->is_array()) return invalid_argument(where + ".decoders: must be an array");
     for (size_t i = 0; i < list->as_array().size(); ++i)
-      YOCO_RETURN_IF_ERROR(check_decoder(&list->as_array()[i], where + ".decoders[" + std::to_string(i) + "]", depth + 1));
+      YOCO_RETURN_IF_ERROR(
+          check_decoder(&list->as_array()[i], where + ".decoders[" + std::to_string(i) + "]", depth + 1));
     return Status::Ok();
   }
   return invalid_argument(where + ".type: " + quoted(type) + " is not supported (ByteLevel)");

@@ -64,8 +64,7 @@ void PreTokenizer::split(std::string_view text, const std::function<void(std::st
   if (!text.empty()) run(0, text, emit);
 }
 
-void PreTokenizer::run(size_t step, std::string_view piece,
-                       const std::function<void(std::string_view)>& emit) const {
+void PreTokenizer::run(size_t step, std::string_view piece, const std::function<void(std::string_view)>& emit) const {
   if (step == steps_.size()) {
     if (!piece.empty()) emit(piece);
     return;
@@ -84,9 +83,7 @@ void PreTokenizer::run(size_t step, std::string_view piece,
   }
   const bool streamable = st.behavior == SplitBehavior::kIsolated || st.behavior == SplitBehavior::kRemoved;
   // The flag of a span: true when this behaviour drops it.
-  auto drop = [&](bool is_match) {
-    return st.behavior == SplitBehavior::kRemoved && (is_match != st.invert);
-  };
+  auto drop = [&](bool is_match) { return st.behavior == SplitBehavior::kRemoved && (is_match != st.invert); };
   std::vector<Span> spans;
   size_t prev = 0;
   auto add = [&](size_t b, size_t e, bool is_match) {

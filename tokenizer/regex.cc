@@ -39,7 +39,7 @@ Result<std::string> translate(std::string_view p, Regex::Dialect dialect, const 
   std::string out;
   out.reserve(p.size() + 16);
   std::vector<size_t> groups;  // output offsets of open '('
-  size_t atom = kNone;          // output offset where the last repeatable item starts
+  size_t atom = kNone;         // output offset where the last repeatable item starts
   const size_t n = p.size();
   auto copy_char = [&](size_t& i) {  // one whole UTF-8 character
     const size_t k = std::max<size_t>(1, utf8::char_len(p, i));
@@ -210,9 +210,15 @@ Result<std::shared_ptr<const Regex>> Regex::compile(std::string_view pattern, Di
   // follow Unicode properties, as they do in Oniguruma and Rust.
   uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C | PCRE2_NO_UTF_CHECK;
   switch (dialect) {
-    case Dialect::kOniguruma: options |= PCRE2_MULTILINE; break;
-    case Dialect::kRust: options |= PCRE2_DOLLAR_ENDONLY; break;
-    case Dialect::kLiteral: options = PCRE2_UTF | PCRE2_NO_UTF_CHECK | PCRE2_LITERAL; break;
+    case Dialect::kOniguruma:
+      options |= PCRE2_MULTILINE;
+      break;
+    case Dialect::kRust:
+      options |= PCRE2_DOLLAR_ENDONLY;
+      break;
+    case Dialect::kLiteral:
+      options = PCRE2_UTF | PCRE2_NO_UTF_CHECK | PCRE2_LITERAL;
+      break;
   }
   pcre2_compile_context* cctx = pcre2_compile_context_create(nullptr);
   if (!cctx) return internal_error(field + ": out of memory compiling the pattern");
@@ -229,12 +235,11 @@ Result<std::shared_ptr<const Regex>> Regex::compile(std::string_view pattern, Di
     translated = std::move(t).value();
     pattern = translated;
   }
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &err,
-                                   &err_offset, cctx);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &err, &err_offset, cctx);
   pcre2_compile_context_free(cctx);
   if (!code) {
-    return invalid_argument(field + ": bad regex at offset " + std::to_string(err_offset) + ": " +
-                            pcre2_message(err));
+    return invalid_argument(field + ": bad regex at offset " + std::to_string(err_offset) + ": " + pcre2_message(err));
   }
   std::shared_ptr<Regex> re(new Regex());
   re->pattern_ = std::string(pattern);

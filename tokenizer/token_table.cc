@@ -32,8 +32,8 @@ Status fill_token_table(std::vector<TokenEntry> entries, const std::string& fiel
     if (k < entries.size() && entries[k].id == id) {
       TokenEntry& e = entries[k++];
       if (k < entries.size() && entries[k].id == id)
-        return invalid_argument(field + ": id " + std::to_string(id) + " is given to both \"" + e.text +
-                                "\" and \"" + entries[k].text + "\"");
+        return invalid_argument(field + ": id " + std::to_string(id) + " is given to both \"" + e.text + "\" and \"" +
+                                entries[k].text + "\"");
       data.token_bytes += e.bytes;
       data.token_flags[id] = TokenizerData::kKnown | (e.special ? TokenizerData::kSpecial : 0);
       data.token_ids.emplace(e.text, static_cast<int32_t>(id));

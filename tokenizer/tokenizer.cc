@@ -32,7 +32,8 @@ Status token_name(const Json& config, const char* key, std::string& out, bool& p
   if (!v || v->is_null()) return Status::Ok();
   if (v->is_object()) v = v->find("content");
   if (!v || !v->is_string())
-    return invalid_argument(std::string("tokenizer_config.json: \"") + key + "\" must be a string or {\"content\": string}");
+    return invalid_argument(std::string("tokenizer_config.json: \"") + key +
+                            "\" must be a string or {\"content\": string}");
   out = v->as_string();
   present = true;
   return Status::Ok();
@@ -133,8 +134,10 @@ Status Tokenizer::apply_config(std::string_view config_json) {
   const Json* ae = c.find("add_eos_token");
   add_bos_token_ = ab && ab->is_bool() && ab->as_bool();
   add_eos_token_ = ae && ae->is_bool() && ae->as_bool();
-  if (add_bos_token_ && !bos_id_) return invalid_argument("tokenizer_config.json: \"add_bos_token\" is true but \"bos_token\" is not set");
-  if (add_eos_token_ && !eos_id_) return invalid_argument("tokenizer_config.json: \"add_eos_token\" is true but \"eos_token\" is not set");
+  if (add_bos_token_ && !bos_id_)
+    return invalid_argument("tokenizer_config.json: \"add_bos_token\" is true but \"bos_token\" is not set");
+  if (add_eos_token_ && !eos_id_)
+    return invalid_argument("tokenizer_config.json: \"add_eos_token\" is true but \"eos_token\" is not set");
   return Status::Ok();
 }
 

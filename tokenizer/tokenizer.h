@@ -83,9 +83,7 @@ class Tokenizer {
   bool is_known(int32_t id) const {
     return id >= 0 && id < vocab_size() && (data_.token_flags[id] & TokenizerData::kKnown);
   }
-  bool is_special(int32_t id) const {
-    return is_known(id) && (data_.token_flags[id] & TokenizerData::kSpecial);
-  }
+  bool is_special(int32_t id) const { return is_known(id) && (data_.token_flags[id] & TokenizerData::kSpecial); }
   // The bytes id decodes to; empty for an unknown id.
   std::string_view token_bytes(int32_t id) const;
 

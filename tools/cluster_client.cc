@@ -37,23 +37,40 @@ Json number(double v) { return std::isfinite(v) ? Json(v) : Json(); }
 
 const char* grpc_code_name(grpc::StatusCode c) {
   switch (c) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "UNKNOWN";
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -103,7 +120,8 @@ Result<std::vector<int32_t>> int32_list(const Flags& f, const std::string& name)
   std::vector<int32_t> out;
   for (size_t i = 0; i < list->size(); ++i) {
     const int64_t v = list.value()[i];
-    if (v < 0 || v > INT32_MAX) return invalid_argument("--" + name + "[" + std::to_string(i) + "]: negative or too large");
+    if (v < 0 || v > INT32_MAX)
+      return invalid_argument("--" + name + "[" + std::to_string(i) + "]: negative or too large");
     out.push_back(static_cast<int32_t>(v));
   }
   return out;
@@ -114,8 +132,8 @@ Result<int64_t> int_in(const Flags& f, const std::string& name, int64_t def, int
   auto v = f.get_int(name, def);
   if (!v.ok()) return v.status();
   if (v.value() < lo || v.value() > hi)
-    return invalid_argument("--" + name + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                            std::to_string(v.value()));
+    return invalid_argument("--" + name + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                            "], got " + std::to_string(v.value()));
   return v;
 }
 
@@ -159,10 +177,14 @@ Json logprob_entry_json(const v1::LogprobEntry& e) {
 
 const char* finish_reason_name(v1::FinishReason r) {
   switch (r) {
-    case v1::FINISH_REASON_LENGTH: return "length";
-    case v1::FINISH_REASON_STOP: return "stop";
-    case v1::FINISH_REASON_EOS: return "eos";
-    default: return "unspecified";
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_EOS:
+      return "eos";
+    default:
+      return "unspecified";
   }
 }
 
@@ -205,12 +227,12 @@ Status build_generate_request(const Flags& f, int argc, char** argv, const std::
     const char* name;
     void (v1::SamplingParams::*set)(float);
   };
-  for (const auto& [name, set] : {FloatFlag{"temperature", &v1::SamplingParams::set_temperature},
-                                  FloatFlag{"top-p", &v1::SamplingParams::set_top_p},
-                                  FloatFlag{"min-p", &v1::SamplingParams::set_min_p},
-                                  FloatFlag{"repetition-penalty", &v1::SamplingParams::set_repetition_penalty},
-                                  FloatFlag{"presence-penalty", &v1::SamplingParams::set_presence_penalty},
-                                  FloatFlag{"frequency-penalty", &v1::SamplingParams::set_frequency_penalty}}) {
+  for (const auto& [name, set] :
+       {FloatFlag{"temperature", &v1::SamplingParams::set_temperature},
+        FloatFlag{"top-p", &v1::SamplingParams::set_top_p}, FloatFlag{"min-p", &v1::SamplingParams::set_min_p},
+        FloatFlag{"repetition-penalty", &v1::SamplingParams::set_repetition_penalty},
+        FloatFlag{"presence-penalty", &v1::SamplingParams::set_presence_penalty},
+        FloatFlag{"frequency-penalty", &v1::SamplingParams::set_frequency_penalty}}) {
     if (!f.has(name)) continue;
     YOCO_ASSIGN_OR_RETURN(double v, f.get_double(name, 0));
     (s->*set)(static_cast<float>(v));
@@ -244,9 +266,9 @@ Status build_generate_request(const Flags& f, int argc, char** argv, const std::
 int cmd_generate(int argc, char** argv) {
   const std::set<std::string> booleans = {"json", "ignore-eos"};
   auto f = parse_flags(argc, argv,
-                       {"prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p", "repetition-penalty",
-                        "presence-penalty", "frequency-penalty", "seed", "stop", "stop-token-ids", "ignore-eos",
-                        "logprobs", "json", "request-id", "priority", "document-ids"},
+                       {"prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p",
+                        "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "stop", "stop-token-ids",
+                        "ignore-eos", "logprobs", "json", "request-id", "priority", "document-ids"},
                        booleans);
   if (!f.ok()) return flag_fail(f.status());
   v1::GenerateRequest req;
@@ -308,9 +330,9 @@ int cmd_generate(int argc, char** argv) {
     for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%d", i ? " " : "", ids[i]);
     std::printf("\n");
   }
-  std::fprintf(stderr, "[%u tokens, finish=%s, first token %.3f s, total %.3f s]\n",
-               fin->usage().completion_tokens(), finish_reason_name(fin->finish_reason()),
-               fin->timings().first_token_seconds(), fin->timings().total_seconds());
+  std::fprintf(stderr, "[%u tokens, finish=%s, first token %.3f s, total %.3f s]\n", fin->usage().completion_tokens(),
+               finish_reason_name(fin->finish_reason()), fin->timings().first_token_seconds(),
+               fin->timings().total_seconds());
   return 0;
 }
 
@@ -320,7 +342,8 @@ int cmd_score(int argc, char** argv) {
   auto f = parse_flags(argc, argv, {"text", "tokens", "top-logprobs", "json"}, {"json"});
   if (!f.ok()) return flag_fail(f.status());
   v1::ScoreRequest req;
-  if (f->has("text") && f->has("tokens")) return flag_fail(invalid_argument("--text and --tokens are alternatives; give one"));
+  if (f->has("text") && f->has("tokens"))
+    return flag_fail(invalid_argument("--text and --tokens are alternatives; give one"));
   if (f->has("text")) {
     req.set_text(f->get("text"));
   } else if (f->has("tokens")) {
@@ -436,8 +459,8 @@ int cmd_info(int argc, char** argv) {
 
 struct BenchSample {
   grpc::Status status;
-  double ttft = NAN;          // seconds from sending to the first token
-  std::vector<double> itl;    // seconds between tokens, one entry per token after the first delta
+  double ttft = NAN;        // seconds from sending to the first token
+  std::vector<double> itl;  // seconds between tokens, one entry per token after the first delta
   double e2e = NAN;
   int64_t output_tokens = 0;
 };
@@ -524,7 +547,8 @@ int cmd_bench(int argc, char** argv) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::ModelInfo info;
-    if (grpc::Status st = conn->stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info); !st.ok()) return rpc_fail(st);
+    if (grpc::Status st = conn->stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info); !st.ok())
+      return rpc_fail(st);
     c.vocab = info.vocab_size();
     if (f->has("vocab-size")) {
       auto v = int_in(f.value(), "vocab-size", 0, 1, INT32_MAX);
@@ -560,7 +584,8 @@ int cmd_bench(int argc, char** argv) {
   threads.reserve(reqs.size());
   const auto start = Clock::now();
   for (size_t i = 0; i < reqs.size(); ++i) {
-    std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival[i])));
+    std::this_thread::sleep_until(
+        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival[i])));
     slots.acquire();
     threads.emplace_back([&, i] {
       samples[i] = run_one(*conn->stub, conn.value(), reqs[i]);
@@ -587,7 +612,8 @@ int cmd_bench(int argc, char** argv) {
     itl.insert(itl.end(), s.itl.begin(), s.itl.end());
     e2e.push_back(s.e2e);
   }
-  for (const auto& [code, msg] : first_error) std::fprintf(stderr, "bench: first %s error: %s\n", code.c_str(), msg.c_str());
+  for (const auto& [code, msg] : first_error)
+    std::fprintf(stderr, "bench: first %s error: %s\n", code.c_str(), msg.c_str());
   const double req_per_s = wall > 0 ? completed / wall : 0, tok_per_s = wall > 0 ? out_tokens / wall : 0;
 
   if (f->get_bool("json")) {
@@ -616,11 +642,12 @@ int cmd_bench(int argc, char** argv) {
     char arrivals[64] = "all at once";
     if (c.rate > 0) std::snprintf(arrivals, sizeof arrivals, "Poisson arrivals at %g req/s", c.rate);
     const std::string in_flight = c.concurrency > 0 ? std::to_string(c.concurrency) : "unlimited";
-    std::printf("bench: %lld requests to %s, %s, concurrency %s, prompt %lld random ids below %lld (seed %llu), "
-                "max_tokens %lld, greedy, ignore_eos\n",
-                static_cast<long long>(c.requests), f->get("router").c_str(), arrivals, in_flight.c_str(),
-                static_cast<long long>(c.prompt_tokens), static_cast<long long>(c.vocab),
-                static_cast<unsigned long long>(c.seed), static_cast<long long>(c.max_tokens));
+    std::printf(
+        "bench: %lld requests to %s, %s, concurrency %s, prompt %lld random ids below %lld (seed %llu), "
+        "max_tokens %lld, greedy, ignore_eos\n",
+        static_cast<long long>(c.requests), f->get("router").c_str(), arrivals, in_flight.c_str(),
+        static_cast<long long>(c.prompt_tokens), static_cast<long long>(c.vocab),
+        static_cast<unsigned long long>(c.seed), static_cast<long long>(c.max_tokens));
     std::string errs = std::to_string(c.requests - completed);
     if (!errors.empty()) {
       errs += " (";
@@ -753,22 +780,23 @@ int run_cluster_command(const std::string& cmd, int argc, char** argv) {
 }
 
 void cluster_usage() {
-  std::fprintf(stderr,
-               "With --router HOST:PORT the commands talk to a cluster (yoco.v1) instead of loading a model;\n"
-               "sampling flags left out take the server's defaults (temperature 1). Every one takes --deadline-ms MS.\n"
-               "  generate --router HOST:PORT (--prompt TEXT | --tokens 1,2,3) [--max-tokens N] [--temperature T]\n"
-               "           [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--presence-penalty P]\n"
-               "           [--frequency-penalty F] [--seed S] [--stop STR]... [--stop-token-ids 1,2] [--ignore-eos]\n"
-               "           [--logprobs N] [--request-id ID] [--priority P] [--document-ids ID,ID] [--json]\n"
-               "  cache-doc --router HOST:PORT (--text TEXT | --file PATH | --tokens 1,2,3) [--ttl-seconds S]\n"
-               "  get-doc --router HOST:PORT --id ID;  list-docs --router HOST:PORT;  delete-doc --router HOST:PORT --id ID\n"
-               "  score --router HOST:PORT (--text TEXT | --tokens 1,2,3) [--top-logprobs N] [--json]\n"
-               "  tokenize --router HOST:PORT --text TEXT [--add-bos] [--allow-special] [--json]\n"
-               "  detokenize --router HOST:PORT --tokens 1,2,3 [--skip-special]\n"
-               "  info --router HOST:PORT\n"
-               "  bench --router HOST:PORT --requests N [--rate R (Poisson req/s; 0: all at once)] [--concurrency C]\n"
-               "        [--prompt-tokens L] [--max-tokens M] [--vocab-from-router] [--vocab-size V] [--seed S] [--json]\n"
-               "An RPC error prints `error: CODE: message` and exits 1; a bad flag exits 2.\n");
+  std::fprintf(
+      stderr,
+      "With --router HOST:PORT the commands talk to a cluster (yoco.v1) instead of loading a model;\n"
+      "sampling flags left out take the server's defaults (temperature 1). Every one takes --deadline-ms MS.\n"
+      "  generate --router HOST:PORT (--prompt TEXT | --tokens 1,2,3) [--max-tokens N] [--temperature T]\n"
+      "           [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--presence-penalty P]\n"
+      "           [--frequency-penalty F] [--seed S] [--stop STR]... [--stop-token-ids 1,2] [--ignore-eos]\n"
+      "           [--logprobs N] [--request-id ID] [--priority P] [--document-ids ID,ID] [--json]\n"
+      "  cache-doc --router HOST:PORT (--text TEXT | --file PATH | --tokens 1,2,3) [--ttl-seconds S]\n"
+      "  get-doc --router HOST:PORT --id ID;  list-docs --router HOST:PORT;  delete-doc --router HOST:PORT --id ID\n"
+      "  score --router HOST:PORT (--text TEXT | --tokens 1,2,3) [--top-logprobs N] [--json]\n"
+      "  tokenize --router HOST:PORT --text TEXT [--add-bos] [--allow-special] [--json]\n"
+      "  detokenize --router HOST:PORT --tokens 1,2,3 [--skip-special]\n"
+      "  info --router HOST:PORT\n"
+      "  bench --router HOST:PORT --requests N [--rate R (Poisson req/s; 0: all at once)] [--concurrency C]\n"
+      "        [--prompt-tokens L] [--max-tokens M] [--vocab-from-router] [--vocab-size V] [--seed S] [--json]\n"
+      "An RPC error prints `error: CODE: message` and exits 1; a bad flag exits 2.\n");
 }
 
 }  // namespace yoco::cli

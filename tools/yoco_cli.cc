@@ -173,8 +173,8 @@ int cmd_score(int argc, char** argv) {
 int cmd_generate(int argc, char** argv) {
   auto f = Flags::parse(argc, argv, 2,
                         {"model", "tokens", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-                         "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "stop-token-ids", "json",
-                         "threads", "chunk-tokens", "ignore-eos"},
+                         "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "stop-token-ids",
+                         "json", "threads", "chunk-tokens", "ignore-eos"},
                         {"json", "ignore-eos"});
   if (!f.ok()) return fail(f.status());
   if (!f->has("model")) return fail(invalid_argument("--model: required"));
@@ -192,11 +192,12 @@ int cmd_generate(int argc, char** argv) {
   auto freq = f->get_double("frequency-penalty", 0.0);
   auto seed = f->get_int("seed", 0);
   auto chunk = f->get_int("chunk-tokens", opt.prefill.chunk_tokens);
-  for (const Status* st : {&max_tokens.status(), &temperature.status(), &top_k.status(), &top_p.status(),
-                           &min_p.status(), &rep.status(), &pres.status(), &freq.status(), &seed.status(),
-                           &chunk.status()})
+  for (const Status* st :
+       {&max_tokens.status(), &temperature.status(), &top_k.status(), &top_p.status(), &min_p.status(), &rep.status(),
+        &pres.status(), &freq.status(), &seed.status(), &chunk.status()})
     if (!st->ok()) return fail(*st);
-  if (max_tokens.value() < 1 || max_tokens.value() > INT32_MAX) return fail(invalid_argument("--max-tokens: must be >= 1"));
+  if (max_tokens.value() < 1 || max_tokens.value() > INT32_MAX)
+    return fail(invalid_argument("--max-tokens: must be >= 1"));
   if (chunk.value() < 1 || chunk.value() > INT32_MAX) return fail(invalid_argument("--chunk-tokens: must be >= 1"));
   opt.max_tokens = static_cast<int>(max_tokens.value());
   opt.prefill.chunk_tokens = static_cast<int>(chunk.value());
@@ -335,8 +336,8 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   if (cmd == "bench" || cmd == "cache-doc" || cmd == "get-doc" || cmd == "list-docs" || cmd == "delete-doc" ||
-      ((cmd == "generate" || cmd == "score" || cmd == "tokenize" || cmd == "detokenize" ||
-                          cmd == "info") && has_router_flag(argc, argv))) {
+      ((cmd == "generate" || cmd == "score" || cmd == "tokenize" || cmd == "detokenize" || cmd == "info") &&
+       has_router_flag(argc, argv))) {
 #if defined(YOCO_HAVE_GRPC)
     return yoco::cli::run_cluster_command(cmd, argc, argv);
 #else

@@ -37,7 +37,8 @@ Result<std::pair<std::string, int>> split_host_port(const std::string& address) 
     port = address.substr(colon + 1);
   }
   if (host.empty()) return invalid_argument("address '" + address + "': empty host");
-  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return invalid_argument("address '" + address + "': bad port");
   const int p = std::stoi(port);
   if (p < 1 || p > 65535) return invalid_argument("address '" + address + "': port out of range");
@@ -48,11 +49,13 @@ Status ReservationDescriptor::validate() const {
   if (reservation_id == 0) return bad("reservation_id is 0");
   if (request_id.empty() || request_id.size() > kMaxRequestId) return bad("request_id length out of range");
   if (kv_dim <= 0 || kv_dim > (1 << 20)) return bad("kv_dim " + std::to_string(kv_dim) + " out of range");
-  if (block_size <= 0 || block_size > (1 << 20)) return bad("block_size " + std::to_string(block_size) + " out of range");
+  if (block_size <= 0 || block_size > (1 << 20))
+    return bad("block_size " + std::to_string(block_size) + " out of range");
   if (pool_blocks <= 0) return bad("pool_blocks " + std::to_string(pool_blocks) + " out of range");
   const unsigned __int128 pool_bytes = static_cast<unsigned __int128>(pool_blocks) * block_size * kv_dim * 4;
   if (pool_bytes > (static_cast<unsigned __int128>(1) << 50)) return bad("pool size out of range");
-  if (rows <= 0 || rows > static_cast<int64_t>(kMaxBlocks) * block_size) return bad("rows " + std::to_string(rows) + " out of range");
+  if (rows <= 0 || rows > static_cast<int64_t>(kMaxBlocks) * block_size)
+    return bad("rows " + std::to_string(rows) + " out of range");
   const int64_t want_blocks = (rows + block_size - 1) / block_size;
   if (static_cast<int64_t>(blocks.size()) != want_blocks)
     return bad("blocks: " + std::to_string(blocks.size()) + " for " + std::to_string(rows) + " rows of block_size " +
@@ -125,7 +128,8 @@ Result<ReservationDescriptor> ReservationDescriptor::parse(std::span<const uint8
   r.get(version);
   r.get(total);
   if (version != kVersion) return bad("unsupported version " + std::to_string(version));
-  if (total != bytes.size()) return bad("size field " + std::to_string(total) + " != " + std::to_string(bytes.size()) + " bytes");
+  if (total != bytes.size())
+    return bad("size field " + std::to_string(total) + " != " + std::to_string(bytes.size()) + " bytes");
   uint32_t stored_crc = 0;
   ByteReader(bytes.subspan(bytes.size() - 4)).get(stored_crc);
   if (crc32c(bytes.data(), bytes.size() - 4) != stored_crc) return bad("checksum mismatch");
@@ -133,13 +137,14 @@ Result<ReservationDescriptor> ReservationDescriptor::parse(std::span<const uint8
   ReservationDescriptor d;
   ByteReader body(bytes.subspan(16, bytes.size() - 20));
   uint32_t n_blocks = 0;
-  const bool ok = body.get(d.reservation_id) && body.get(d.fingerprint) && body.get(d.kv_dim) && body.get(d.block_size) &&
-                  body.get(d.pool_blocks) && body.get(d.rows) && body.get(d.lease_deadline_unix_ms) && body.get(d.k_base) &&
-                  body.get(d.v_base) && body.get_string(d.request_id, kMaxRequestId) &&
-                  body.get_string(d.address, kMaxAddress) && body.get_bytes(d.k_rkey, kMaxRkey) &&
-                  body.get_bytes(d.v_rkey, kMaxRkey) && body.get(n_blocks);
+  const bool ok = body.get(d.reservation_id) && body.get(d.fingerprint) && body.get(d.kv_dim) &&
+                  body.get(d.block_size) && body.get(d.pool_blocks) && body.get(d.rows) &&
+                  body.get(d.lease_deadline_unix_ms) && body.get(d.k_base) && body.get(d.v_base) &&
+                  body.get_string(d.request_id, kMaxRequestId) && body.get_string(d.address, kMaxAddress) &&
+                  body.get_bytes(d.k_rkey, kMaxRkey) && body.get_bytes(d.v_rkey, kMaxRkey) && body.get(n_blocks);
   if (!ok) return bad("truncated field");
-  if (n_blocks > kMaxBlocks || body.remaining() != 4ull * n_blocks) return bad("block count " + std::to_string(n_blocks) + " does not match the size");
+  if (n_blocks > kMaxBlocks || body.remaining() != 4ull * n_blocks)
+    return bad("block count " + std::to_string(n_blocks) + " does not match the size");
   d.blocks.resize(n_blocks);
   for (auto& b : d.blocks) body.get(b);
   YOCO_RETURN_IF_ERROR(d.validate());

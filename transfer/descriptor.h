@@ -23,14 +23,14 @@ struct RowRun {
 struct ReservationDescriptor {
   uint64_t reservation_id = 0;
   std::string request_id;
-  uint64_t fingerprint = 0;          // the decode worker's model fingerprint
-  int32_t kv_dim = 0;                // fp32 values per K (and per V) row
-  int32_t block_size = 0;            // rows per pool block
-  int32_t pool_blocks = 0;           // blocks in the remote pool: bounds every block id
-  int64_t rows = 0;                  // rows expected (the prompt length)
-  std::vector<int32_t> blocks;       // reserved blocks in row order: row r is in blocks[r / block_size]
-  std::string address;               // the decode worker's UCX listener, "host:port"
-  uint64_t k_base = 0, v_base = 0;   // remote addresses of the K and V pool arrays
+  uint64_t fingerprint = 0;             // the decode worker's model fingerprint
+  int32_t kv_dim = 0;                   // fp32 values per K (and per V) row
+  int32_t block_size = 0;               // rows per pool block
+  int32_t pool_blocks = 0;              // blocks in the remote pool: bounds every block id
+  int64_t rows = 0;                     // rows expected (the prompt length)
+  std::vector<int32_t> blocks;          // reserved blocks in row order: row r is in blocks[r / block_size]
+  std::string address;                  // the decode worker's UCX listener, "host:port"
+  uint64_t k_base = 0, v_base = 0;      // remote addresses of the K and V pool arrays
   std::vector<uint8_t> k_rkey, v_rkey;  // packed UCX remote keys for those arrays
   int64_t lease_deadline_unix_ms = 0;   // wall clock: the reservation is gone after this
 

@@ -32,12 +32,16 @@ Result<ByteReader> open(std::span<const uint8_t> b, AmId kind, const char* what)
   head.get(k);
   uint32_t crc = 0;
   ByteReader(b.subspan(b.size() - 4)).get(crc);
-  if (crc32c(b.data(), b.size() - 4) != crc) return transfer_error(TransferError::kBadChecksum, std::string(what) + ": checksum mismatch");
-  if (magic != kMagic || k != kind) return transfer_error(TransferError::kInvalid, std::string(what) + ": bad magic or kind");
+  if (crc32c(b.data(), b.size() - 4) != crc)
+    return transfer_error(TransferError::kBadChecksum, std::string(what) + ": checksum mismatch");
+  if (magic != kMagic || k != kind)
+    return transfer_error(TransferError::kInvalid, std::string(what) + ": bad magic or kind");
   return ByteReader(b.subspan(5, b.size() - 9));
 }
 
-Status bad_shape(const char* what) { return transfer_error(TransferError::kInvalid, std::string(what) + ": bad field or trailing bytes"); }
+Status bad_shape(const char* what) {
+  return transfer_error(TransferError::kInvalid, std::string(what) + ": bad field or trailing bytes");
+}
 
 bool valid_reason(uint32_t r) { return r <= static_cast<uint32_t>(TransferError::kInvalid); }
 
@@ -106,14 +110,16 @@ Result<BeginMsg> decode_begin(std::span<const uint8_t> b) {
 Result<StateMsg> decode_state(std::span<const uint8_t> b) {
   YOCO_ASSIGN_OR_RETURN(ByteReader r, open(b, kAmState, "state"));
   StateMsg m;
-  if (!(r.get(m.reservation_id) && r.get(m.bytes) && r.get(m.blob_crc)) || r.remaining() != 0) return bad_shape("state");
+  if (!(r.get(m.reservation_id) && r.get(m.bytes) && r.get(m.blob_crc)) || r.remaining() != 0)
+    return bad_shape("state");
   return m;
 }
 
 Result<RowsMsg> decode_rows(std::span<const uint8_t> b) {
   YOCO_ASSIGN_OR_RETURN(ByteReader r, open(b, kAmRows, "rows"));
   RowsMsg m;
-  if (!(r.get(m.reservation_id) && r.get(m.which) && r.get(m.row) && r.get(m.rows)) || r.remaining() != 0 || m.which > 1)
+  if (!(r.get(m.reservation_id) && r.get(m.which) && r.get(m.row) && r.get(m.rows)) || r.remaining() != 0 ||
+      m.which > 1)
     return bad_shape("rows");
   return m;
 }
@@ -170,8 +176,7 @@ uint32_t combine_row_crcs(std::span<const uint32_t> per_row) {
   size_t i = 0;
   while (i < per_row.size()) {
     const size_t n = std::min<size_t>(256, per_row.size() - i);
-    for (size_t j = 0; j < n; ++j)
-      store_le<uint32_t>(buf + 4 * j, per_row[i + j]);
+    for (size_t j = 0; j < n; ++j) store_le<uint32_t>(buf + 4 * j, per_row[i + j]);
     crc = crc32c(buf, 4 * n, crc);
     i += n;
   }

@@ -36,7 +36,8 @@ class UcxKvReceiver final : public KvReceiver {
   Status init();
 
   const std::string& address() const override { return address_; }
-  Result<ReservationDescriptor> reserve(const std::string& request_id, int64_t rows, Clock::time_point lease_deadline) override;
+  Result<ReservationDescriptor> reserve(const std::string& request_id, int64_t rows,
+                                        Clock::time_point lease_deadline) override;
   Result<CommittedSequence> wait_committed(uint64_t reservation_id, Clock::time_point deadline) override;
   void cancel(uint64_t reservation_id) override;
   int64_t in_flight() const override { return metrics_.snapshot().in_flight; }
@@ -155,7 +156,8 @@ Status ucx_error(const char* what, ucs_status_t st) {
 }
 
 int64_t unix_ms(Clock::time_point t) {
-  const auto sys = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(t - Clock::now());
+  const auto sys = std::chrono::system_clock::now() +
+                   std::chrono::duration_cast<std::chrono::system_clock::duration>(t - Clock::now());
   return std::chrono::duration_cast<std::chrono::milliseconds>(sys.time_since_epoch()).count();
 }
 
@@ -186,7 +188,8 @@ Status UcxKvReceiver::init() {
     ucp_rkey_buffer_release(buf);
   }
 
-  for (unsigned id : {kAmBegin, kAmState, kAmCommit, kAmAbort, kAmRows}) YOCO_RETURN_IF_ERROR(ucx_->set_am_handler(id, on_am, this));
+  for (unsigned id : {kAmBegin, kAmState, kAmCommit, kAmAbort, kAmRows})
+    YOCO_RETURN_IF_ERROR(ucx_->set_am_handler(id, on_am, this));
 
   sockaddr_storage ss{};
   socklen_t len = 0;
@@ -221,7 +224,8 @@ Status UcxKvReceiver::init() {
   address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
 
   ucx_->start([this] { return tick(); });
-  YOCO_LOG(LogLevel::kInfo, "kv receiver listening", LogFields().kv("address", address_).kv("pool_blocks", pool_.total_blocks()));
+  YOCO_LOG(LogLevel::kInfo, "kv receiver listening",
+           LogFields().kv("address", address_).kv("pool_blocks", pool_.total_blocks()));
   return Status::Ok();
 }
 
@@ -274,9 +278,7 @@ void UcxKvReceiver::teardown() {
     if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
   }
   conns_.clear();
-  ucx_->progress_until(
-      [&] { return reap_requests(closing_); },
-      Clock::now() + std::chrono::seconds(2));
+  ucx_->progress_until([&] { return reap_requests(closing_); }, Clock::now() + std::chrono::seconds(2));
 }
 
 // ---- callbacks: record and return --------------------------------------------------------
@@ -371,7 +373,8 @@ void UcxKvReceiver::accept(ucp_conn_request_h req) {
     return;
   }
   ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.field_mask =
+      UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   ep.conn_request = req;
   ep.err_mode = opt_.peer_error_handling ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   ep.err_handler.cb = on_ep_error;
@@ -524,8 +527,9 @@ float* UcxKvReceiver::rows_destination_locked(Reservation& r, const RowsMsg& m, 
   for (int64_t b = m.row / bs + 1; contiguous && b <= (m.row + m.rows - 1) / bs; ++b)
     contiguous = r.blocks[b] == r.blocks[b - 1] + 1;
   if (!contiguous) {
-    fail_locked(r, TransferError::kInvalid, "rows message [" + std::to_string(m.row) + ", +" + std::to_string(m.rows) +
-                                                ") of " + std::to_string(length) + " bytes does not fit the reservation");
+    fail_locked(r, TransferError::kInvalid,
+                "rows message [" + std::to_string(m.row) + ", +" + std::to_string(m.rows) + ") of " +
+                    std::to_string(length) + " bytes does not fit the reservation");
     return nullptr;
   }
   if (r.arrived.empty()) r.arrived.assign(r.rows, 0);
@@ -587,7 +591,8 @@ void UcxKvReceiver::rows_arrived(const RowsMsg& m, ucs_status_t status) {
   }
 }
 
-void UcxKvReceiver::state_arrived(uint64_t reservation_id, const StateMsg& msg, std::vector<uint8_t> blob, ucs_status_t status) {
+void UcxKvReceiver::state_arrived(uint64_t reservation_id, const StateMsg& msg, std::vector<uint8_t> blob,
+                                  ucs_status_t status) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = reservations_.find(reservation_id);
   if (it == reservations_.end() || it->second.phase != Phase::kOpen) return;
@@ -623,7 +628,8 @@ void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep)
     return;
   }
   if (r.phase == Phase::kCommitted) {
-    send_ack(reply_ep, m.reservation_id, transfer_error(TransferError::kAlreadyCommitted, "reservation " + std::to_string(r.id)));
+    send_ack(reply_ep, m.reservation_id,
+             transfer_error(TransferError::kAlreadyCommitted, "reservation " + std::to_string(r.id)));
     return;
   }
   auto reject = [&](TransferError e, const std::string& detail) {
@@ -633,7 +639,8 @@ void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep)
   if (m.fingerprint != fingerprint_)
     return reject(TransferError::kFingerprintMismatch,
                   "sender model " + std::to_string(m.fingerprint) + " != " + std::to_string(fingerprint_));
-  if (m.request_id != r.request_id) return reject(TransferError::kRequestMismatch, "commit for request '" + m.request_id + "'");
+  if (m.request_id != r.request_id)
+    return reject(TransferError::kRequestMismatch, "commit for request '" + m.request_id + "'");
   if (m.rows_written != r.rows)
     return reject(TransferError::kRowCountMismatch,
                   std::to_string(m.rows_written) + " rows written, " + std::to_string(r.rows) + " reserved");
@@ -648,7 +655,8 @@ void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep)
     return reject(TransferError::kBadChecksum, "state blob does not match the commit");
   if (!r.arrived.empty()) {  // pulled rows: every K and V row must have come
     for (int64_t row = 0; row < r.rows; ++row)
-      if (r.arrived[row] != 3) return reject(TransferError::kRowsIncomplete, "row " + std::to_string(row) + " never arrived");
+      if (r.arrived[row] != 3)
+        return reject(TransferError::kRowsIncomplete, "row " + std::to_string(row) + " never arrived");
   }
   if (opt_.verify_rows && m.has_rows_crc) {
     std::vector<uint32_t> crcs(r.rows);
@@ -703,7 +711,11 @@ void UcxKvReceiver::fail_locked(Reservation& r, TransferError e, const std::stri
     tombstones_.pop_front();
   }
   YOCO_LOG(LogLevel::kInfo, "kv reservation failed",
-           LogFields().kv("reservation", r.id).kv("request", r.request_id).kv("reason", transfer_error_name(e)).kv("detail", detail));
+           LogFields()
+               .kv("reservation", r.id)
+               .kv("request", r.request_id)
+               .kv("reason", transfer_error_name(e))
+               .kv("detail", detail));
   cv_.notify_all();
 }
 
@@ -715,7 +727,8 @@ void UcxKvReceiver::flush_acks() {
   for (auto& a : std::exchange(acks_out_, {})) {
     if (conns_.find(a.ep) == conns_.end()) continue;  // gone: the sender's wait ends by its deadline
     auto* op = new UcxOp;
-    op->header = encode(AckMsg{a.reservation_id, a.status.ok() ? TransferError::kNone : transfer_error_of(a.status), a.status.message()});
+    op->header = encode(AckMsg{a.reservation_id, a.status.ok() ? TransferError::kNone : transfer_error_of(a.status),
+                               a.status.message()});
     op->on_done = [](ucs_status_t) {};
     ucp_request_param_t p;
     ucx_op_param(p, op);
@@ -741,8 +754,10 @@ void UcxKvReceiver::expire_leases() {
 
 // ---- API ---------------------------------------------------------------------------------
 
-Result<ReservationDescriptor> UcxKvReceiver::reserve(const std::string& request_id, int64_t rows, Clock::time_point lease_deadline) {
-  if (request_id.empty() || request_id.size() > 256) return transfer_error(TransferError::kInvalid, "request_id must be 1..256 bytes");
+Result<ReservationDescriptor> UcxKvReceiver::reserve(const std::string& request_id, int64_t rows,
+                                                     Clock::time_point lease_deadline) {
+  if (request_id.empty() || request_id.size() > 256)
+    return transfer_error(TransferError::kInvalid, "request_id must be 1..256 bytes");
   if (rows <= 0 || rows > opt_.max_rows)
     return transfer_error(TransferError::kInvalid, "rows " + std::to_string(rows) + " out of range");
   if (lease_deadline <= Clock::now()) return transfer_error(TransferError::kInvalid, "lease_deadline already passed");
@@ -800,7 +815,8 @@ Result<CommittedSequence> UcxKvReceiver::wait_committed(uint64_t reservation_id,
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && Clock::now() >= deadline) {
       auto again = reservations_.find(reservation_id);
       if (again != reservations_.end() && again->second.phase == Phase::kOpen)
-        return transfer_error(TransferError::kTimeout, "no commit for reservation " + std::to_string(reservation_id) + " by the deadline");
+        return transfer_error(TransferError::kTimeout,
+                              "no commit for reservation " + std::to_string(reservation_id) + " by the deadline");
     }
   }
 }

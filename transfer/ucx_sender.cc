@@ -23,7 +23,8 @@ namespace {
 using Clock = TransferClock;
 
 int64_t now_unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 // A result handed from the progress thread to a waiting caller.
@@ -56,7 +57,8 @@ class UcxKvSender final : public KvSender {
   ~UcxKvSender() override;
   Status init();
 
-  Status put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows, const float* v_rows) override;
+  Status put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                  const float* v_rows) override;
   Status put_state(const ReservationDescriptor& d, std::span<const uint8_t> state_blob) override;
   Status commit(const ReservationDescriptor& d, int64_t rows_written, Clock::time_point deadline) override;
   void abort(const ReservationDescriptor& d, const std::string& reason) override;
@@ -124,7 +126,8 @@ class UcxKvSender final : public KvSender {
   Result<std::shared_ptr<Peer>> peer_for(const std::string& address);
   Result<ucp_rkey_h> rkey_for(Peer& p, const std::vector<uint8_t>& packed);
   Result<Transfer*> transfer_for(const ReservationDescriptor& d, bool create);
-  void send_am(Peer& p, unsigned id, std::vector<uint8_t> header, std::vector<uint8_t> data, std::function<void(ucs_status_t)> done);
+  void send_am(Peer& p, unsigned id, std::vector<uint8_t> header, std::vector<uint8_t> data,
+               std::function<void(ucs_status_t)> done);
   void send_am(Peer& p, unsigned id, std::vector<uint8_t> header, const void* data, size_t len,
                std::function<void(ucs_status_t)> done, UcxOp* op = nullptr);
   void track(uint64_t id, ucs_status_t st);
@@ -151,7 +154,7 @@ class UcxKvSender final : public KvSender {
   // Progress thread only.
   std::unordered_map<std::string, std::shared_ptr<Peer>> peers_;
   std::unordered_map<uint64_t, Transfer> transfers_;
-  mutable std::mutex ended_mu_;  // ended_ is read by callers too
+  mutable std::mutex ended_mu_;                 // ended_ is read by callers too
   std::unordered_map<uint64_t, Status> ended_;  // failed or aborted transfers, for late calls
   std::deque<uint64_t> ended_order_;
   std::vector<std::function<void()>> deferred_;
@@ -193,9 +196,7 @@ void UcxKvSender::teardown() {
     for (auto& fn : std::exchange(p->parked, {})) fn(down);
   for (auto& [addr, p] : peers_) close_peer(*p, p->failed);
   peers_.clear();
-  ucx_->progress_until(
-      [&] { return reap_requests(closing_); },
-      Clock::now() + std::chrono::seconds(2));
+  ucx_->progress_until([&] { return reap_requests(closing_); }, Clock::now() + std::chrono::seconds(2));
 }
 
 std::unique_ptr<float[]> UcxKvSender::take_staging(int64_t bytes) {
@@ -230,11 +231,12 @@ void UcxKvSender::release_staging(int64_t bytes, std::unique_ptr<float[]> buf) {
 Status UcxKvSender::check_descriptor(const ReservationDescriptor& d) const {
   if (Status st = d.validate(); !st.ok()) return transfer_error(TransferError::kInvalid, st.message());
   if (d.fingerprint != opt_.fingerprint)
-    return transfer_error(TransferError::kFingerprintMismatch, "reservation " + std::to_string(d.reservation_id) + " is for model " +
-                                                                   std::to_string(d.fingerprint) + ", this worker runs " +
-                                                                   std::to_string(opt_.fingerprint));
+    return transfer_error(TransferError::kFingerprintMismatch,
+                          "reservation " + std::to_string(d.reservation_id) + " is for model " +
+                              std::to_string(d.fingerprint) + ", this worker runs " + std::to_string(opt_.fingerprint));
   if (now_unix_ms() >= d.lease_deadline_unix_ms)
-    return transfer_error(TransferError::kLeaseExpired, "reservation " + std::to_string(d.reservation_id) + ": lease is over");
+    return transfer_error(TransferError::kLeaseExpired,
+                          "reservation " + std::to_string(d.reservation_id) + ": lease is over");
   return Status::Ok();
 }
 
@@ -259,11 +261,12 @@ Status UcxKvSender::ended_status(uint64_t id) const {
 
 // ---- API ---------------------------------------------------------------------------------
 
-Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows, const float* v_rows) {
+Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                             const float* v_rows) {
   if (n_rows <= 0 || row_begin < 0 || row_begin + n_rows > d.rows || !k_rows || !v_rows)
-    return transfer_error(TransferError::kInvalid, "put_rows: rows [" + std::to_string(row_begin) + ", " +
-                                                       std::to_string(row_begin + n_rows) + ") outside the reservation's " +
-                                                       std::to_string(d.rows) + " rows");
+    return transfer_error(TransferError::kInvalid,
+                          "put_rows: rows [" + std::to_string(row_begin) + ", " + std::to_string(row_begin + n_rows) +
+                              ") outside the reservation's " + std::to_string(d.rows) + " rows");
   YOCO_RETURN_IF_ERROR(ended_status(d.reservation_id));
   if (Status st = check_descriptor(d); !st.ok()) {
     if (transfer_error_of(st) == TransferError::kFingerprintMismatch)
@@ -287,12 +290,14 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
   std::memcpy(staging->buf.get() + n, v_rows, n * 4);
   std::vector<uint32_t> crcs(n_rows);
   for (int i = 0; opt_.row_checksums && i < n_rows; ++i)
-    crcs[i] = row_crc(staging->buf.get() + static_cast<int64_t>(i) * kv_dim, staging->buf.get() + n + static_cast<int64_t>(i) * kv_dim, kv_dim);
+    crcs[i] = row_crc(staging->buf.get() + static_cast<int64_t>(i) * kv_dim,
+                      staging->buf.get() + n + static_cast<int64_t>(i) * kv_dim, kv_dim);
   auto runs = d.contiguous_runs(row_begin, n_rows);
 
   // Handed to the progress thread without waiting (a thread hand-off per chunk would cost more
   // than a small put); a failure is kept for the next call and for commit.
-  auto body = [this, d, row_begin, n_rows, n, bytes, staging, crcs = std::move(crcs), runs = std::move(runs)]() -> Status {
+  auto body = [this, d, row_begin, n_rows, n, bytes, staging, crcs = std::move(crcs),
+               runs = std::move(runs)]() -> Status {
     YOCO_ASSIGN_OR_RETURN(Transfer * t, transfer_for(d, true));
     const bool push = opt_.row_path == UcxRowPath::kPush;
     ucp_rkey_h rkeys[2] = {nullptr, nullptr};
@@ -309,7 +314,8 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
         auto done = [this, id, staging](ucs_status_t st) { defer([this, id, st] { track(id, st); }); };
         ++t->outstanding;
         if (!push) {  // one message per contiguous run; the receiver fetches it into the blocks
-          send_am(*t->peer, kAmRows, encode(RowsMsg{id, static_cast<uint8_t>(which), r.row, r.rows}), src, len, std::move(done));
+          send_am(*t->peer, kAmRows, encode(RowsMsg{id, static_cast<uint8_t>(which), r.row, r.rows}), src, len,
+                  std::move(done));
           continue;
         }
         auto* op = new UcxOp;
@@ -368,32 +374,42 @@ Status UcxKvSender::commit(const ReservationDescriptor& d, int64_t rows_written,
   auto w = std::make_shared<Waiter>();
   const uint64_t id = d.reservation_id;
   ucx_->post([this, w, id, rows_written, request_id = d.request_id, address = d.address] {
-   // Behind any puts still waiting for the endpoint.
-   with_peer(address, [this, w, id, rows_written, request_id](const Status& peer) {
-    if (w->abandoned) return;  // timed out while waiting for the endpoint: never commit late
-    if (Status e = ended_status(id); !e.ok()) return w->set(e);
-    if (!peer.ok()) return w->set(peer);
-    auto it = transfers_.find(id);
-    if (it == transfers_.end())
-      return w->set(transfer_error(TransferError::kRowsIncomplete, "reservation " + std::to_string(id) + ": nothing was put"));
-    Transfer& t = it->second;
-    if (t.phase != CommitPhase::kNone) return w->set(transfer_error(TransferError::kInvalid, "commit already in progress"));
-    if (!t.error.ok()) {
+    // Behind any puts still waiting for the endpoint.
+    with_peer(address, [this, w, id, rows_written, request_id](const Status& peer) {
+      if (w->abandoned) return;  // timed out while waiting for the endpoint: never commit late
+      if (Status e = ended_status(id); !e.ok()) return w->set(e);
+      if (!peer.ok()) return w->set(peer);
+      auto it = transfers_.find(id);
+      if (it == transfers_.end())
+        return w->set(
+            transfer_error(TransferError::kRowsIncomplete, "reservation " + std::to_string(id) + ": nothing was put"));
+      Transfer& t = it->second;
+      if (t.phase != CommitPhase::kNone)
+        return w->set(transfer_error(TransferError::kInvalid, "commit already in progress"));
+      if (!t.error.ok()) {
+        t.waiter = w;
+        return finish(id, Status(t.error));
+      }
+      if (rows_written <= 0 || rows_written > t.rows)
+        return w->set(
+            transfer_error(TransferError::kRowsIncomplete,
+                           std::to_string(rows_written) + " rows committed, " + std::to_string(t.rows) + " reserved"));
+      for (int64_t r = 0; r < rows_written; ++r)
+        if (!t.written[r])
+          return w->set(transfer_error(TransferError::kRowsIncomplete, "row " + std::to_string(r) + " was never put"));
+      t.commit = CommitMsg{
+          id,
+          request_id,
+          opt_.fingerprint,
+          rows_written,
+          t.state_bytes,
+          t.state_crc,
+          opt_.row_checksums ? combine_row_crcs(std::span<const uint32_t>(t.row_crc.data(), rows_written)) : 0,
+          opt_.row_checksums};
+      t.phase = CommitPhase::kDraining;
       t.waiter = w;
-      return finish(id, Status(t.error));
-    }
-    if (rows_written <= 0 || rows_written > t.rows)
-      return w->set(transfer_error(TransferError::kRowsIncomplete, std::to_string(rows_written) + " rows committed, " +
-                                                                       std::to_string(t.rows) + " reserved"));
-    for (int64_t r = 0; r < rows_written; ++r)
-      if (!t.written[r]) return w->set(transfer_error(TransferError::kRowsIncomplete, "row " + std::to_string(r) + " was never put"));
-    t.commit = CommitMsg{id, request_id, opt_.fingerprint, rows_written, t.state_bytes, t.state_crc,
-                         opt_.row_checksums ? combine_row_crcs(std::span<const uint32_t>(t.row_crc.data(), rows_written)) : 0,
-                         opt_.row_checksums};
-    t.phase = CommitPhase::kDraining;
-    t.waiter = w;
-    advance(t);
-   });
+      advance(t);
+    });
   });
   Status st;
   if (w->wait(deadline, st)) return st;
@@ -406,12 +422,14 @@ Status UcxKvSender::commit(const ReservationDescriptor& d, int64_t rows_written,
     finish(id, transfer_error(TransferError::kTimeout, "commit deadline passed"));
     abort_remote(address, id, TransferError::kTimeout, "sender's commit deadline passed");
   });
-  return transfer_error(TransferError::kTimeout, "reservation " + std::to_string(id) + ": no commit acknowledgement by the deadline");
+  return transfer_error(TransferError::kTimeout,
+                        "reservation " + std::to_string(id) + ": no commit acknowledgement by the deadline");
 }
 
 void UcxKvSender::abort(const ReservationDescriptor& d, const std::string& reason) {
   ucx_->post([this, address = d.address, id = d.reservation_id, reason] {
-    const Status st = transfer_error(TransferError::kAborted, "reservation " + std::to_string(id) + " was aborted: " + reason);
+    const Status st =
+        transfer_error(TransferError::kAborted, "reservation " + std::to_string(id) + " was aborted: " + reason);
     if (transfers_.count(id)) finish(id, st);
     remember_ended(id, st);
     abort_remote(address, id, TransferError::kAborted, reason);
@@ -420,7 +438,8 @@ void UcxKvSender::abort(const ReservationDescriptor& d, const std::string& reaso
 
 // ---- progress thread -----------------------------------------------------------------------
 
-ucs_status_t UcxKvSender::on_ack(void* arg, const void* header, size_t header_length, void*, size_t, const ucp_am_recv_param_t*) {
+ucs_status_t UcxKvSender::on_ack(void* arg, const void* header, size_t header_length, void*, size_t,
+                                 const ucp_am_recv_param_t*) {
   const auto* h = static_cast<const uint8_t*>(header);
   static_cast<UcxKvSender*>(arg)->acks_.emplace_back(h, h + header_length);
   return UCS_OK;
@@ -445,7 +464,8 @@ bool UcxKvSender::tick() {
       finish(m->reservation_id, Status::Ok());
     } else {
       const Status tag = transfer_error(m->reason, "");
-      finish(m->reservation_id, Status(tag.code(), m->message.rfind('[', 0) == 0 ? m->message : tag.message() + m->message));
+      finish(m->reservation_id,
+             Status(tag.code(), m->message.rfind('[', 0) == 0 ? m->message : tag.message() + m->message));
     }
   }
   for (auto& [ep, st] : std::exchange(ep_errors_, {})) fail_peer(ep, st);
@@ -469,7 +489,8 @@ Result<std::shared_ptr<UcxKvSender::Peer>> UcxKvSender::peer_for(const std::stri
   YOCO_ASSIGN_OR_RETURN(auto hp, split_host_port(address));
   sockaddr_storage ss{};
   socklen_t len = 0;
-  if (Status st = resolve_sockaddr(hp.first, hp.second, ss, len); !st.ok()) return transfer_error(TransferError::kPeerFailed, st.message());
+  if (Status st = resolve_sockaddr(hp.first, hp.second, ss, len); !st.ok())
+    return transfer_error(TransferError::kPeerFailed, st.message());
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -482,7 +503,8 @@ Result<std::shared_ptr<UcxKvSender::Peer>> UcxKvSender::peer_for(const std::stri
   auto p = std::make_shared<Peer>();
   p->address = address;
   const ucs_status_t st = ucp_ep_create(ucx_->worker(), &ep, &p->ep);
-  if (st != UCS_OK) return transfer_error(TransferError::kPeerFailed, "connect to " + address + ": " + ucs_status_string(st));
+  if (st != UCS_OK)
+    return transfer_error(TransferError::kPeerFailed, "connect to " + address + ": " + ucs_status_string(st));
   peers_[address] = p;
   // Nothing is posted before the wire-up completes: UCX 1.13 can abort when it replays an active
   // message queued on the temporary wire-up lane onto a shared-memory lane ("max_iov > 1"). A
@@ -505,7 +527,8 @@ Result<ucp_rkey_h> UcxKvSender::rkey_for(Peer& p, const std::vector<uint8_t>& pa
   }
   ucp_rkey_h rkey = nullptr;
   const ucs_status_t st = ucp_ep_rkey_unpack(p.ep, packed.data(), &rkey);
-  if (st != UCS_OK) return transfer_error(TransferError::kInvalid, std::string("remote key does not unpack: ") + ucs_status_string(st));
+  if (st != UCS_OK)
+    return transfer_error(TransferError::kInvalid, std::string("remote key does not unpack: ") + ucs_status_string(st));
   p.rkeys.emplace(std::move(key), rkey);
   return rkey;
 }
@@ -517,7 +540,8 @@ Result<UcxKvSender::Transfer*> UcxKvSender::transfer_for(const ReservationDescri
   if (it != transfers_.end()) {
     Transfer& t = it->second;
     if (!t.error.ok()) return t.error;
-    if (t.phase != CommitPhase::kNone) return transfer_error(TransferError::kInvalid, "reservation " + std::to_string(id) + " is committing");
+    if (t.phase != CommitPhase::kNone)
+      return transfer_error(TransferError::kInvalid, "reservation " + std::to_string(id) + " is committing");
     return &t;
   }
   if (!create) return transfer_error(TransferError::kUnknownReservation, "reservation " + std::to_string(id));
@@ -569,7 +593,8 @@ void UcxKvSender::note_error(uint64_t id, ucs_status_t st) {
   if (it == transfers_.end()) return;
   Transfer& t = it->second;
   if (st != UCS_OK && t.error.ok())
-    t.error = transfer_error(TransferError::kPeerFailed, std::string("transfer to ") + t.peer->address + " failed: " + ucs_status_string(st));
+    t.error = transfer_error(TransferError::kPeerFailed,
+                             std::string("transfer to ") + t.peer->address + " failed: " + ucs_status_string(st));
   advance(t);
 }
 
@@ -588,11 +613,15 @@ void UcxKvSender::advance(Transfer& t) {
       if (it == transfers_.end() || it->second.phase != CommitPhase::kFlushing) return;
       Transfer& t = it->second;
       if (st != UCS_OK)
-        return finish(id, transfer_error(TransferError::kPeerFailed, std::string("flush failed: ") + ucs_status_string(st)));
+        return finish(
+            id, transfer_error(TransferError::kPeerFailed, std::string("flush failed: ") + ucs_status_string(st)));
       t.phase = CommitPhase::kAwaitAck;
       send_am(*t.peer, kAmCommit, encode(t.commit), {}, [this, id](ucs_status_t st) {
         if (st != UCS_OK)
-          defer([this, id, st] { finish(id, transfer_error(TransferError::kPeerFailed, std::string("commit send failed: ") + ucs_status_string(st))); });
+          defer([this, id, st] {
+            finish(id, transfer_error(TransferError::kPeerFailed,
+                                      std::string("commit send failed: ") + ucs_status_string(st)));
+          });
       });
     });
   };
@@ -617,7 +646,8 @@ void UcxKvSender::finish(uint64_t id, const Status& st) {
   transfers_.erase(it);
 }
 
-void UcxKvSender::abort_remote(const std::string& address, uint64_t id, TransferError reason, const std::string& message) {
+void UcxKvSender::abort_remote(const std::string& address, uint64_t id, TransferError reason,
+                               const std::string& message) {
   auto peer = peer_for(address);
   if (!peer.ok()) return;  // unreachable: the receiver's lease or peer check frees the blocks
   std::shared_ptr<Peer> p = *peer;
@@ -655,7 +685,8 @@ void UcxKvSender::fail_peer(ucp_ep_h ep, ucs_status_t st) {
     if (peer->ep == ep) p = peer;
   if (!p || p->failed) return;
   p->failed = true;
-  YOCO_LOG(LogLevel::kWarn, "kv sender: endpoint failed", LogFields().kv("peer", p->address).kv("status", ucs_status_string(st)));
+  YOCO_LOG(LogLevel::kWarn, "kv sender: endpoint failed",
+           LogFields().kv("peer", p->address).kv("status", ucs_status_string(st)));
   const Status err = transfer_error(TransferError::kPeerFailed, p->address + ": " + ucs_status_string(st));
   for (auto& fn : std::exchange(p->parked, {})) fn(err);
   // Its transfers end now (their puts may be lost); later calls for them get this error, and

@@ -33,13 +33,13 @@ struct UcxReceiverOptions {
   // from another model and state blobs of other shapes are refused.
   uint64_t fingerprint = 0;
   StateShape state_shape;
-  int64_t max_rows = 0;          // longest sequence a reservation may hold (the model's max_seq_len)
+  int64_t max_rows = 0;  // longest sequence a reservation may hold (the model's max_seq_len)
   std::string listen_host = "0.0.0.0";
-  int listen_port = 0;           // 0: any free port (see KvReceiver::address())
-  std::string advertise_host;    // host in descriptors; empty: listen_host, or the hostname for a wildcard
-  std::string transports;        // non-empty: UCX_TLS for this engine only
+  int listen_port = 0;         // 0: any free port (see KvReceiver::address())
+  std::string advertise_host;  // host in descriptors; empty: listen_host, or the hostname for a wildcard
+  std::string transports;      // non-empty: UCX_TLS for this engine only
   int64_t max_state_bytes = int64_t{1} << 30;
-  bool verify_rows = true;       // recompute the K/V row checksum from the pool at commit (when sent)
+  bool verify_rows = true;  // recompute the K/V row checksum from the pool at commit (when sent)
   // UCP_ERR_HANDLING_MODE_PEER on accepted endpoints: a dead sender fails its reservations at
   // once. UCX 1.13 selects no shared-memory lane (posix/sysv/cma) for such endpoints, so turn it
   // off (here and in the senders) to move data over shared memory; dead senders are then found
@@ -61,11 +61,11 @@ Result<std::unique_ptr<KvReceiver>> make_ucx_receiver(KvBlockPool& pool, const U
 enum class UcxRowPath { kPush, kPull };
 
 struct UcxSenderOptions {
-  uint64_t fingerprint = 0;  // this worker's model; a descriptor for another model is refused
-  std::string transports;    // non-empty: UCX_TLS for this engine only
-  bool peer_error_handling = true;  // as UcxReceiverOptions::peer_error_handling; keep both alike
-  std::chrono::milliseconds op_timeout{30000};        // bound on waits inside put_rows / put_state
-  int64_t max_staging_bytes = int64_t{512} << 20;     // staged rows in flight before put_rows waits
+  uint64_t fingerprint = 0;                        // this worker's model; a descriptor for another model is refused
+  std::string transports;                          // non-empty: UCX_TLS for this engine only
+  bool peer_error_handling = true;                 // as UcxReceiverOptions::peer_error_handling; keep both alike
+  std::chrono::milliseconds op_timeout{30000};     // bound on waits inside put_rows / put_state
+  int64_t max_staging_bytes = int64_t{512} << 20;  // staged rows in flight before put_rows waits
   bool row_checksums = true;  // checksum the staged rows for the receiver's check (one pass over the data)
   UcxRowPath row_path = UcxRowPath::kPull;  // measured faster over tcp and shm here: bench/README.md
 };

@@ -80,7 +80,8 @@ Result<std::unique_ptr<UcxWorker>> UcxWorker::create(const std::string& transpor
   st = ucp_worker_create(w->context_, &wp, &w->worker_);
   if (st != UCS_OK) return Status(StatusCode::kUnavailable, std::string("ucp_worker_create: ") + ucs_status_string(st));
   st = ucp_worker_get_efd(w->worker_, &w->worker_fd_);
-  if (st != UCS_OK) return Status(StatusCode::kUnavailable, std::string("ucp_worker_get_efd: ") + ucs_status_string(st));
+  if (st != UCS_OK)
+    return Status(StatusCode::kUnavailable, std::string("ucp_worker_get_efd: ") + ucs_status_string(st));
 
   w->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   w->event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -89,7 +90,8 @@ Result<std::unique_ptr<UcxWorker>> UcxWorker::create(const std::string& transpor
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
-    if (epoll_ctl(w->epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) return io_error(std::string("epoll_ctl: ") + std::strerror(errno));
+    if (epoll_ctl(w->epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0)
+      return io_error(std::string("epoll_ctl: ") + std::strerror(errno));
   }
   return w;
 }

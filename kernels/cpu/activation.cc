@@ -6,7 +6,7 @@
 namespace yoco::cpu {
 
 void silu_mul(const float* a, int lda, const float* b, int ldb, float* out, int ldo, int rows, int cols) {
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(rows) * cols > (1 << 15))
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(rows) * cols > (1 << 15))
   for (int r = 0; r < rows; ++r) {
     const float* ar = a + static_cast<int64_t>(r) * lda;
     const float* br = b + static_cast<int64_t>(r) * ldb;

@@ -1,9 +1,9 @@
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
-
-#include <omp.h>
 
 #include "kernels/cpu/ops.h"
 

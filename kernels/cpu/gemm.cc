@@ -18,7 +18,7 @@ bool gemm_uses_blas() {
 
 void gemm_reference(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, bool b_trans,
                     float beta, float* c, int ldc) {
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(m) * n * k > (1 << 16))
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(m) * n * k > (1 << 16))
   for (int i = 0; i < m; ++i) {
     float* crow = c + static_cast<int64_t>(i) * ldc;
     const float* arow = a + static_cast<int64_t>(i) * lda;
@@ -41,8 +41,8 @@ void gemm_reference(int m, int n, int k, float alpha, const float* a, int lda, c
   }
 }
 
-void gemm(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, bool b_trans,
-          float beta, float* c, int ldc) {
+void gemm(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, bool b_trans, float beta,
+          float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     for (int i = 0; i < m; ++i)
@@ -53,7 +53,7 @@ void gemm(int m, int n, int k, float alpha, const float* a, int lda, const float
     // One row times Wᵀ (a decode step of one sequence): each output is a dot product with one
     // contiguous row of W, so W streams once. Threads join only for matrices big enough to pay
     // for waking them: a one-sequence step is dozens of small products (bench/README.md).
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(n) * k > (1 << 20))
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(n) * k > (1 << 20))
     for (int j = 0; j < n; ++j) {
       const float* row = b + static_cast<int64_t>(j) * ldb;
       float acc = 0;
@@ -64,8 +64,8 @@ void gemm(int m, int n, int k, float alpha, const float* a, int lda, const float
     return;
   }
 #if defined(YOCO_HAVE_CBLAS)
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, b_trans ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta,
-              c, ldc);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, b_trans ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
+              ldc);
 #else
   gemm_reference(m, n, k, alpha, a, lda, b, ldb, b_trans, beta, c, ldc);
 #endif

@@ -14,11 +14,11 @@ int num_threads();
 
 // --- gemm.cc -----------------------------------------------------------------------
 // C[m,n] = alpha · A[m,k] · op(B) + beta · C, op(B) = B[n,k]ᵀ when b_trans else B[k,n].
-void gemm(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, bool b_trans,
-          float beta, float* c, int ldc);
+void gemm(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, bool b_trans, float beta,
+          float* c, int ldc);
 // The plain triple loop the BLAS path is tested against (and the build without BLAS uses).
-void gemm_reference(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
-                    bool b_trans, float beta, float* c, int ldc);
+void gemm_reference(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, bool b_trans,
+                    float beta, float* c, int ldc);
 // y[m,n] = x[m,k] · W[n,k]ᵀ (+ y when accumulate): a linear layer.
 inline void linear(const float* x, const float* w, float* y, int m, int n, int k, bool accumulate = false) {
   gemm(m, n, k, 1.0f, x, k, w, k, true, accumulate ? 1.0f : 0.0f, y, n);
@@ -52,10 +52,14 @@ void log_softmax(float* x, int n);
 // Query at p sees keys at positions in (p - window, p]; window <= 0 means unbounded (causal).
 // Query head h reads kv head h / (n_q_heads / n_kv_heads).
 struct AttentionArgs {
-  const float* q; int ldq;  // [n_q, n_q_heads * head_dim] (strided)
-  const float* k; int ldk;  // [n_k, n_kv_heads * head_dim]
-  const float* v; int ldv;
-  float* out; int ldo;      // [n_q, n_q_heads * head_dim]
+  const float* q;
+  int ldq;  // [n_q, n_q_heads * head_dim] (strided)
+  const float* k;
+  int ldk;  // [n_k, n_kv_heads * head_dim]
+  const float* v;
+  int ldv;
+  float* out;
+  int ldo;  // [n_q, n_q_heads * head_dim]
   int n_q, n_k, n_q_heads, n_kv_heads, head_dim;
   int64_t q_pos0, k_pos0;
   int window;
@@ -72,7 +76,7 @@ void attention_reference(const AttentionArgs& a);
 struct KvBlocks {
   const float* const* k_blocks;  // pointers to [rows, kv_dim]
   const float* const* v_blocks;
-  int block_size;                // rows per block when block_rows is null (the last may be partial)
+  int block_size;  // rows per block when block_rows is null (the last may be partial)
   int64_t n_tokens;
   const int* block_rows = nullptr;  // optional per-block row counts
 };

@@ -5,7 +5,7 @@
 namespace yoco::cpu {
 
 void rmsnorm(const float* x, int ldx, const float* w, float* y, int ldy, int rows, int dim, float eps) {
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(rows) * dim > (1 << 15))
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(rows) * dim > (1 << 15))
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + static_cast<int64_t>(r) * ldx;
     float* yr = y + static_cast<int64_t>(r) * ldy;

@@ -21,7 +21,7 @@ void rope_table(const int64_t* positions, int rows, int head_dim, double theta, 
 
 void rope_apply(float* x, int ld, int rows, int n_heads, int head_dim, const float* cos_t, const float* sin_t) {
   const int half = head_dim / 2;
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(rows) * n_heads * head_dim > (1 << 15))
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(rows) * n_heads * head_dim > (1 << 15))
   for (int r = 0; r < rows; ++r) {
     const float* c = cos_t + static_cast<int64_t>(r) * half;
     const float* s = sin_t + static_cast<int64_t>(r) * half;

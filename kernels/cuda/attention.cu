@@ -216,16 +216,11 @@ Status decode_attention_paged(const PagedDecodeArgs& a, void* stream) {
   const dim3 grid(static_cast<unsigned>(a.batch), static_cast<unsigned>(a.n_kv_heads), static_cast<unsigned>(n_splits));
   cudaStream_t s = detail::as_stream(stream);
   // The one place the runtime group size becomes a template parameter.
-  if (group <= 1)
-    launch_partial<1>(grid, smem, s, a, group, split_keys, n_splits, part_acc, part_ml);
-  else if (group <= 2)
-    launch_partial<2>(grid, smem, s, a, group, split_keys, n_splits, part_acc, part_ml);
-  else if (group <= 4)
-    launch_partial<4>(grid, smem, s, a, group, split_keys, n_splits, part_acc, part_ml);
-  else if (group <= 8)
-    launch_partial<8>(grid, smem, s, a, group, split_keys, n_splits, part_acc, part_ml);
-  else
-    launch_partial<16>(grid, smem, s, a, group, split_keys, n_splits, part_acc, part_ml);
+  if (group <= 1) launch_partial<1>(grid, smem, s, a, group, split_keys, n_splits, part_acc, part_ml);
+  else if (group <= 2) launch_partial<2>(grid, smem, s, a, group, split_keys, n_splits, part_acc, part_ml);
+  else if (group <= 4) launch_partial<4>(grid, smem, s, a, group, split_keys, n_splits, part_acc, part_ml);
+  else if (group <= 8) launch_partial<8>(grid, smem, s, a, group, split_keys, n_splits, part_acc, part_ml);
+  else launch_partial<16>(grid, smem, s, a, group, split_keys, n_splits, part_acc, part_ml);
   YOCO_CUDA_RETURN_IF_ERROR(detail::launch_status("decode_attention_paged (partial)"));
   paged_decode_combine_kernel<<<dim3(static_cast<unsigned>(a.batch), static_cast<unsigned>(a.n_q_heads)), kThreads, 0,
                                 s>>>(part_acc, part_ml, n_splits, a.head_dim, a.n_q_heads, a.out, a.ldo);

@@ -265,10 +265,8 @@ Status causal_attention_prefill(const CausalPrefillArgs& a, void* stream) {
   // shared memory (≈ 135 KB) fits an A100.
   return detail::dispatch_head_dim("causal_attention_prefill", a.head_dim, [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
-    if constexpr (HD == 256)
-      return launch<256, 32, 4>(a, async, s);
-    else
-      return launch<HD, 64, 8>(a, async, s);
+    if constexpr (HD == 256) return launch<256, 32, 4>(a, async, s);
+    else return launch<HD, 64, 8>(a, async, s);
   });
 }
 

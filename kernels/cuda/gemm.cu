@@ -89,7 +89,8 @@ Status gemm_bf16(const uint16_t* a, const uint16_t* b, void* c, DType c_type, in
 
   Descs d;
   const cublasOperation_t trans_t = CUBLAS_OP_T, trans_n = CUBLAS_OP_N;
-  YOCO_CUDA_RETURN_IF_ERROR(lt_status(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate"));
+  YOCO_CUDA_RETURN_IF_ERROR(
+      lt_status(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate"));
   YOCO_CUDA_RETURN_IF_ERROR(lt_status(
       cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_t, sizeof(trans_t)), "set TRANSA"));
   YOCO_CUDA_RETURN_IF_ERROR(lt_status(
@@ -113,17 +114,18 @@ Status gemm_bf16(const uint16_t* a, const uint16_t* b, void* c, DType c_type, in
   }
   if (!have_algo) {
     YOCO_CUDA_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceCreate(&d.pref), "PreferenceCreate"));
-    YOCO_CUDA_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceSetAttribute(
-                                       d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)),
-                                   "set MAX_WORKSPACE_BYTES"));
+    YOCO_CUDA_RETURN_IF_ERROR(
+        lt_status(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                       sizeof(ws_bytes)),
+                  "set MAX_WORKSPACE_BYTES"));
     // Swapped as the matrices are: cuBLAS's A is our b, its B our a.
     const cublasLtMatmulPreferenceAttributes_t attrs[3] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                                                            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                                            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES};
     const uint32_t als[3] = {al_b, al_a, al_c};
     for (int i = 0; i < 3; ++i)
-      YOCO_CUDA_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceSetAttribute(d.pref, attrs[i], &als[i], sizeof(als[i])),
-                                     "set MIN_ALIGNMENT"));
+      YOCO_CUDA_RETURN_IF_ERROR(lt_status(
+          cublasLtMatmulPreferenceSetAttribute(d.pref, attrs[i], &als[i], sizeof(als[i])), "set MIN_ALIGNMENT"));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     YOCO_CUDA_RETURN_IF_ERROR(

@@ -46,8 +46,8 @@ Status rmsnorm_bf16(const uint16_t* x, const float* w, uint16_t* y, int rows, in
 // cpu::rope_table). positions is a device array of `rows` int64. Angles, cos and sin are
 // formed in double as on the CPU, so cos/sin match it to the float rounding; the rotation
 // itself is fp32 (≤ ~2 ulp apart from the CPU's).
-Status rope_interleaved(float* x, int ld, int rows, int n_heads, int head_dim, const int64_t* positions,
-                        double theta, void* stream);
+Status rope_interleaved(float* x, int ld, int rows, int n_heads, int head_dim, const int64_t* positions, double theta,
+                        void* stream);
 Status rope_interleaved_bf16(uint16_t* x, int ld, int rows, int n_heads, int head_dim, const int64_t* positions,
                              double theta, void* stream);
 
@@ -57,8 +57,8 @@ Status rope_interleaved_bf16(uint16_t* x, int ld, int rows, int n_heads, int hea
 // (docs/design.md §2.2: fc1 is the activated half). out may alias a or b (same ld).
 Status silu_mul(const float* a, int lda, const float* b, int ldb, float* out, int ldo, int rows, int cols,
                 void* stream);
-Status silu_mul_bf16(const uint16_t* a, int lda, const uint16_t* b, int ldb, uint16_t* out, int ldo, int rows,
-                     int cols, void* stream);
+Status silu_mul_bf16(const uint16_t* a, int lda, const uint16_t* b, int ldb, uint16_t* out, int ldo, int rows, int cols,
+                     void* stream);
 // out[i] = scale · table[ids[i]] (fp32 out), table [vocab, dim] of table_type. ids are device
 // int32 and are NOT checked on the device: the caller validates them against the vocabulary.
 Status embed(const void* table, DType table_type, int dim, const int32_t* ids, int n, float scale, float* out,

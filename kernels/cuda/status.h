@@ -30,11 +30,16 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
   std::string to_string() const {
     switch (code_) {
-      case StatusCode::kOk: return "OK";
-      case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT: " + message_;
-      case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED: " + message_;
-      case StatusCode::kUnimplemented: return "UNIMPLEMENTED: " + message_;
-      case StatusCode::kInternal: return "INTERNAL: " + message_;
+      case StatusCode::kOk:
+        return "OK";
+      case StatusCode::kInvalidArgument:
+        return "INVALID_ARGUMENT: " + message_;
+      case StatusCode::kResourceExhausted:
+        return "RESOURCE_EXHAUSTED: " + message_;
+      case StatusCode::kUnimplemented:
+        return "UNIMPLEMENTED: " + message_;
+      case StatusCode::kInternal:
+        return "INTERNAL: " + message_;
     }
     return "UNKNOWN: " + message_;
   }
@@ -51,9 +56,9 @@ inline Status internal_error(std::string m) { return {StatusCode::kInternal, std
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT
-    if (std::get<Status>(v_).ok()) std::abort();  // an OK status carries no value
+    if (std::get<Status>(v_).ok()) std::abort();   // an OK status carries no value
   }
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -74,8 +79,8 @@ class [[nodiscard]] Result {
 
 }  // namespace yoco::cuda
 
-#define YOCO_CUDA_RETURN_IF_ERROR(expr)              \
-  do {                                               \
-    ::yoco::cuda::Status _yoco_cuda_st = (expr);     \
-    if (!_yoco_cuda_st.ok()) return _yoco_cuda_st;   \
+#define YOCO_CUDA_RETURN_IF_ERROR(expr)            \
+  do {                                             \
+    ::yoco::cuda::Status _yoco_cuda_st = (expr);   \
+    if (!_yoco_cuda_st.ok()) return _yoco_cuda_st; \
   } while (0)

@@ -165,10 +165,8 @@ Status launch_prefill(const SwaPrefillArgs& a, cudaStream_t s) {
 Status dispatch_prefill(const SwaPrefillArgs& a, cudaStream_t s) {
   return detail::dispatch_head_dim("swa_prefill", a.head_dim, [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
-    if constexpr (HD == 256)
-      return launch_prefill<256, 32>(a, s);
-    else
-      return launch_prefill<HD, 64>(a, s);
+    if constexpr (HD == 256) return launch_prefill<256, 32>(a, s);
+    else return launch_prefill<HD, 64>(a, s);
   });
 }
 
@@ -367,16 +365,11 @@ Status swa_decode(const SwaDecodeArgs& a, void* stream) {
   const dim3 grid(static_cast<unsigned>(a.batch), static_cast<unsigned>(a.n_kv_heads));
   cudaStream_t s = detail::as_stream(stream);
   // The one place the runtime group size becomes a template parameter.
-  if (group <= 1)
-    launch_decode<1>(grid, smem, s, a, group);
-  else if (group <= 2)
-    launch_decode<2>(grid, smem, s, a, group);
-  else if (group <= 4)
-    launch_decode<4>(grid, smem, s, a, group);
-  else if (group <= 8)
-    launch_decode<8>(grid, smem, s, a, group);
-  else
-    launch_decode<16>(grid, smem, s, a, group);
+  if (group <= 1) launch_decode<1>(grid, smem, s, a, group);
+  else if (group <= 2) launch_decode<2>(grid, smem, s, a, group);
+  else if (group <= 4) launch_decode<4>(grid, smem, s, a, group);
+  else if (group <= 8) launch_decode<8>(grid, smem, s, a, group);
+  else launch_decode<16>(grid, smem, s, a, group);
   return detail::launch_status(op);
 }
 

@@ -5,13 +5,12 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
@@ -33,7 +32,6 @@ struct ProcInfo {
 };
 
 inline int port_of(const std::string& addr) { return std::stoi(addr.substr(addr.rfind(':') + 1)); }
-
 
 // The value of an unlabelled sample ("name value") in a Prometheus exposition; NaN if absent.
 inline double metric_value(const std::string& text, const std::string& name) {
@@ -60,10 +58,23 @@ class LocalCluster {
     // $YOCO_BINARY_DIR and $YOCO_PYTHON, when set, replace the build's binaries and /usr/bin/python3.
     const char* bin = std::getenv("YOCO_BINARY_DIR");
     const char* py = std::getenv("YOCO_PYTHON");
-    std::vector<std::string> args = {py && *py ? py : "/usr/bin/python3", source_dir() + "/deploy/local/cluster.py",
-                                     "--bin-dir", bin && *bin ? bin : YOCO_BINARY_DIR, "--model", o.model, "--prefill",
-                                     std::to_string(o.prefill), "--decode", std::to_string(o.decode), "--state-dir",
-                                     state_dir_, "--threads", "1", "--ucx-tls", o.ucx_tls, "--kv-blocks",
+    std::vector<std::string> args = {py && *py ? py : "/usr/bin/python3",
+                                     source_dir() + "/deploy/local/cluster.py",
+                                     "--bin-dir",
+                                     bin && *bin ? bin : YOCO_BINARY_DIR,
+                                     "--model",
+                                     o.model,
+                                     "--prefill",
+                                     std::to_string(o.prefill),
+                                     "--decode",
+                                     std::to_string(o.decode),
+                                     "--state-dir",
+                                     state_dir_,
+                                     "--threads",
+                                     "1",
+                                     "--ucx-tls",
+                                     o.ucx_tls,
+                                     "--kv-blocks",
                                      std::to_string(o.kv_blocks)};
     for (const auto& a : o.prefill_args) args.push_back("--prefill-arg=" + a);
     for (const auto& a : o.decode_args) args.push_back("--decode-arg=" + a);

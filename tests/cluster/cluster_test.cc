@@ -27,8 +27,8 @@ namespace yoco {
 namespace {
 
 using std::chrono::milliseconds;
-using test::LocalCluster;
 using test::greedy;
+using test::LocalCluster;
 using test::reference;
 
 const std::string kGret = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco";
@@ -98,7 +98,8 @@ TEST_P(ClusterGreedy, TwoPrefillTwoDecodeMatchInProcessEngine) {
   }
   for (size_t i = 0; i < ps.size(); ++i) {
     ASSERT_TRUE(got[i].status.ok()) << "prompt " << i << ": " << got[i].status.error_message() << c.logs();
-    EXPECT_EQ(got[i].ids, reference(**model, ps[i], max_tokens)) << "prompt " << i << " (" << ps[i].size() << " tokens)";
+    EXPECT_EQ(got[i].ids, reference(**model, ps[i], max_tokens))
+        << "prompt " << i << " (" << ps[i].size() << " tokens)";
     ASSERT_TRUE(got[i].final_seen);
     EXPECT_EQ(got[i].final.finish_reason(), v1::FINISH_REASON_LENGTH);
     EXPECT_EQ(got[i].final.usage().prompt_tokens(), ps[i].size());
@@ -127,7 +128,10 @@ INSTANTIATE_TEST_SUITE_P(Models, ClusterGreedy,
 TEST(Cluster, SharedMemoryTransportMatchesInProcessEngine) {
   auto model = Model::load(kGret);
   ASSERT_TRUE(model.ok());
-  LocalCluster c({.model = kGret, .prefill = 1, .decode = 1, .ucx_tls = "posix,sysv,cma,self,tcp",
+  LocalCluster c({.model = kGret,
+                  .prefill = 1,
+                  .decode = 1,
+                  .ucx_tls = "posix,sysv,cma,self,tcp",
                   .prefill_args = {"--chunk-tokens=64", "--ucx-no-peer-error-handling"},
                   .decode_args = {"--ucx-no-peer-error-handling"}});
   ASSERT_TRUE(c.ready()) << c.logs();
@@ -185,7 +189,10 @@ TEST(Cluster, SixtyFourConcurrentStreamsAndText) {
 TEST(Cluster, CancellationAndDeadlinesInEveryPhaseFreeTheBlocks) {
   auto model = Model::load(kGret);
   ASSERT_TRUE(model.ok());
-  LocalCluster c({.model = kGret, .prefill = 1, .decode = 1, .kv_blocks = 256,
+  LocalCluster c({.model = kGret,
+                  .prefill = 1,
+                  .decode = 1,
+                  .kv_blocks = 256,
                   .prefill_args = {"--chunk-tokens=64", "--max-active=1", "--inject-chunk-delay-ms=150",
                                    "--inject-commit-delay-ms=1500"}});
   ASSERT_TRUE(c.ready()) << c.logs();
@@ -226,9 +233,10 @@ TEST(Cluster, CancellationAndDeadlinesInEveryPhaseFreeTheBlocks) {
   expect_pools_idle(c, 256);
 
   // Decoding: cancelled after some tokens streamed; and a deadline during a long generation.
-  g = test::run_generate(*stub, greedy(ps[2], 3000), milliseconds(60000), [](grpc::ClientContext& ctx, const test::Generated& s) {
-    if (s.ids.size() >= 5) ctx.TryCancel();
-  });
+  g = test::run_generate(*stub, greedy(ps[2], 3000), milliseconds(60000),
+                         [](grpc::ClientContext& ctx, const test::Generated& s) {
+                           if (s.ids.size() >= 5) ctx.TryCancel();
+                         });
   EXPECT_EQ(g.status.error_code(), grpc::StatusCode::CANCELLED) << g.status.error_message();
   EXPECT_GE(g.ids.size(), 5u);
   // 4000 tokens take several seconds at any speed this model decodes at; the deadline is 2 s.
@@ -323,19 +331,23 @@ TEST(Cluster, SigtermDrainsADecodeWorkerWithoutLosingStreams) {
 TEST(Cluster, PrefillWorkerKilledMidTransferIsRetried) {
   auto model = Model::load(kGret);
   ASSERT_TRUE(model.ok());
-  LocalCluster c({.model = kGret, .prefill = 2, .decode = 1,
+  LocalCluster c({.model = kGret,
+                  .prefill = 2,
+                  .decode = 1,
                   .prefill_args = {"--chunk-tokens=64", "--inject-chunk-delay-ms=200"}});
   ASSERT_TRUE(c.ready()) << c.logs();
   auto stub = c.stub();
   std::vector<int32_t> prompt;  // 12 chunks: ≥ 2.4 s of prefill, rows shipped chunk by chunk
   for (int i = 0; i < 768; ++i) prompt.push_back((i * 53 + 7) % (*model)->config().vocab_size);
-  auto fut = std::async(std::launch::async, [&] { return test::run_generate(*stub, greedy(prompt, 10), milliseconds(120000)); });
+  auto fut = std::async(std::launch::async,
+                        [&] { return test::run_generate(*stub, greedy(prompt, 10), milliseconds(120000)); });
   // Find the prefill worker that took it (its queue shows the tokens), let a few chunks ship, kill it.
   int victim = -1;
   for (int i = 0; i < 400 && victim < 0; ++i) {
     for (int p = 0; p < 2; ++p) {
       const std::string m = test::http_get_body(test::port_of(c.prefill()[p].metrics), "/metrics");
-      if (test::metric_value(m, "yoco_kv_transfer_bytes_total") > 0 || test::metric_value(m, "yoco_requests_running") > 0)
+      if (test::metric_value(m, "yoco_kv_transfer_bytes_total") > 0 ||
+          test::metric_value(m, "yoco_requests_running") > 0)
         victim = p;
     }
     std::this_thread::sleep_for(milliseconds(10));
@@ -375,7 +387,8 @@ TEST(Cluster, PromtoolAndARealPrometheusScrapeEveryProcess) {
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   const int prom_port = ntohs(a.sin_port);
   close(fd);
-  std::string cfg = "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: yoco\n    static_configs:\n      - targets: [";
+  std::string cfg =
+      "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: yoco\n    static_configs:\n      - targets: [";
   for (size_t i = 0; i < targets.size(); ++i) cfg += (i ? ", '" : "'") + targets[i] + "'";
   cfg += "]\n";
   test::write_file(c.state_dir() + "/prometheus.yml", cfg);

@@ -18,8 +18,8 @@ namespace yoco {
 namespace {
 
 using std::chrono::milliseconds;
-using test::LocalCluster;
 using test::greedy;
+using test::LocalCluster;
 using test::reference;
 
 const std::string kGret = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco";
@@ -46,8 +46,9 @@ class RedisServer {
     if (pid_ == 0) {
       freopen((dir + "/redis.log").c_str(), "w", stdout);
       const std::string port = std::to_string(port_);
-      std::vector<std::string> args{"redis-server", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                                    "--dir", dir, "--enable-debug-command", "local"};
+      std::vector<std::string> args{"redis-server", "--bind", "127.0.0.1", "--save", "",
+                                    "--appendonly", "no",     "--dir",     dir,      "--enable-debug-command",
+                                    "local"};
       const std::vector<std::string> listen =
           tls ? tls->redis_server_args(port_) : std::vector<std::string>{"--port", port};
       args.insert(args.end(), listen.begin(), listen.end());
@@ -130,7 +131,9 @@ TEST_P(ClusterDocuments, CachedDocumentPlusQuestionEqualsUncachedPrompt) {
     ASSERT_TRUE(redis->up()) << test::read_file(tmp.sub("redis.log"));
     store = "rediss://127.0.0.1:" + std::to_string(redis->port()) + "/0?timeout_ms=500&" + pki->redis_url_query();
   }
-  LocalCluster c({.model = dir, .prefill = prefill_workers, .decode = 1,
+  LocalCluster c({.model = dir,
+                  .prefill = prefill_workers,
+                  .decode = 1,
                   .prefill_args = {"--kv-store=" + store, "--kv-block-tokens=32", "--chunk-tokens=64"}});
   ASSERT_TRUE(c.ready()) << c.logs();
   auto stub = c.stub();
@@ -235,8 +238,8 @@ TEST(ClusterStore, RedisFailuresNeverFailARequestAndHitsResume) {
   const int port = redis->port();
   const std::string store = "redis://127.0.0.1:" + std::to_string(port) +
                             "/0?timeout_ms=300&breaker_cooldown_ms=300&breaker_max_cooldown_ms=600";
-  LocalCluster c({.model = kGret, .prefill = 1, .decode = 1,
-                  .prefill_args = {"--kv-store=" + store, "--kv-block-tokens=32"}});
+  LocalCluster c(
+      {.model = kGret, .prefill = 1, .decode = 1, .prefill_args = {"--kv-store=" + store, "--kv-block-tokens=32"}});
   ASSERT_TRUE(c.ready()) << c.logs();
   auto stub = c.stub();
   const int vocab = (*model)->config().vocab_size;
@@ -258,7 +261,8 @@ TEST(ClusterStore, RedisFailuresNeverFailARequestAndHitsResume) {
     }
   };
   auto hits = [&] {
-    return test::metric_value(test::http_get_body(test::port_of(c.prefill()[0].metrics), "/metrics"), "yoco_kv_store_hits_total");
+    return test::metric_value(test::http_get_body(test::port_of(c.prefill()[0].metrics), "/metrics"),
+                              "yoco_kv_store_hits_total");
   };
   run_load(6, 100);  // warms the store with the shared prefix
   const double warm_hits = hits();
@@ -301,7 +305,9 @@ TEST(ClusterStore, CorruptedObjectsAreMissesAndOutputStaysCorrect) {
   auto model = Model::load(kGret);
   ASSERT_TRUE(model.ok());
   const std::string kv = tmp.sub("kv");
-  LocalCluster c({.model = kGret, .prefill = 1, .decode = 1,
+  LocalCluster c({.model = kGret,
+                  .prefill = 1,
+                  .decode = 1,
                   .prefill_args = {"--kv-store=dir://" + kv, "--kv-block-tokens=32", "--no-prompt-cache"}});
   ASSERT_TRUE(c.ready()) << c.logs();
   auto stub = c.stub();
@@ -337,7 +343,8 @@ TEST(ClusterStore, CorruptedObjectsAreMissesAndOutputStaysCorrect) {
     return n;
   };
   auto corrupt_count = [&] {
-    return test::metric_value(test::http_get_body(test::port_of(c.prefill()[0].metrics), "/metrics"), "yoco_kv_store_corrupt_total");
+    return test::metric_value(test::http_get_body(test::port_of(c.prefill()[0].metrics), "/metrics"),
+                              "yoco_kv_store_corrupt_total");
   };
 
   std::string id = cache_doc();
@@ -373,7 +380,10 @@ TEST(ClusterStore, ConcurrentPromptsShareDecodePoolBlocksOfTheirCommonPrefix) {
   test::TempDir tmp;
   auto model = Model::load(kGret);
   ASSERT_TRUE(model.ok());
-  LocalCluster c({.model = kGret, .prefill = 1, .decode = 1, .kv_blocks = 256,
+  LocalCluster c({.model = kGret,
+                  .prefill = 1,
+                  .decode = 1,
+                  .kv_blocks = 256,
                   .prefill_args = {"--kv-store=memory:64MiB", "--kv-block-tokens=32"}});
   ASSERT_TRUE(c.ready()) << c.logs();
   auto stub = c.stub();
@@ -411,9 +421,9 @@ TEST(ClusterStore, ConcurrentPromptsShareDecodePoolBlocksOfTheirCommonPrefix) {
 
 INSTANTIATE_TEST_SUITE_P(ModelsAndStores, ClusterDocuments,
                          ::testing::Values(Case{kGret, "memory"}, Case{kGret, "dir"}, Case{kGret, "redis"},
-                                           Case{"tiny-swa", "memory"}, Case{"tiny-swa", "dir"}, Case{"tiny-swa", "redis"},
-                                           Case{kYocoU, "memory"}, Case{kYocoU, "dir"}, Case{kYocoU, "redis"},
-                                           Case{kGret, "rediss"}),
+                                           Case{"tiny-swa", "memory"}, Case{"tiny-swa", "dir"},
+                                           Case{"tiny-swa", "redis"}, Case{kYocoU, "memory"}, Case{kYocoU, "dir"},
+                                           Case{kYocoU, "redis"}, Case{kGret, "rediss"}),
                          [](const auto& info) {
                            const std::string& m = info.param.model;
                            const std::string name = m == kGret ? "gret_kjv" : m == kYocoU ? "yocou_kjv" : "tiny_swa";

@@ -28,8 +28,8 @@ std::string fixed_hf_json() {
   for (int b = 0; b < 256; ++b) vocab.emplace(std::string(yoco::byte_level::char_of(static_cast<uint8_t>(b))), b);
   Json::Array merges;
   int next = 256;
-  for (const char* m : {"t h", "h e", "th e", "Ġ t", "Ġt he", "i n", "a n", "an d", "Ġ a", "e r", "o n", "Ġ Ġ", "ĠĠ ĠĠ", "1 2",
-                        "Ã ©", "ä ¸", "ä¸ Ń"}) {
+  for (const char* m : {"t h", "h e", "th e", "Ġ t", "Ġt he", "i n", "a n", "an d", "Ġ a", "e r", "o n", "Ġ Ġ", "ĠĠ ĠĠ",
+                        "1 2", "Ã ©", "ä ¸", "ä¸ Ń"}) {
     const std::string s(m);
     const size_t sp = s.find(' ');
     const std::string merged = s.substr(0, sp) + s.substr(sp + 1);
@@ -40,13 +40,14 @@ std::string fixed_hf_json() {
       Json(Json::Object{{"id", 1000}, {"content", "<|endoftext|>"}, {"special", true}, {"normalized", false}}),
       Json(Json::Object{{"id", 1001}, {"content", "<think>"}, {"special", false}, {"normalized", true}}),
   };
-  Json::Object pre{{"type", "Sequence"},
-                   {"pretokenizers",
-                    Json(Json::Array{
-                        Json(Json::Object{{"type", "Split"},
-                                          {"pattern", Json(Json::Object{{"Regex", std::string(yoco::kCl100kPattern)}})},
-                                          {"behavior", "Isolated"}}),
-                        Json(Json::Object{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}})})}};
+  Json::Object pre{
+      {"type", "Sequence"},
+      {"pretokenizers",
+       Json(Json::Array{
+           Json(Json::Object{{"type", "Split"},
+                             {"pattern", Json(Json::Object{{"Regex", std::string(yoco::kCl100kPattern)}})},
+                             {"behavior", "Isolated"}}),
+           Json(Json::Object{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}})})}};
   Json::Object root{{"model", Json(Json::Object{{"type", "BPE"}, {"vocab", Json(vocab)}, {"merges", Json(merges)}})},
                     {"added_tokens", Json(added)},
                     {"pre_tokenizer", Json(pre)}};

@@ -28,9 +28,9 @@ namespace {
 
 struct Case {
   int n_q_heads, n_kv_heads, head_dim, block_size;
-  int64_t pos0;             // keys 0 .. pos0 − 1 precede the queries (a resumed sequence)
-  std::vector<int> calls;   // query rows per call, consumed in order from pos0
-  int pad = 4;              // extra floats per pool row (odd: pool_ld not a multiple of 4)
+  int64_t pos0;            // keys 0 .. pos0 − 1 precede the queries (a resumed sequence)
+  std::vector<int> calls;  // query rows per call, consumed in order from pos0
+  int pad = 4;             // extra floats per pool row (odd: pool_ld not a multiple of 4)
 };
 
 std::string describe(const Case& c) {
@@ -46,9 +46,9 @@ std::string describe(const Case& c) {
 
 struct Inputs {
   int n = 0, qd = 0, kvd = 0;
-  int64_t total = 0;         // keys: pos0 + n
-  std::vector<float> q;      // [n, qd]
-  std::vector<float> k, v;   // [total, kvd]
+  int64_t total = 0;        // keys: pos0 + n
+  std::vector<float> q;     // [n, qd]
+  std::vector<float> k, v;  // [total, kvd]
 };
 
 Inputs make_inputs(const Case& c, uint32_t seed) {
@@ -159,17 +159,17 @@ std::vector<float> gpu_causal(const Case& c, const Inputs& in, const Pool& p) {
 TEST(CudaCausalAttention, MatchesCpu) {
   SKIP_WITHOUT_GPU();
   const Case cases[] = {
-      {4, 4, 64, 32, 0, {77}},            // GQA 1, from position 0 (the whole triangle)
-      {8, 2, 128, 64, 300, {129}},        // GQA 4, resumed, odd n over two query tiles
-      {16, 2, 64, 32, 1000, {33}},        // GQA 8, one partial query tile, long prefix
-      {8, 1, 256, 64, 130, {65}},         // head_dim 256 (the 64-row block), GQA 8
-      {4, 1, 256, 32, 0, {150}},          // head_dim 256 from 0, GQA 4
-      {4, 1, 128, 32, 5, {1}},            // a single query
-      {8, 8, 128, 32, 2500, {3, 200}},    // long context, two calls (the second resumes the first)
-      {4, 2, 64, 64, 17, {64, 1, 127}},   // calls of every kind, block 64, unaligned pos0
-      {4, 2, 64, 32, 40, {99}, 3},        // pool_ld not a multiple of 4: the plain-load path
-      {2, 2, 40, 32, 70, {51}},           // head_dim 40 (padded to 64 inside)
-      {6, 2, 32, 32, 9, {45}},            // head_dim 32, GQA 3
+      {4, 4, 64, 32, 0, {77}},           // GQA 1, from position 0 (the whole triangle)
+      {8, 2, 128, 64, 300, {129}},       // GQA 4, resumed, odd n over two query tiles
+      {16, 2, 64, 32, 1000, {33}},       // GQA 8, one partial query tile, long prefix
+      {8, 1, 256, 64, 130, {65}},        // head_dim 256 (the 64-row block), GQA 8
+      {4, 1, 256, 32, 0, {150}},         // head_dim 256 from 0, GQA 4
+      {4, 1, 128, 32, 5, {1}},           // a single query
+      {8, 8, 128, 32, 2500, {3, 200}},   // long context, two calls (the second resumes the first)
+      {4, 2, 64, 64, 17, {64, 1, 127}},  // calls of every kind, block 64, unaligned pos0
+      {4, 2, 64, 32, 40, {99}, 3},       // pool_ld not a multiple of 4: the plain-load path
+      {2, 2, 40, 32, 70, {51}},          // head_dim 40 (padded to 64 inside)
+      {6, 2, 32, 32, 9, {45}},           // head_dim 32, GQA 3
   };
   uint32_t seed = 7000;
   for (const Case& c : cases) {

@@ -88,7 +88,8 @@ TEST_P(CudaCluster, GreedyMatchesTheCpuEngine) {
   std::vector<test::Generated> got(ps.size());
   std::vector<std::thread> th;  // all at once: the decode worker batches them
   for (size_t i = 0; i < ps.size(); ++i)
-    th.emplace_back([&, i] { got[i] = test::run_generate(*stub, test::greedy(ps[i], max_tokens), milliseconds(120000)); });
+    th.emplace_back(
+        [&, i] { got[i] = test::run_generate(*stub, test::greedy(ps[i], max_tokens), milliseconds(120000)); });
   for (auto& t : th) t.join();
   int compared = 0;
   for (size_t i = 0; i < ps.size(); ++i) {

@@ -221,7 +221,8 @@ TEST(CudaEngineOps, FillNormalIsReproducibleWithTheRightMoments) {
   int same = 0;
   for (int i = 0; i < 1000; ++i) same += same_bits(he[i], ha[i]);
   EXPECT_LT(same, 5);
-  EXPECT_EQ(cuda::fill_normal(nullptr, cuda::DType::kF32, 4, 1, 0, 1, nullptr).code(), cuda::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::fill_normal(nullptr, cuda::DType::kF32, 4, 1, 0, 1, nullptr).code(),
+            cuda::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

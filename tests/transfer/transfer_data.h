@@ -56,7 +56,8 @@ inline SequenceState test_state(const ModelConfig& c, uint64_t seed, int64_t pos
   return st;
 }
 
-inline std::vector<uint8_t> test_state_blob(const ModelConfig& c, uint64_t fingerprint, uint64_t seed, int64_t position) {
+inline std::vector<uint8_t> test_state_blob(const ModelConfig& c, uint64_t fingerprint, uint64_t seed,
+                                            int64_t position) {
   StateBlobOptions opt;
   opt.include_kv = false;
   return serialize_state(test_state(c, seed, position), c, fingerprint, opt);

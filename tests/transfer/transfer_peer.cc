@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
   auto cfg = find_preset(preset);
   auto desc = ReservationDescriptor::parse(test::from_hex(hex));
   if (!cfg.ok() || !desc.ok()) {
-    std::fprintf(out, "COMMIT ERROR bad arguments: %s\n", desc.ok() ? cfg.status().message().c_str() : desc.status().message().c_str());
+    std::fprintf(out, "COMMIT ERROR bad arguments: %s\n",
+                 desc.ok() ? cfg.status().message().c_str() : desc.status().message().c_str());
     return 2;
   }
   UcxSenderOptions opt;

@@ -1,17 +1,18 @@
 // Continuous batching: many concurrent requests give exactly the in-process generation,
 // preemption by recompute keeps streams identical, cancellation and deadlines free blocks at
 // once, queues are bounded, and bad requests are refused with the field named.
+#include "decode_service/batcher.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
-#include "decode_service/batcher.h"
 #include "model/cpu_engine.h"
 #include "model/generate.h"
 #include "model/random_model.h"
@@ -184,10 +185,14 @@ TEST_P(BatcherTest, LogprobsAreTheRawModelDistribution) {
   // The first token's distribution, from the full forward over the prompt.
   const int V = model_->config().vocab_size;
   std::vector<float> last(V);
-  ASSERT_TRUE(model_->forward(r.prompt, [&](int64_t pos0, int rows, const float* lg) {
-                      if (pos0 + rows == static_cast<int64_t>(r.prompt.size()))
-                        std::copy(lg + static_cast<size_t>(rows - 1) * V, lg + static_cast<size_t>(rows) * V, last.begin());
-                    }).ok());
+  ASSERT_TRUE(model_
+                  ->forward(r.prompt,
+                            [&](int64_t pos0, int rows, const float* lg) {
+                              if (pos0 + rows == static_cast<int64_t>(r.prompt.size()))
+                                std::copy(lg + static_cast<size_t>(rows - 1) * V, lg + static_cast<size_t>(rows) * V,
+                                          last.begin());
+                            })
+                  .ok());
   double mx = *std::max_element(last.begin(), last.end()), sum = 0;
   for (float x : last) sum += std::exp(x - mx);
   const double lse = mx + std::log(sum);
@@ -256,7 +261,7 @@ TEST_P(BatcherTest, HigherPriorityIsAdmittedFirst) {
   auto pool = KvPool::create(64, 32, model_->config().kv_dim());
   ASSERT_TRUE(pool.ok());
   BatcherLimits lim;
-  lim.max_running = 1;  // one at a time: admission order = finish order
+  lim.max_running = 1;                        // one at a time: admission order = finish order
   ContinuousBatcher b(*model_, **pool, lim);  // not started: everything queues first
   std::mutex mu;
   std::vector<int> order;

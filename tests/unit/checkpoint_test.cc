@@ -49,8 +49,11 @@ TEST(SafetensorsHeader, RejectsHostileHeaders) {
   expect_error(parse(huge + "{}"), "exceeds the limit");
   expect_error(parse(raw_file("[1,2]", data)), "JSON object");
   expect_error(parse(raw_file("{\"a\":", data)), "JSON parse error");
-  expect_error(parse(raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", data)),
-               "duplicate key \"a\"");
+  expect_error(
+      parse(raw_file(
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+          data)),
+      "duplicate key \"a\"");
   expect_error(parse(raw_file(R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,2]}})", data)), "unknown dtype");
   expect_error(parse(raw_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,100]}})", data)), "out of range");
   expect_error(parse(raw_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data)), "need 12");
@@ -58,8 +61,11 @@ TEST(SafetensorsHeader, RejectsHostileHeaders) {
   expect_error(parse(raw_file(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data)), "non-negative");
   expect_error(parse(raw_file(R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", data)),
                "too large");
-  expect_error(parse(raw_file(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", data)),
-               "overlap");
+  expect_error(
+      parse(raw_file(
+          R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+          data)),
+      "overlap");
   expect_error(parse(raw_file(R"({"w":{"dtype":"F32","shape":[2]}})", data)), "data_offsets");
   std::string deep(200, '[');
   expect_error(parse(raw_file(deep, data)), "nesting");
@@ -114,8 +120,9 @@ TEST_F(CheckpointTest, TruncatedFile) {
 }
 
 TEST_F(CheckpointTest, MissingTensorIsNamed) {
-  expect_load_error(load_with(params_, with_header_edit("\"self_decoder.layers.1.mixer.k_proj.weight\"", "\"renamed\"")),
-                    "missing tensor \"self_decoder.layers.1.mixer.k_proj.weight\"");
+  expect_load_error(
+      load_with(params_, with_header_edit("\"self_decoder.layers.1.mixer.k_proj.weight\"", "\"renamed\"")),
+      "missing tensor \"self_decoder.layers.1.mixer.k_proj.weight\"");
 }
 
 TEST_F(CheckpointTest, WrongShapeIsNamed) {
@@ -128,7 +135,8 @@ TEST_F(CheckpointTest, WrongShapeIsNamed) {
   const size_t at = header.find(from, key);
   ASSERT_NE(at, std::string::npos);
   std::string edited = header;
-  edited.replace(at, from.size(), "\"shape\":[" + std::to_string(t->shape[1]) + "," + std::to_string(t->shape[0]) + "]");
+  edited.replace(at, from.size(),
+                 "\"shape\":[" + std::to_string(t->shape[1]) + "," + std::to_string(t->shape[0]) + "]");
   expect_load_error(load_with(params_, raw_file(edited, weights_.substr(header_.data_offset))),
                     "tensor \"cross_decoder.layers.0.ffn.fc2.weight\" has shape [160, 64], expected [64, 160]");
 }
@@ -151,7 +159,8 @@ TEST_F(CheckpointTest, NanWeightIsNamed) {
   std::string w = weights_;
   const float nan = std::nanf("");
   std::memcpy(&w[header_.data_offset + t->begin + 4 * 17], &nan, 4);
-  expect_load_error(load_with(params_, w), "tensor \"self_decoder.layers.0.mixer.v_proj.weight\" has a non-finite value");
+  expect_load_error(load_with(params_, w),
+                    "tensor \"self_decoder.layers.0.mixer.v_proj.weight\" has a non-finite value");
 }
 
 TEST_F(CheckpointTest, BadParamsAreNamed) {
@@ -169,7 +178,8 @@ TEST_F(CheckpointTest, BadParamsAreNamed) {
   expect_load_error(load_with(edit("\"n_attn_kv_heads\":2", "\"n_attn_kv_heads\":3"), weights_), "n_attn_kv_heads");
   expect_load_error(load_with(edit("\"dim\":64", "\"dim\":65"), weights_), "divisible");
   // A consistent config that does not match the tensors: the first mismatching tensor is named.
-  expect_load_error(load_with(edit("\"hidden_dim\":160", "\"hidden_dim\":128"), weights_), "ffn.fc1.weight\" has shape");
+  expect_load_error(load_with(edit("\"hidden_dim\":160", "\"hidden_dim\":128"), weights_),
+                    "ffn.fc1.weight\" has shape");
 }
 
 TEST_F(CheckpointTest, ShardedCheckpointLoadsAndMatches) {
@@ -187,10 +197,12 @@ TEST_F(CheckpointTest, ShardedCheckpointLoadsAndMatches) {
     (first ? s1 : s2).push_back({t.name, t.dtype, t.shape});
     map[t.name] = Json(first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors");
   }
-  for (auto [specs, name] : {std::pair{&s1, "model-00001-of-00002.safetensors"}, {&s2, "model-00002-of-00002.safetensors"}}) {
+  for (auto [specs, name] :
+       {std::pair{&s1, "model-00001-of-00002.safetensors"}, {&s2, "model-00002-of-00002.safetensors"}}) {
     ASSERT_TRUE(write_safetensors(d + "/" + name, *specs, [&](size_t i, std::vector<uint8_t>& b) {
                   const TensorInfo* t = header_.find((*specs)[i].name);
-                  b.assign(weights_.begin() + header_.data_offset + t->begin, weights_.begin() + header_.data_offset + t->end);
+                  b.assign(weights_.begin() + header_.data_offset + t->begin,
+                           weights_.begin() + header_.data_offset + t->end);
                   return Status::Ok();
                 }).ok());
   }
@@ -246,9 +258,11 @@ TEST(StateBlob, CorruptionAndMismatchAreDetected) {
   for (size_t pos : {size_t{0}, size_t{20}, blob.size() / 2, blob.size() - 1}) {
     auto bad = blob;
     bad[pos] ^= 0x10;
-    EXPECT_EQ(deserialize_state(bad, (*g)->config(), (*g)->fingerprint(), out).status().code(), StatusCode::kDataLoss) << pos;
+    EXPECT_EQ(deserialize_state(bad, (*g)->config(), (*g)->fingerprint(), out).status().code(), StatusCode::kDataLoss)
+        << pos;
   }
-  EXPECT_FALSE(deserialize_state(std::span(blob).first(blob.size() - 9), (*g)->config(), (*g)->fingerprint(), out).ok());
+  EXPECT_FALSE(
+      deserialize_state(std::span(blob).first(blob.size() - 9), (*g)->config(), (*g)->fingerprint(), out).ok());
   EXPECT_EQ(deserialize_state(blob, (*g)->config(), (*g)->fingerprint() ^ 1, out).status().code(),
             StatusCode::kFailedPrecondition);
   EXPECT_FALSE(deserialize_state(blob, (*s)->config(), (*g)->fingerprint(), out).ok());  // gRet blob into an SWA model

@@ -1,13 +1,14 @@
 // The equivalences of docs/design.md §2.5 on random models (gRet, SWA, YOCO-U with 3 loops and NoPE):
 // prefill + decode = full forward; chunked, serialized and resumed prefill = one-shot;
 // batched decode = one at a time; looping = unrolling; prefill-only weights = full weights.
+#include "model/engine.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <map>
 #include <random>
 
-#include "model/engine.h"
 #include "model/model.h"
 #include "model/random_model.h"
 #include "tests/unit/test_util.h"
@@ -122,7 +123,8 @@ TEST_P(EngineTest, RestoredStateDecodesBitwiseIdentically) {
   SequenceState a = m->new_sequence();
   ASSERT_TRUE(m->prefill(a, toks).ok());
   SequenceState b;
-  ASSERT_TRUE(deserialize_state(serialize_state(a, m->config(), m->fingerprint()), m->config(), m->fingerprint(), b).ok());
+  ASSERT_TRUE(
+      deserialize_state(serialize_state(a, m->config(), m->fingerprint()), m->config(), m->fingerprint(), b).ok());
   SequenceState* pa[1] = {&a};
   SequenceState* pb[1] = {&b};
   std::vector<float> la(V), lb(V);
@@ -172,7 +174,8 @@ TEST_P(EngineTest, PrefillOnlyWeightsGiveTheSameStateAndFingerprint) {
   SequenceState a = full->new_sequence(), b = pre->new_sequence();
   ASSERT_TRUE(full->prefill(a, toks).ok());
   ASSERT_TRUE(pre->prefill(b, toks).ok());
-  EXPECT_EQ(serialize_state(a, full->config(), full->fingerprint()), serialize_state(b, pre->config(), pre->fingerprint()));
+  EXPECT_EQ(serialize_state(a, full->config(), full->fingerprint()),
+            serialize_state(b, pre->config(), pre->fingerprint()));
   SequenceState* pb[1] = {&b};
   std::vector<float> logits(full->config().vocab_size);
   EXPECT_EQ(pre->logits(pb, logits.data()).code(), StatusCode::kFailedPrecondition);
@@ -214,7 +217,8 @@ TEST(Loops, LoopedSelfDecoderEqualsUnrolledCopies) {
     unrolled.config.n_layers = c.n_layers + c.n_self_layers * 2;
     auto layers = unrolled.weights.self_layers;
     unrolled.weights.self_layers.clear();
-    for (int t = 0; t < 3; ++t) unrolled.weights.self_layers.insert(unrolled.weights.self_layers.end(), layers.begin(), layers.end());
+    for (int t = 0; t < 3; ++t)
+      unrolled.weights.self_layers.insert(unrolled.weights.self_layers.end(), layers.begin(), layers.end());
     Model a(std::move(looped).value()), b(std::move(unrolled));
     std::vector<int32_t> toks;
     for (int i = 0; i < 40; ++i) toks.push_back((i * 37 + 11) % c.vocab_size);

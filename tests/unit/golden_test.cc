@@ -60,17 +60,18 @@ TEST_P(GoldenTest, FullForwardMatchesReference) {
     opt.chunk_tokens = chunk;
     opt.retention_chunk = 4;
     double worst = 0;
-    ASSERT_TRUE((*m)->forward(g.tokens,
-                              [&](int64_t pos0, int rows, const float* logits) {
-                                std::vector<float> row(V);
-                                for (int r = 0; r < rows; ++r) {
-                                  std::memcpy(row.data(), logits + static_cast<size_t>(r) * V, V * 4);
-                                  cpu::log_softmax(row.data(), V);
-                                  for (int i = 0; i < V; ++i)
-                                    worst = std::max(worst, std::fabs(row[i] - g.logprobs[pos0 + r][i]));
-                                }
-                              },
-                              opt)
+    ASSERT_TRUE((*m)->forward(
+                        g.tokens,
+                        [&](int64_t pos0, int rows, const float* logits) {
+                          std::vector<float> row(V);
+                          for (int r = 0; r < rows; ++r) {
+                            std::memcpy(row.data(), logits + static_cast<size_t>(r) * V, V * 4);
+                            cpu::log_softmax(row.data(), V);
+                            for (int i = 0; i < V; ++i)
+                              worst = std::max(worst, std::fabs(row[i] - g.logprobs[pos0 + r][i]));
+                          }
+                        },
+                        opt)
                     .ok());
     EXPECT_LT(worst, kLogprobTol) << "chunk_tokens=" << chunk;
   }
@@ -122,16 +123,20 @@ TEST_P(GoldenTest, StateMatchesReference) {
       for (int l = 0; l < c.n_layers; ++l) {
         std::vector<float> rows;
         for (int64_t r = 0; r < st.position; ++r) {
-          const float* p = key[6] == 'k' ? st.layer_k_row(r, l, c.n_layers, c.kv_dim()) : st.layer_v_row(r, l, c.n_layers, c.kv_dim());
+          const float* p = key[6] == 'k' ? st.layer_k_row(r, l, c.n_layers, c.kv_dim())
+                                         : st.layer_v_row(r, l, c.n_layers, c.kv_dim());
           rows.insert(rows.end(), p, p + c.kv_dim());
         }
-        EXPECT_LT(compare_state_part(test::flatten(layers[l]), rows.data(), rows.size(), key), kStateTol) << "layer " << l;
+        EXPECT_LT(compare_state_part(test::flatten(layers[l]), rows.data(), rows.size(), key), kStateTol)
+            << "layer " << l;
       }
     }
     return;
   }
-  EXPECT_LT(compare_state_part(test::flatten(*g.state.find("global_k")), st.k.data(), st.k.size(), "global_k"), kStateTol);
-  EXPECT_LT(compare_state_part(test::flatten(*g.state.find("global_v")), st.v.data(), st.v.size(), "global_v"), kStateTol);
+  EXPECT_LT(compare_state_part(test::flatten(*g.state.find("global_k")), st.k.data(), st.k.size(), "global_k"),
+            kStateTol);
+  EXPECT_LT(compare_state_part(test::flatten(*g.state.find("global_v")), st.v.data(), st.v.size(), "global_v"),
+            kStateTol);
   const auto& self = g.state.find("self")->as_array();
   ASSERT_EQ(self.size(), st.self.size());
   for (size_t i = 0; i < self.size(); ++i) {
@@ -157,8 +162,8 @@ TEST_P(GoldenTest, StateMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, GoldenTest,
-                         ::testing::Values("gret_tied", "gret_gqa3_untied", "swa_w8", "yocou_swa_t3_nope", "yocou_gret_t3",
-                                           "gret_selflayers3", "transformer_gqa3"));
+                         ::testing::Values("gret_tied", "gret_gqa3_untied", "swa_w8", "yocou_swa_t3_nope",
+                                           "yocou_gret_t3", "gret_selflayers3", "transformer_gqa3"));
 
 }  // namespace
 }  // namespace yoco

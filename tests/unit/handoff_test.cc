@@ -50,7 +50,7 @@ TEST(HandoffBytes, LittleEndianAndBoundsChecked) {
 
 TEST(HandoffBf16, RoundsToNearestEvenAndWidensExactly) {
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.5f)), 1.5f);
-  EXPECT_EQ(f32_to_bf16(1.0f + 1.0f / 256), f32_to_bf16(1.0f));  // a tie: to even
+  EXPECT_EQ(f32_to_bf16(1.0f + 1.0f / 256), f32_to_bf16(1.0f));               // a tie: to even
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 3.0f / 256)), 1.0f + 4.0f / 256);  // a tie: up to even
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::nanf("")))));
   EXPECT_TRUE(std::isinf(bf16_to_f32(f32_to_bf16(3.4e38f))));

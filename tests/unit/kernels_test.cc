@@ -91,14 +91,30 @@ TEST(Attention, TiledMatchesReference) {
     int n_q, n_k, hq, hkv, hd, window;
     int64_t q_pos0, k_pos0;
   };
-  for (const Case& c : {Case{1, 1, 2, 2, 8, 0, 0, 0}, Case{70, 70, 4, 2, 16, 0, 0, 0}, Case{200, 300, 6, 2, 8, 0, 100, 0},
-                        Case{130, 140, 4, 4, 8, 16, 10, 0}, Case{64, 71, 3, 1, 8, 8, 7, 0}, Case{33, 300, 2, 1, 12, 500, 267, 0}}) {
+  for (const Case& c :
+       {Case{1, 1, 2, 2, 8, 0, 0, 0}, Case{70, 70, 4, 2, 16, 0, 0, 0}, Case{200, 300, 6, 2, 8, 0, 100, 0},
+        Case{130, 140, 4, 4, 8, 16, 10, 0}, Case{64, 71, 3, 1, 8, 8, 7, 0}, Case{33, 300, 2, 1, 12, 500, 267, 0}}) {
     const int ldq = c.hq * c.hd, ldk = c.hkv * c.hd;
     auto q = randn(static_cast<size_t>(c.n_q) * ldq, 1), k = randn(static_cast<size_t>(c.n_k) * ldk, 2),
          v = randn(static_cast<size_t>(c.n_k) * ldk, 3);
     std::vector<float> o1(static_cast<size_t>(c.n_q) * ldq), o2(o1.size());
-    cpu::AttentionArgs a{q.data(), ldq, k.data(), ldk, v.data(), ldk, o1.data(), ldq, c.n_q, c.n_k, c.hq, c.hkv, c.hd,
-                         c.q_pos0, c.k_pos0, c.window, 1.0f / std::sqrt(static_cast<float>(c.hd))};
+    cpu::AttentionArgs a{q.data(),
+                         ldq,
+                         k.data(),
+                         ldk,
+                         v.data(),
+                         ldk,
+                         o1.data(),
+                         ldq,
+                         c.n_q,
+                         c.n_k,
+                         c.hq,
+                         c.hkv,
+                         c.hd,
+                         c.q_pos0,
+                         c.k_pos0,
+                         c.window,
+                         1.0f / std::sqrt(static_cast<float>(c.hd))};
     cpu::attention(a);
     a.out = o2.data();
     cpu::attention_reference(a);
@@ -115,8 +131,10 @@ TEST(Attention, DecodeOverBlocksMatchesReference) {
       std::vector<std::vector<float>> kcopy, vcopy;  // separate allocations, as a paged pool has
       for (int b0 = 0; b0 < n; b0 += bs) {
         const int rows = std::min(bs, n - b0);
-        kcopy.emplace_back(k.begin() + static_cast<size_t>(b0) * kv_dim, k.begin() + static_cast<size_t>(b0 + rows) * kv_dim);
-        vcopy.emplace_back(v.begin() + static_cast<size_t>(b0) * kv_dim, v.begin() + static_cast<size_t>(b0 + rows) * kv_dim);
+        kcopy.emplace_back(k.begin() + static_cast<size_t>(b0) * kv_dim,
+                           k.begin() + static_cast<size_t>(b0 + rows) * kv_dim);
+        vcopy.emplace_back(v.begin() + static_cast<size_t>(b0) * kv_dim,
+                           v.begin() + static_cast<size_t>(b0 + rows) * kv_dim);
         kcopy.back().resize(static_cast<size_t>(bs) * kv_dim);
         vcopy.back().resize(static_cast<size_t>(bs) * kv_dim);
       }
@@ -128,8 +146,8 @@ TEST(Attention, DecodeOverBlocksMatchesReference) {
       cpu::KvBlocks blocks{kb.data(), vb.data(), bs, n};
       const float scale = 0.25f;
       cpu::decode_attention(q.data(), blocks, o1.data(), hq, hkv, hd, scale);
-      cpu::AttentionArgs a{q.data(), hq * hd, k.data(), kv_dim, v.data(), kv_dim, o2.data(), hq * hd, 1, n, hq, hkv, hd,
-                           n - 1, 0, 0, scale};
+      cpu::AttentionArgs a{q.data(), hq * hd, k.data(), kv_dim, v.data(), kv_dim, o2.data(), hq * hd, 1,
+                           n,        hq,      hkv,      hd,     n - 1,    0,      0,         scale};
       cpu::attention_reference(a);
       EXPECT_LT(test::max_abs_diff(o1.data(), o2.data(), o1.size()), 1e-5) << "n=" << n << " bs=" << bs;
     }

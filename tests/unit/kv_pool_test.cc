@@ -1,10 +1,11 @@
 // The paged pool: allocation accounting, all-or-nothing reservation, and sequences whose K/V
 // rows live in scattered pool blocks decoding bitwise like contiguous ones.
+#include "model/kv_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-#include "model/kv_pool.h"
 #include "model/model.h"
 #include "model/random_model.h"
 #include "tests/unit/test_util.h"
@@ -120,7 +121,8 @@ TEST_P(PagedDecodeTest, PagedSequencesDecodeBitwiseLikeContiguousOnes) {
     ASSERT_EQ(0, std::memcmp(lf.data(), lp.data(), lf.size() * 4)) << "step " << step;
     std::vector<int32_t> next(lens.size());
     for (size_t i = 0; i < lens.size(); ++i)
-      next[i] = static_cast<int32_t>(std::max_element(lf.begin() + i * V, lf.begin() + (i + 1) * V) - (lf.begin() + i * V));
+      next[i] =
+          static_cast<int32_t>(std::max_element(lf.begin() + i * V, lf.begin() + (i + 1) * V) - (lf.begin() + i * V));
     ASSERT_TRUE(model.decode_step(pf, next, lf.data()).ok());
     ASSERT_TRUE(model.decode_step(pp, next, lp.data()).ok());
   }
@@ -141,8 +143,9 @@ TEST_P(PagedDecodeTest, PagedSequencesDecodeBitwiseLikeContiguousOnes) {
   EXPECT_EQ((*pool)->free_blocks(), 64);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, PagedDecodeTest, ::testing::Values("tiny-gret", "tiny-swa"),
-                         [](const auto& info) { return info.param == "tiny-gret" ? std::string("gret") : std::string("swa"); });
+INSTANTIATE_TEST_SUITE_P(Presets, PagedDecodeTest, ::testing::Values("tiny-gret", "tiny-swa"), [](const auto& info) {
+  return info.param == "tiny-gret" ? std::string("gret") : std::string("swa");
+});
 
 }  // namespace
 }  // namespace yoco

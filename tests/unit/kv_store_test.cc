@@ -3,6 +3,7 @@
 // (label unit), and the redis backend against a real redis-server this file starts on
 // 127.0.0.1 (suites KvStoreRedis*, label integration;redis; skipped when redis-server is not
 // installed).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -10,8 +11,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fcntl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -95,9 +94,7 @@ std::string key_name(std::initializer_list<int> parts) {
   return s;
 }
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // ---- format ---------------------------------------------------------------------------------
 
@@ -188,11 +185,13 @@ TEST(KvStoreFormat, EveryHeaderFieldIsChecked) {
   expect_error(with([](std::string& s) { set_u64(s, kOffDims + 16, 7); }), StatusCode::kDataLoss, "unused dims");
   expect_error(with([](std::string& s) { set_u64(s, kOffDims, 3); }), StatusCode::kDataLoss, "dims imply");
   expect_error(with([](std::string& s) { set_u64(s, kOffDims, 0); }), StatusCode::kDataLoss, "rows");
-  expect_error(with([](std::string& s) { set_u64(s, kOffDims + 8, uint64_t{1} << 62); }), StatusCode::kDataLoss, "kv_dim");
+  expect_error(with([](std::string& s) { set_u64(s, kOffDims + 8, uint64_t{1} << 62); }), StatusCode::kDataLoss,
+               "kv_dim");
   expect_error(with([](std::string& s) { set_u64(s, kOffPayloadBytes, 8); }), StatusCode::kDataLoss, "dims imply");
   expect_error(good.substr(0, good.size() - 1), StatusCode::kDataLoss, "truncated");
   expect_error(good + "x", StatusCode::kDataLoss, "trailing");
-  expect_error(with([](std::string& s) { s[kObjectHeaderBytes + 5] ^= 0x10; }), StatusCode::kDataLoss, "payload checksum");
+  expect_error(with([](std::string& s) { s[kObjectHeaderBytes + 5] ^= 0x10; }), StatusCode::kDataLoss,
+               "payload checksum");
   expect_error(with([](std::string& s) { s[kOffPayloadCrc] ^= 1; }), StatusCode::kDataLoss, "payload checksum");
   expect_error(with([](std::string& s) { set_u64(s, kOffExpiry, static_cast<uint64_t>(-5)); }), StatusCode::kDataLoss,
                "negative expiry");
@@ -207,7 +206,8 @@ TEST(KvStoreFormat, EverySingleBitFlipAndTruncationIsRejected) {
       ASSERT_FALSE(decode_object(s, ObjectKind::kKvBlock, kFp).ok()) << "byte " << i << " bit " << bit;
     }
   }
-  for (size_t n = 0; n < good.size(); ++n) ASSERT_FALSE(decode_object(good.substr(0, n), ObjectKind::kKvBlock, kFp).ok());
+  for (size_t n = 0; n < good.size(); ++n)
+    ASSERT_FALSE(decode_object(good.substr(0, n), ObjectKind::kKvBlock, kFp).ok());
   // Random garbage of every small length, and garbage behind a valid magic: errors, no crash.
   std::mt19937 g(7);
   for (int i = 0; i < 2000; ++i) {
@@ -397,8 +397,8 @@ TEST(KvStoreDir, RoundTripBinaryAndOddKeys) {
   auto d = open_dir(tmp.sub("store"));
   ASSERT_TRUE(d);
   const std::string bin = random_bytes(100000, 3) + std::string("\0\0", 2);
-  for (const std::string& key : std::vector<std::string>{"kv:0123", "state:ab", "doc-ff", "with/slash", ".hidden", "sp ace%",
-                                                        std::string(400, 'L')}) {
+  for (const std::string& key : std::vector<std::string>{"kv:0123", "state:ab", "doc-ff", "with/slash", ".hidden",
+                                                         "sp ace%", std::string(400, 'L')}) {
     ASSERT_TRUE(d->put(key, bin, 0s).ok()) << key;
     auto r = d->get(key);
     ASSERT_TRUE(r.ok() && r->has_value()) << key;
@@ -426,7 +426,7 @@ TEST(KvStoreDir, RoundTripBinaryAndOddKeys) {
 TEST(KvStoreDir, LruEvictionUnderByteBudget) {
   test::TempDir tmp;
   const std::string v(10000, 'v');
-  const int64_t file = 32 + 1 + 4 + 10000;  // dir_store.h file layout, one-byte keys
+  const int64_t file = 32 + 1 + 4 + 10000;            // dir_store.h file layout, one-byte keys
   auto d = open_dir(tmp.sub("store"), file * 7 / 2);  // room for three and a half
   ASSERT_TRUE(d);
   for (const char* k : {"a", "b", "c"}) {
@@ -709,9 +709,9 @@ TEST(KvStoreBreaker, OpensOnFailuresDropsCallsAndRecoversThroughTheProbe) {
   const int calls = f->calls;
   auto r = b.get("k");
   ASSERT_TRUE(r.ok());
-  EXPECT_FALSE(r->has_value());                   // a miss, at once
+  EXPECT_FALSE(r->has_value());                                     // a miss, at once
   EXPECT_EQ(b.put("k", "v", 0s).code(), StatusCode::kUnavailable);  // dropped
-  EXPECT_EQ(f->calls, calls);                     // the backend was not touched
+  EXPECT_EQ(f->calls, calls);                                       // the backend was not touched
   auto s = b.stats();
   EXPECT_EQ(s.breaker_trips, 1u);
   EXPECT_EQ(s.breaker_open, 1u);
@@ -820,7 +820,10 @@ TEST(KvStoreFactory, ParsesSpecsAndNamesTheBadPart) {
 }
 
 TEST(KvStoreFactory, RedisUrl) {
-  auto o = parse_redis_url("redis://alice:p%40ss@cache.local:6380/3?timeout_ms=150&connect_timeout_ms=99&pool=8&chunk_bytes=256KiB&prefix=t:&breaker_failures=5&breaker_cooldown_ms=700");
+  auto o = parse_redis_url(
+      "redis://alice:p%40ss@cache.local:6380/"
+      "3?timeout_ms=150&connect_timeout_ms=99&pool=8&chunk_bytes=256KiB&prefix=t:&breaker_failures=5&breaker_cooldown_"
+      "ms=700");
   ASSERT_TRUE(o.ok()) << o.status().to_string();
   EXPECT_EQ(o->user, "alice");
   EXPECT_EQ(o->password, "p@ss");
@@ -846,7 +849,9 @@ TEST(KvStoreFactory, RedisUrl) {
   EXPECT_EQ(q->port, 6379);
   EXPECT_EQ(q->db, 0);
   EXPECT_TRUE(parse_redis_url("rediss://h")->tls);
-  auto t = parse_redis_url("redis://h?tls=1&tls_ca=/etc/ca.pem&tls_cert=/c.pem&tls_key=/k%20ey.pem&tls_server_name=redis.internal&tls_verify=0");
+  auto t = parse_redis_url(
+      "redis://h?tls=1&tls_ca=/etc/ca.pem&tls_cert=/c.pem&tls_key=/"
+      "k%20ey.pem&tls_server_name=redis.internal&tls_verify=0");
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   EXPECT_TRUE(t->tls);
   EXPECT_EQ(t->tls_options.ca_file, "/etc/ca.pem");
@@ -1140,8 +1145,8 @@ class RedisServer {
       int null = ::open("/dev/null", O_WRONLY);
       ::dup2(null, 1);
       ::dup2(null, 2);
-      std::vector<std::string> args{bin, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                                    "--daemonize", "no", "--protected-mode", "no"};
+      std::vector<std::string> args{bin,  "--bind",      "127.0.0.1", "--save",           "",  "--appendonly",
+                                    "no", "--daemonize", "no",        "--protected-mode", "no"};
       const std::vector<std::string> listen =
           tls_ ? tls_->redis_server_args(port_) : std::vector<std::string>{"--port", std::to_string(port_)};
       args.insert(args.end(), listen.begin(), listen.end());
@@ -1173,10 +1178,11 @@ class RedisServer {
 
   // redis-cli's --raw output of one command (tests poke at chunks with it).
   std::string cli(const std::string& command) const {
-    std::string cmd = "redis-cli -h 127.0.0.1 -p " + std::to_string(port_) +
-                      (password_.empty() ? "" : " -a " + password_ + " --no-auth-warning") +
-                      (tls_ ? " --tls --cacert " + tls_->ca + " --cert " + tls_->client_cert + " --key " + tls_->client_key : "") +
-                      " --raw " + command + " 2>&1";
+    std::string cmd =
+        "redis-cli -h 127.0.0.1 -p " + std::to_string(port_) +
+        (password_.empty() ? "" : " -a " + password_ + " --no-auth-warning") +
+        (tls_ ? " --tls --cacert " + tls_->ca + " --cert " + tls_->client_cert + " --key " + tls_->client_key : "") +
+        " --raw " + command + " 2>&1";
     std::string out;
     if (FILE* f = ::popen(cmd.c_str(), "r")) {
       char buf[4096];
@@ -1239,8 +1245,9 @@ class KvStoreRedis : public ::testing::TestWithParam<bool> {
   }
   // The store URL the factory takes, with the breaker tuned for tests.
   std::string url() const {
-    std::string u = std::string(pki_ ? "rediss" : "redis") + "://127.0.0.1:" + std::to_string(server_->port()) +
-                    "?timeout_ms=200&connect_timeout_ms=200&pool=2&breaker_failures=3&breaker_cooldown_ms=400&breaker_slow_ms=1000";
+    std::string u =
+        std::string(pki_ ? "rediss" : "redis") + "://127.0.0.1:" + std::to_string(server_->port()) +
+        "?timeout_ms=200&connect_timeout_ms=200&pool=2&breaker_failures=3&breaker_cooldown_ms=400&breaker_slow_ms=1000";
     if (pki_) u += "&" + pki_->redis_url_query();
     return u;
   }
@@ -1309,7 +1316,7 @@ TEST_P(KvStoreRedis, PipelinedGetMany) {
   std::map<std::string, std::string> vals;
   for (int i = 0; i < 20; ++i) {
     keys.push_back(key_name({i}));
-    if (i % 3 == 0) continue;  // absent
+    if (i % 3 == 0) continue;                                                  // absent
     vals[keys.back()] = random_bytes(static_cast<size_t>(i) * 9000, 100 + i);  // 0 .. 3 chunks
     ASSERT_TRUE(s->put(keys.back(), vals[keys.back()], 0s).ok());
   }
@@ -1471,7 +1478,6 @@ TEST_P(KvStoreRedisAuth, PasswordRequired) {
   EXPECT_EQ(server_->cli("-n 0 EXISTS yoco:in-db-2"), "0");
 }
 
-
 TEST_P(KvStoreRedis, BreakerWhenTheServerIsKilledAndRestarted) {
   auto made = make_kv_store(url());
   ASSERT_TRUE(made.ok()) << made.status().to_string();
@@ -1528,7 +1534,7 @@ TEST_P(KvStoreRedis, BreakerWhenTheServerIsStoppedAndContinued) {
     worst = std::max(worst, ms_since(t0));
     if (!r.ok() && r.status().code() == StatusCode::kDeadlineExceeded) ++timeouts;
   }
-  EXPECT_EQ(timeouts, 3);  // then the breaker opened
+  EXPECT_EQ(timeouts, 3);       // then the breaker opened
   EXPECT_LT(worst, 200 + 300);  // the command timeout, not more
   auto t0 = Clock::now();
   for (int i = 0; i < 100; ++i) {

@@ -1,20 +1,20 @@
 // The metrics registry and /metrics endpoint: exact exposition text, validation, HTTP routes,
 // `promtool check metrics`, and a real Prometheus server scraping the endpoint.
+#include "common/metrics.h"
+
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <cstdio>
 #include <thread>
 
 #include "common/http_server.h"
-#include "common/metrics.h"
 #include "tests/unit/http_get.h"
 #include "tests/unit/test_util.h"
 
@@ -35,7 +35,9 @@ uint16_t free_port() {
   return ntohs(a.sin_port);
 }
 
-bool have(const char* tool) { return std::system((std::string("command -v ") + tool + " >/dev/null 2>&1").c_str()) == 0; }
+bool have(const char* tool) {
+  return std::system((std::string("command -v ") + tool + " >/dev/null 2>&1").c_str()) == 0;
+}
 
 void fill(MetricsRegistry& r) {
   r.counter("yoco_prompt_tokens_total", "Prompt tokens processed.").inc(42);
@@ -92,8 +94,9 @@ TEST(Metrics, ValidationAndEscaping) {
 TEST(Metrics, ServedOverHttp) {
   MetricsRegistry r;
   fill(r);
-  auto server = HttpServer::start("127.0.0.1", 0,
-                                  {{"/metrics", [&] { return HttpResponse{200, kPrometheusContentType, r.expose()}; }}});
+  auto server = HttpServer::start("127.0.0.1", 0, {{"/metrics", [&] {
+                                                      return HttpResponse{200, kPrometheusContentType, r.expose()};
+                                                    }}});
   ASSERT_TRUE(server.ok()) << server.status().to_string();
   const std::string ok = http_get((*server)->port(), "/metrics");
   EXPECT_NE(ok.find("HTTP/1.1 200"), std::string::npos) << ok;
@@ -120,14 +123,16 @@ TEST(Metrics, RealPrometheusScrapesTheEndpoint) {
   if (!have("prometheus")) GTEST_SKIP() << "prometheus not installed (scripts/setup.sh installs it)";
   MetricsRegistry r;
   fill(r);
-  auto server = HttpServer::start("127.0.0.1", 0,
-                                  {{"/metrics", [&] { return HttpResponse{200, kPrometheusContentType, r.expose()}; }}});
+  auto server = HttpServer::start("127.0.0.1", 0, {{"/metrics", [&] {
+                                                      return HttpResponse{200, kPrometheusContentType, r.expose()};
+                                                    }}});
   ASSERT_TRUE(server.ok());
   test::TempDir dir;
   const uint16_t prom_port = free_port();
   test::write_file(dir.sub("prometheus.yml"),
                    "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: yoco\n    static_configs:\n"
-                   "      - targets: ['127.0.0.1:" + std::to_string((*server)->port()) + "']\n");
+                   "      - targets: ['127.0.0.1:" +
+                       std::to_string((*server)->port()) + "']\n");
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -149,12 +154,14 @@ TEST(Metrics, RealPrometheusScrapesTheEndpoint) {
   const std::string targets = http_get(prom_port, "/api/v1/targets");
   kill(pid, SIGTERM);
   int status = 0;
-  for (int i = 0; i < 50 && waitpid(pid, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 50 && waitpid(pid, &status, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   if (waitpid(pid, &status, WNOHANG) == 0) {
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
   }
-  EXPECT_TRUE(up) << "last query answer: " << last << "\nprometheus log:\n" << test::read_file(dir.sub("prometheus.log"));
+  EXPECT_TRUE(up) << "last query answer: " << last << "\nprometheus log:\n"
+                  << test::read_file(dir.sub("prometheus.log"));
   EXPECT_NE(targets.find("\"health\":\"up\""), std::string::npos) << targets;
 }
 

@@ -16,10 +16,10 @@
 #include <optional>
 #include <thread>
 
+#include "kv_store/factory.h"
 #include "model/kv_pool.h"
 #include "model/random_model.h"
 #include "prefill_service/scheduler.h"
-#include "kv_store/factory.h"
 #include "tests/transfer/transfer_data.h"
 #include "tests/unit/test_util.h"
 #include "transfer/ucx_transport.h"
@@ -69,7 +69,8 @@ class GatedSender final : public KvSender {
     return cv_.wait_for(lock, limit, [&] { return commit_held_; });
   }
 
-  Status put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k, const float* v) override {
+  Status put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k,
+                  const float* v) override {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (!open_ && row_begin >= gate_row_) {
@@ -80,7 +81,9 @@ class GatedSender final : public KvSender {
     }
     return inner_.put_rows(d, row_begin, n_rows, k, v);
   }
-  Status put_state(const ReservationDescriptor& d, std::span<const uint8_t> blob) override { return inner_.put_state(d, blob); }
+  Status put_state(const ReservationDescriptor& d, std::span<const uint8_t> blob) override {
+    return inner_.put_state(d, blob);
+  }
   Status commit(const ReservationDescriptor& d, int64_t rows, Clock::time_point deadline) override {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -292,8 +295,12 @@ TEST_P(PrefillSchedulerPresets, InterleavedPromptsDecodeBitwiseLikeALocalPrefill
       ASSERT_TRUE(c.pool->reserve(*remote.pages, lengths[i] + 4).ok());
       for (int step = 0; step < 4; ++step) {
         const int32_t tok = static_cast<int32_t>(std::max_element(ll.begin(), ll.end()) - ll.begin());
-        ASSERT_TRUE(c.full->decode_step(std::span<SequenceState* const>(&rp, 1), std::span<const int32_t>(&tok, 1), lr.data()).ok());
-        ASSERT_TRUE(c.full->decode_step(std::span<SequenceState* const>(&lp, 1), std::span<const int32_t>(&tok, 1), ll.data()).ok());
+        ASSERT_TRUE(
+            c.full->decode_step(std::span<SequenceState* const>(&rp, 1), std::span<const int32_t>(&tok, 1), lr.data())
+                .ok());
+        ASSERT_TRUE(
+            c.full->decode_step(std::span<SequenceState* const>(&lp, 1), std::span<const int32_t>(&tok, 1), ll.data())
+                .ok());
         ASSERT_EQ(0, std::memcmp(lr.data(), ll.data(), vocab * 4)) << "decode step " << step;
       }
     }
@@ -366,7 +373,7 @@ TEST_F(PrefillSchedulerTest, CancelWhileWaitingForTheAcknowledgement) {
   ASSERT_TRUE(c.sender->wait_commit_held(seconds(20)));
   EXPECT_EQ(s->load().committing, 1);
   EXPECT_EQ(s->load().queued_tokens, 0);  // computed: no longer queued work
-  s->cancel(id.value());  // the abort ends the commit's wait for the acknowledgement
+  s->cancel(id.value());                  // the abort ends the commit's wait for the acknowledgement
   c.sender->release_commits();
   auto o = out.wait(0, seconds(20));
   ASSERT_TRUE(o.has_value());

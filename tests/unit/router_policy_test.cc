@@ -17,8 +17,8 @@ TEST(PrefillPicker, PowerOfTwoChoicesFavoursTheLightAndSkipsTheUnhealthy) {
   std::map<std::string, int> counts;
   const auto w = prefill_workers();
   for (int i = 0; i < 3000; ++i) counts[w[*p.pick(w)].address]++;
-  EXPECT_EQ(counts["c:1"], 0);           // unhealthy
-  EXPECT_EQ(counts["a:1"], 0);           // heaviest: never wins a pair
+  EXPECT_EQ(counts["c:1"], 0);              // unhealthy
+  EXPECT_EQ(counts["a:1"], 0);              // heaviest: never wins a pair
   EXPECT_GT(counts["b:1"], counts["d:1"]);  // lightest wins both of its pairs
   EXPECT_GT(counts["d:1"], 0);
 }
@@ -58,8 +58,10 @@ TEST(PrefillPicker, PrefixAffinityIsStableAndYieldsToLoad) {
 }
 
 TEST(PickDecode, MostFreeBlocksThatFitsTheSequence) {
-  std::vector<WorkerSnapshot> w = {
-      {"x:1", true, 0, 10, 32, 5}, {"y:1", true, 0, 40, 32, 9}, {"z:1", true, 0, 40, 32, 2}, {"u:1", false, 0, 99, 32, 0}};
+  std::vector<WorkerSnapshot> w = {{"x:1", true, 0, 10, 32, 5},
+                                   {"y:1", true, 0, 40, 32, 9},
+                                   {"z:1", true, 0, 40, 32, 2},
+                                   {"u:1", false, 0, 99, 32, 0}};
   EXPECT_EQ(w[*pick_decode(w, 100)].address, "z:1");  // tie on blocks: fewer running
   EXPECT_EQ(w[*pick_decode(w, 100, {"z:1"})].address, "y:1");
   EXPECT_FALSE(pick_decode(w, 40 * 32 + 1).has_value());  // nobody can hold it
@@ -109,10 +111,11 @@ TEST(Discovery, ResolvesNamesAndKeepsTheLastGoodAnswer) {
   EXPECT_NE(std::find(a.begin(), a.end(), "127.0.0.2:7002"), a.end());
   // A failing resolver (no real DNS query leaves the machine): the last good answer stays.
   int calls = 0;
-  Discovery flaky(parse_targets("dns:prefill.svc:7001").value(), [&](const std::string&) -> Result<std::vector<std::string>> {
-    if (++calls == 1) return std::vector<std::string>{"10.1.0.7", "10.1.0.8"};
-    return Status(StatusCode::kUnavailable, "resolver down");
-  });
+  Discovery flaky(parse_targets("dns:prefill.svc:7001").value(),
+                  [&](const std::string&) -> Result<std::vector<std::string>> {
+                    if (++calls == 1) return std::vector<std::string>{"10.1.0.7", "10.1.0.8"};
+                    return Status(StatusCode::kUnavailable, "resolver down");
+                  });
   ASSERT_TRUE(flaky.refresh().ok());
   EXPECT_EQ(flaky.refresh().code(), StatusCode::kUnavailable);
   EXPECT_EQ(flaky.addresses(), (std::vector<std::string>{"10.1.0.7:7001", "10.1.0.8:7001"}));

@@ -1,9 +1,9 @@
+#include "model/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
-
-#include "model/sampler.h"
 
 namespace yoco {
 namespace {

@@ -45,8 +45,8 @@ TEST(ServerFlags, ParseErrorsRequiredAndMalformed) {
 }
 
 TEST(ServerFlags, CommonServerOptions) {
-  auto f = parse(
-      {"--listen", "0.0.0.0:7000", "--metrics-listen", "[::1]:9090", "--drain-seconds", "5", "--port-file", "p"});
+  auto f =
+      parse({"--listen", "0.0.0.0:7000", "--metrics-listen", "[::1]:9090", "--drain-seconds", "5", "--port-file", "p"});
   const ServerOptions o = server_options(f);
   ASSERT_TRUE(f.ok()) << f.error();
   EXPECT_EQ(o.program, "yoco-test");
@@ -78,7 +78,8 @@ TEST(ServerCall, DeadlineConversionAndCancellableWait) {
   });
   std::unique_lock<std::mutex> lock(mu);
   int cancels = 0;
-  wait_cancellable(ctx, lock, cv, [&] { return done; }, [&] { ++cancels; });
+  wait_cancellable(
+      ctx, lock, cv, [&] { return done; }, [&] { ++cancels; });
   EXPECT_TRUE(done);
   EXPECT_EQ(cancels, 0);
   lock.unlock();
@@ -106,10 +107,11 @@ TEST(Server, StartsWritesThePortFileAndDrainsInOrder) {
   EXPECT_EQ(j->as_object().at("extra").as_string(), "x");
   std::vector<std::string> order;
   (*s)->drain({.refuse = [&] { order.push_back("refuse"); },
-               .finish = [&](auto until) {
-                 EXPECT_LE(until, std::chrono::steady_clock::now());  // --drain-seconds 0
-                 order.push_back("finish");
-               }});
+               .finish =
+                   [&](auto until) {
+                     EXPECT_LE(until, std::chrono::steady_clock::now());  // --drain-seconds 0
+                     order.push_back("finish");
+                   }});
   EXPECT_EQ(order, (std::vector<std::string>{"refuse", "finish"}));
   ServerOptions bad = o;
   bad.listen = "256.0.0.1:1";

@@ -105,9 +105,13 @@ Trace run_workload(const Model& m) {
   }
   t.kv_floats = sa.k.size() + sa.v.size();
   for (const auto& s : sa.self) t.self_floats += s.s.size() + s.k.size() + s.v.size();
-  if (Status st = m.forward(a, [&](int64_t, int rows, const float* lg) {
-        t.logits.insert(t.logits.end(), lg, lg + static_cast<size_t>(rows) * V);
-      }, opt); !st.ok())
+  if (Status st = m.forward(
+          a,
+          [&](int64_t, int rows, const float* lg) {
+            t.logits.insert(t.logits.end(), lg, lg + static_cast<size_t>(rows) * V);
+          },
+          opt);
+      !st.ok())
     return fail(st);
   return t;
 }

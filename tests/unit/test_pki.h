@@ -20,8 +20,18 @@ struct TestPki {
   // redis-server arguments that replace the plain port by a TLS port requiring a client
   // certificate signed by the CA (Redis's default tls-auth-clients yes, said explicitly).
   std::vector<std::string> redis_server_args(int port) const {
-    return {"--port", "0", "--tls-port", std::to_string(port), "--tls-cert-file", server_cert, "--tls-key-file",
-            server_key, "--tls-ca-cert-file", ca, "--tls-auth-clients", "yes"};
+    return {"--port",
+            "0",
+            "--tls-port",
+            std::to_string(port),
+            "--tls-cert-file",
+            server_cert,
+            "--tls-key-file",
+            server_key,
+            "--tls-ca-cert-file",
+            ca,
+            "--tls-auth-clients",
+            "yes"};
   }
   // The store URL's TLS parameters for a client presenting the client certificate.
   std::string redis_url_query() const { return "tls_ca=" + ca + "&tls_cert=" + client_cert + "&tls_key=" + client_key; }
@@ -41,8 +51,8 @@ struct TestPki {
     const std::string q = "cd '" + dir + "' && ";
     const std::string ext = "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext && ";
     auto ca = [](const std::string& name, const std::string& cn) {
-      return "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj '/CN=" + cn + "' -keyout " + name +
-             ".key -out " + name + ".crt && ";
+      return "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj '/CN=" + cn + "' -keyout " + name + ".key -out " +
+             name + ".crt && ";
     };
     auto leaf = [](const std::string& name, const std::string& cn, const std::string& by, bool san) {
       return "openssl req -newkey rsa:2048 -nodes -subj '/CN=" + cn + "' -keyout " + name + ".key -out " + name +

@@ -2,7 +2,10 @@
 // plain), tokenizer.json / tiktoken parsing and their errors, added/special tokens, streaming
 // decode, tokenizer_config.json, and the comparison with the `tokenizers` and `tiktoken`
 // Python packages on the >= 1 MB corpus made by tests/tokenizer/make_reference.py.
+#include "tokenizer/tokenizer.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -12,12 +15,9 @@
 #include <sstream>
 #include <thread>
 
-#include <unistd.h>
-
 #include "common/json.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/regex.h"
-#include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace yoco {
@@ -158,7 +158,10 @@ TEST(Regex, OnigurumaAndRustDialectsDiffer) {
   EXPECT_EQ(matches(*onig(R"((?i:'s|'t))"), "it'S don't"), (std::vector<std::string>{"'S", "'t"}));
   // \s is Unicode White_Space in both (PCRE2's own \s would also take U+180E); \w is the
   // engine's: Oniguruma counts every number (\u00b2), Rust only decimal digits.
-  EXPECT_EQ(matches(*onig(R"(\s+)"), "a\xe1\xa0\x8e \xc2\x85" "b"), (std::vector<std::string>{" \xc2\x85"}));
+  EXPECT_EQ(matches(*onig(R"(\s+)"),
+                    "a\xe1\xa0\x8e \xc2\x85"
+                    "b"),
+            (std::vector<std::string>{" \xc2\x85"}));
   EXPECT_EQ(matches(*rust(R"([^\s]+)"), "a\xe1\xa0\x8e b"), (std::vector<std::string>{"a\xe1\xa0\x8e", "b"}));
   EXPECT_EQ(matches(*onig(R"(\w+)"), "x\xc2\xb2 y"), (std::vector<std::string>{"x\xc2\xb2", "y"}));
   EXPECT_EQ(matches(*rust(R"(\w+)"), "x\xc2\xb2 y"), (std::vector<std::string>{"x", "y"}));
@@ -299,8 +302,8 @@ TEST(HfJson, SplitBehavioursAndPrefixSpace) {
       {"Removed", true, V{"-", "-", "-"}},
   };
   for (const Case& c : cases) {
-    auto tok = with_pre(Json(Json::Object{{"type", "Sequence"},
-                                          {"pretokenizers", Json(Json::Array{split(c.behavior, c.invert), byte_level})}}));
+    auto tok = with_pre(Json(Json::Object{
+        {"type", "Sequence"}, {"pretokenizers", Json(Json::Array{split(c.behavior, c.invert), byte_level})}}));
     ASSERT_TRUE(tok);
     // Literal "-" matches each dash separately; Contiguous joins adjacent matches.
     V want = c.want;
@@ -336,18 +339,18 @@ TEST(HfJson, MalformedFilesGiveClearErrors) {
     HfSpec spec;
     spec.pre_tokenizer = Json(Json::Object{
         {"type", "Sequence"},
-        {"pretokenizers",
-         Json(Json::Array{Json(Json::Object{{"type", "Split"},
-                                            {"pattern", Json(Json::Object{{"Regex", "(\\p{L}+"}})},
-                                            {"behavior", "Isolated"}}),
-                          Json(Json::Object{{"type", "ByteLevel"}, {"use_regex", false}})})}});
+        {"pretokenizers", Json(Json::Array{Json(Json::Object{{"type", "Split"},
+                                                             {"pattern", Json(Json::Object{{"Regex", "(\\p{L}+"}})},
+                                                             {"behavior", "Isolated"}}),
+                                           Json(Json::Object{{"type", "ByteLevel"}, {"use_regex", false}})})}});
     const std::string e = error_of(Tokenizer::from_hf_json(make_hf_json(spec)));
     EXPECT_NE(e.find("pre_tokenizer.pretokenizers[0].pattern.Regex: bad regex"), std::string::npos) << e;
   }
   {
     HfSpec spec;
     spec.normalizer = Json(Json::Object{{"type", "NFC"}});
-    EXPECT_NE(error_of(Tokenizer::from_hf_json(make_hf_json(spec))).find("normalizer.type: \"NFC\""), std::string::npos);
+    EXPECT_NE(error_of(Tokenizer::from_hf_json(make_hf_json(spec))).find("normalizer.type: \"NFC\""),
+              std::string::npos);
   }
   {
     HfSpec spec;
@@ -471,7 +474,8 @@ TEST(TokenizerConfig, BosEosAndFlags) {
   auto tok = must(Tokenizer::from_hf_json(make_hf_json(spec)));
   ASSERT_TRUE(tok);
   ASSERT_TRUE(tok->apply_config(R"({"bos_token": "<s>", "eos_token": {"content": "</s>", "lstrip": false},
-                                    "add_bos_token": true})").ok());
+                                    "add_bos_token": true})")
+                  .ok());
   EXPECT_EQ(tok->bos_id(), 1000);
   EXPECT_EQ(tok->eos_id(), 1001);
   EXPECT_TRUE(tok->add_bos_token());
@@ -545,7 +549,8 @@ const Reference& reference() {
     for (const std::string& line : read_lines(dir / "corpus_bytes.jsonl")) {
       const std::string hex = std::move(Json::parse(line)).value().find("hex")->as_string();
       std::string bytes;
-      for (size_t i = 0; i + 1 < hex.size(); i += 2) bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+      for (size_t i = 0; i + 1 < hex.size(); i += 2)
+        bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
       r.invalid.push_back(std::move(bytes));
     }
     return r;
@@ -592,9 +597,11 @@ TEST_P(ReferenceTest, IdenticalIdsAndRoundTripOnTheCorpus) {
     const auto plain = t.encode(text, false);
     const auto special = t.encode(text, true);
     if (plain != want_plain && failures++ < 5)
-      ADD_FAILURE() << GetParam() << " doc " << d << " (special tokens as text): " << first_difference(plain, want_plain);
+      ADD_FAILURE() << GetParam() << " doc " << d
+                    << " (special tokens as text): " << first_difference(plain, want_plain);
     if (special != want_special && failures++ < 5)
-      ADD_FAILURE() << GetParam() << " doc " << d << " (special tokens allowed): " << first_difference(special, want_special);
+      ADD_FAILURE() << GetParam() << " doc " << d
+                    << " (special tokens allowed): " << first_difference(special, want_special);
     // Identical round-trip text: the library's decode, which is the document itself unless the
     // tokenizer adds a prefix space or strips white space around a special token.
     const Json* decoded = row.find("decoded");

@@ -16,7 +16,6 @@
 #include <optional>
 #include <thread>
 #include <tuple>
-#include <thread>
 
 #include "model/kv_pool.h"
 #include "model/random_model.h"
@@ -240,7 +239,8 @@ class TransferTest : public ::testing::Test {
 
 // ---- 1. one process, two UCX contexts, tcp ----------------------------------------------
 
-class TransferInProcess : public TransferTest, public ::testing::WithParamInterface<std::tuple<std::string, UcxRowPath>> {};
+class TransferInProcess : public TransferTest,
+                          public ::testing::WithParamInterface<std::tuple<std::string, UcxRowPath>> {};
 
 TEST_P(TransferInProcess, PipelinedChunksLandInTheReservedBlocks) {
   Engines e(std::get<0>(GetParam()), kTcp, std::get<1>(GetParam()));
@@ -294,7 +294,8 @@ INSTANTIATE_TEST_SUITE_P(Presets, TransferInProcess,
                          ::testing::Combine(::testing::Values("tiny-gret", "small-swa"),
                                             ::testing::Values(UcxRowPath::kPull, UcxRowPath::kPush)),
                          [](const auto& info) {
-                           std::string n = std::get<0>(info.param) + (std::get<1>(info.param) == UcxRowPath::kPull ? "_pull" : "_push");
+                           std::string n = std::get<0>(info.param) +
+                                           (std::get<1>(info.param) == UcxRowPath::kPull ? "_pull" : "_push");
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
@@ -403,7 +404,9 @@ class TransferValidation : public TransferTest, public ::testing::WithParamInter
     ASSERT_TRUE(put_range(s, d, seed, 0, 20).ok());
     ASSERT_TRUE(put_range(s, d, seed, 20, rows).ok());
   }
-  std::vector<uint8_t> blob(int64_t position = -1) { return test::test_state_blob(e.cfg, kFp, 3, position < 0 ? rows : position); }
+  std::vector<uint8_t> blob(int64_t position = -1) {
+    return test::test_state_blob(e.cfg, kFp, 3, position < 0 ? rows : position);
+  }
   // The reservation failed with `want` on the decode side and its blocks went back.
   void expect_failed(const ReservationDescriptor& d, TransferError want) {
     auto c = e.receiver->wait_committed(d.reservation_id, in(seconds(10)));
@@ -479,7 +482,8 @@ TEST_P(TransferValidation, CommitAfterAbortIsRejected) {
   // Another sender that still holds the descriptor gets the receiver's verdict.
   auto late = Engines::make_sender(kFp, kTcp, GetParam());
   // Wait for the abort to land, so the late commit cannot win the race.
-  for (auto t = in(seconds(5)); e.receiver->in_flight() != 0 && Clock::now() < t;) std::this_thread::sleep_for(milliseconds(5));
+  for (auto t = in(seconds(5)); e.receiver->in_flight() != 0 && Clock::now() < t;)
+    std::this_thread::sleep_for(milliseconds(5));
   put_all(*late, d);
   ASSERT_TRUE(late->put_state(d, blob()).ok());
   st = late->commit(d, rows, in(seconds(10)));
@@ -574,7 +578,8 @@ TEST_P(TransferValidation, PulledRowsMustFitTheReceiversOwnBlockTable) {
 TEST_P(TransferValidation, ReserveIsAllOrNothing) {
   EXPECT_EQ(e.receiver->reserve("big", 33 * 32, in(seconds(5))).status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
-  EXPECT_EQ(transfer_error_of(e.receiver->reserve("late", 10, Clock::now() - milliseconds(1)).status()), TransferError::kInvalid);
+  EXPECT_EQ(transfer_error_of(e.receiver->reserve("late", 10, Clock::now() - milliseconds(1)).status()),
+            TransferError::kInvalid);
   EXPECT_EQ(transfer_error_of(e.receiver->reserve("", 10, in(seconds(5))).status()), TransferError::kInvalid);
   EXPECT_EQ(e.receiver->in_flight(), 0);
 }
@@ -598,7 +603,9 @@ TEST_P(TransferValidation, ACommitThatNeverComesExpiresByItself) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RowPaths, TransferValidation, ::testing::Values(UcxRowPath::kPull, UcxRowPath::kPush),
-                         [](const auto& info) { return std::string(info.param == UcxRowPath::kPull ? "pull" : "push"); });
+                         [](const auto& info) {
+                           return std::string(info.param == UcxRowPath::kPull ? "pull" : "push");
+                         });
 
 TEST_F(TransferTest, CommitToAPeerThatIsGoneFailsByItsDeadline) {
   ModelConfig cfg = preset("tiny-gret");
@@ -627,11 +634,25 @@ TEST_F(TransferTest, CommitToAPeerThatIsGoneFailsByItsDeadline) {
 // A transfer_peer process with its stdout on a pipe; killed and reaped on destruction.
 class Peer {
  public:
-  Peer(const ReservationDescriptor& d, const Transport& t, uint64_t seed, const std::string& mode, const std::string& preset_name) {
-    std::vector<std::string> args = {YOCO_TRANSFER_PEER, "--descriptor", test::to_hex(d.serialize()), "--preset", preset_name,
-                                     "--fingerprint", std::to_string(kFp), "--seed", std::to_string(seed),
-                                     "--transports", t.tls, "--peer-errors", t.peer_errors ? "1" : "0",
-                                     "--row-path", t.path == UcxRowPath::kPush ? "push" : "pull", "--mode", mode};
+  Peer(const ReservationDescriptor& d, const Transport& t, uint64_t seed, const std::string& mode,
+       const std::string& preset_name) {
+    std::vector<std::string> args = {YOCO_TRANSFER_PEER,
+                                     "--descriptor",
+                                     test::to_hex(d.serialize()),
+                                     "--preset",
+                                     preset_name,
+                                     "--fingerprint",
+                                     std::to_string(kFp),
+                                     "--seed",
+                                     std::to_string(seed),
+                                     "--transports",
+                                     t.tls,
+                                     "--peer-errors",
+                                     t.peer_errors ? "1" : "0",
+                                     "--row-path",
+                                     t.path == UcxRowPath::kPush ? "push" : "pull",
+                                     "--mode",
+                                     mode};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

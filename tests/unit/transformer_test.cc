@@ -47,9 +47,12 @@ class TransformerTest : public ::testing::Test {
     PrefillOptions opt;
     opt.chunk_tokens = chunk;
     EXPECT_TRUE(model_
-                    ->forward(toks, [&](int64_t pos0, int rows, const float* l) {
-                      std::memcpy(&out[pos0 * V], l, sizeof(float) * rows * V);
-                    }, opt)
+                    ->forward(
+                        toks,
+                        [&](int64_t pos0, int rows, const float* l) {
+                          std::memcpy(&out[pos0 * V], l, sizeof(float) * rows * V);
+                        },
+                        opt)
                     .ok());
     return out;
   }
@@ -59,7 +62,8 @@ class TransformerTest : public ::testing::Test {
     std::vector<float> out;
     for (int64_t r = 0; r < st.position; ++r)
       for (int l = 0; l < c.n_layers; ++l)
-        for (const float* p : {st.layer_k_row(r, l, c.n_layers, c.kv_dim()), st.layer_v_row(r, l, c.n_layers, c.kv_dim())})
+        for (const float* p :
+             {st.layer_k_row(r, l, c.n_layers, c.kv_dim()), st.layer_v_row(r, l, c.n_layers, c.kv_dim())})
           out.insert(out.end(), p, p + c.kv_dim());
     return out;
   }
@@ -132,8 +136,9 @@ TEST_F(TransformerTest, ChunkedAndResumedPrefillEqualsOneShot) {
       ASSERT_EQ(resumed.position, one_shot.position);
       const auto got = layer_rows(resumed);
       EXPECT_LT(test::max_abs_diff(got.data(), want.data(), want.size()), 1e-4);
-      EXPECT_LT(test::max_abs_diff(resumed.last_hidden.data(), one_shot.last_hidden.data(), one_shot.last_hidden.size()),
-                1e-3);
+      EXPECT_LT(
+          test::max_abs_diff(resumed.last_hidden.data(), one_shot.last_hidden.data(), one_shot.last_hidden.size()),
+          1e-3);
     }
   }
 }
