@@ -46,7 +46,7 @@ void log_line(LogLevel level, std::string_view msg, std::string_view fields) {
   line += " level=";
   line += level_name(level);
   line += " msg=\"";
-  line += msg;
+  line += log_escape(msg);
   line += '"';
   if (!fields.empty()) {
     line += ' ';
@@ -56,20 +56,84 @@ void log_line(LogLevel level, std::string_view msg, std::string_view fields) {
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
+namespace {
+
+// The length of the valid UTF-8 sequence at s[i] (2..4 bytes), or 0 when it is not one.
+size_t utf8_sequence(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  const size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((b(i + k) & 0xc0) != 0x80) return 0;
+  if (c == 0xe0 && b(i + 1) < 0xa0) return 0;  // overlong
+  if (c == 0xed && b(i + 1) > 0x9f) return 0;  // surrogate
+  if (c == 0xf0 && b(i + 1) < 0x90) return 0;  // overlong
+  if (c == 0xf4 && b(i + 1) > 0x8f) return 0;  // beyond U+10FFFF
+  return n;
+}
+
+}  // namespace
+
+// Client-supplied strings reach log fields (request ids, document ids, error messages): a
+// newline or a control byte in one must never start a forged record, so every control
+// character, DEL and byte that is not valid UTF-8 is written escaped (docs/design.md, logs).
+std::string log_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      if (const size_t n = utf8_sequence(s, i)) {
+        out.append(s.substr(i, n));
+        i += n;
+        continue;
+      }
+    }
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20 || c >= 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+    ++i;
+  }
+  return out;
+}
+
 void LogFields::append(std::string_view key, const std::string& value) {
   if (!s_.empty()) s_ += ' ';
-  s_ += key;
+  // Keys are never quoted: a separator in one is replaced so the record still splits into pairs.
+  for (char c : log_escape(key)) s_ += c == ' ' || c == '=' || c == '"' ? '_' : c;
   s_ += '=';
-  bool quote = value.empty() || value.find_first_of(" \t\"=") != std::string::npos;
+  const std::string escaped = log_escape(value);
+  const bool quote =
+      escaped.empty() || escaped.size() != value.size() || value.find_first_of(" \"=") != std::string::npos;
   if (!quote) {
     s_ += value;
     return;
   }
   s_ += '"';
-  for (char c : value) {
-    if (c == '"' || c == '\\') s_ += '\\';
-    s_ += c;
-  }
+  s_ += escaped;
   s_ += '"';
 }
 

@@ -13,7 +13,11 @@ void set_log_level(LogLevel level);
 LogLevel log_level();
 void log_line(LogLevel level, std::string_view msg, std::string_view fields);
 
-// Builds the `key=value` tail; values with spaces are quoted.
+// `s` with quotes, backslashes, control characters, DEL and invalid UTF-8 escaped (\n, \r, \t,
+// \xNN): one log record stays one line whatever a client put in a string.
+std::string log_escape(std::string_view s);
+
+// Builds the `key=value` tail; values with spaces, quotes or escapes are quoted and escaped.
 class LogFields {
  public:
   template <class V>

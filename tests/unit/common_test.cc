@@ -1,12 +1,42 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "common/checksum.h"
 #include "common/flags.h"
 #include "common/json.h"
+#include "common/log.h"
 #include "tests/unit/test_util.h"
 
 namespace yoco {
 namespace {
+
+// One log_line with `fields`, as written to stderr.
+std::string logged(const LogFields& fields) {
+  testing::internal::CaptureStderr();
+  log_line(LogLevel::kWarn, "moving request", fields.str());
+  return testing::internal::GetCapturedStderr();
+}
+
+TEST(Log, ANewlineInAClientStringNeverForgesARecord) {
+  const std::string forged = "abc\n{\"level\":\"error\",\"msg\":\"fake\"}\nts=x level=error msg=\"fake\"\r";
+  const std::string out = logged(LogFields().kv("request_id", forged).kv("worker", "127.0.0.1:1"));
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_EQ(out.back(), '\n');
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\r'), 0) << out;
+  EXPECT_NE(out.find("request_id=\"abc\\n{\\\"level\\\""), std::string::npos) << out;
+  EXPECT_NE(out.find(" worker=127.0.0.1:1\n"), std::string::npos) << out;
+}
+
+TEST(Log, ControlBytesDelAndInvalidUtf8AreEscapedValidUtf8Kept) {
+  EXPECT_EQ(log_escape("a\tb\x01\x7f\x1b[31m"), "a\\tb\\x01\\x7f\\x1b[31m");
+  EXPECT_EQ(log_escape("\xff\xc3(\xed\xa0\x80"), "\\xff\\xc3(\\xed\\xa0\\x80");  // bad byte, cut, surrogate
+  EXPECT_EQ(log_escape("caf\xc3\xa9 \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xf0\x9f\x98\x80");
+  const std::string out = logged(LogFields().kv("key\nlevel", "\x1b]0;x\x07").kv("plain", "ok"));
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_EQ(out.find('\x1b'), std::string::npos) << out;
+  EXPECT_NE(out.find(" plain=ok\n"), std::string::npos) << out;
+}
 
 TEST(Json, ParsesAndDumpsRoundTrip) {
   auto j = Json::parse(R"({"a": [1, -2.5, true, null, "x\"\u00e9\ud83d\ude00"], "b": {"c": 1e3}})");
