@@ -13,55 +13,91 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
+namespace {
+
+// Declared before the io_context in Impl so it outlives the sessions the io_context destroys.
+struct Shared {
+  std::map<std::string, HttpServer::Handler> routes;
+  HttpServerOptions options;
+  int open = 0;  // connections being served (touched on the I/O thread only)
+};
+
+http::response<http::string_body> answer(const Shared& shared, const http::request<http::string_body>& req) {
+  http::response<http::string_body> res;
+  res.version(req.version());
+  res.keep_alive(false);
+  res.set(http::field::server, "yoco");
+  std::string target(req.target());
+  if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
+  auto it = shared.routes.find(target);
+  if (req.method() != http::verb::get && req.method() != http::verb::head) {
+    res.result(http::status::method_not_allowed);
+    res.set(http::field::content_type, "text/plain");
+    res.body() = "only GET\n";
+  } else if (it == shared.routes.end()) {
+    res.result(http::status::not_found);
+    res.set(http::field::content_type, "text/plain");
+    res.body() = "not found\n";
+  } else {
+    HttpResponse r = it->second();
+    res.result(static_cast<http::status>(r.status));
+    res.set(http::field::content_type, r.content_type);
+    if (req.method() == http::verb::get) res.body() = std::move(r.body);
+  }
+  res.prepare_payload();
+  return res;
+}
+
+// One connection, one request, all asynchronous: a client that sends nothing (or half a request)
+// waits on its own timer and holds no one else up; when the timer fires its socket is closed.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, Shared& shared) : stream_(std::move(socket)), shared_(shared) { ++shared_.open; }
+  ~Session() { --shared_.open; }
+
+  void start() {
+    stream_.expires_after(shared_.options.timeout);
+    http::async_read(stream_, buffer_, req_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      self->res_ = answer(self->shared_, self->req_);
+      self->stream_.expires_after(self->shared_.options.timeout);
+      http::async_write(self->stream_, self->res_, [self](beast::error_code, size_t) { self->close(); });
+    });
+  }
+
+ private:
+  void close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
+  }
+
+  beast::tcp_stream stream_;
+  Shared& shared_;
+  beast::flat_buffer buffer_;
+  http::request<http::string_body> req_;
+  http::response<http::string_body> res_;
+};
+
+}  // namespace
+
 struct HttpServer::Impl {
+  Shared shared;
   asio::io_context io;
   tcp::acceptor acceptor{io};
-  std::map<std::string, Handler> routes;
   std::thread thread;
   uint16_t port = 0;
 
   void accept() {
     acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (ec) return;  // acceptor closed
-      serve(std::move(socket));
+      if (shared.open >= shared.options.max_connections) {
+        socket.close(ec);  // over the cap: refused at once rather than queued behind the others
+      } else {
+        std::make_shared<Session>(std::move(socket), shared)->start();
+      }
       accept();
     });
-  }
-
-  // One request per connection, answered in the I/O thread; a slow client is cut off by the
-  // stream's timeout so it cannot hold the server.
-  void serve(tcp::socket socket) {
-    beast::tcp_stream stream(std::move(socket));
-    stream.expires_after(std::chrono::seconds(5));
-    beast::flat_buffer buffer;
-    http::request<http::string_body> req;
-    beast::error_code ec;
-    http::read(stream, buffer, req, ec);
-    if (ec) return;
-    http::response<http::string_body> res;
-    res.version(req.version());
-    res.keep_alive(false);
-    res.set(http::field::server, "yoco");
-    std::string target(req.target());
-    if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
-    auto it = routes.find(target);
-    if (req.method() != http::verb::get && req.method() != http::verb::head) {
-      res.result(http::status::method_not_allowed);
-      res.set(http::field::content_type, "text/plain");
-      res.body() = "only GET\n";
-    } else if (it == routes.end()) {
-      res.result(http::status::not_found);
-      res.set(http::field::content_type, "text/plain");
-      res.body() = "not found\n";
-    } else {
-      HttpResponse r = it->second();
-      res.result(static_cast<http::status>(r.status));
-      res.set(http::field::content_type, r.content_type);
-      if (req.method() == http::verb::get) res.body() = std::move(r.body);
-    }
-    res.prepare_payload();
-    http::write(stream, res, ec);
-    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   }
 };
 
@@ -70,9 +106,11 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpServer::~HttpServer() { stop(); }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& host, uint16_t port,
-                                                      std::map<std::string, Handler> routes) {
+                                                      std::map<std::string, Handler> routes,
+                                                      HttpServerOptions options) {
   auto impl = std::make_unique<Impl>();
-  impl->routes = std::move(routes);
+  impl->shared.routes = std::move(routes);
+  impl->shared.options = options;
   beast::error_code ec;
   const auto addr = asio::ip::make_address(host, ec);
   if (ec) return invalid_argument("metrics address \"" + host + "\": " + ec.message());

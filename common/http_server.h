@@ -1,7 +1,9 @@
-// A small HTTP/1.1 server for /metrics and health endpoints (Boost.Beast). One I/O thread;
-// requests are tiny and rare (scrapes), each connection is bounded by a read timeout.
+// A small HTTP/1.1 server for /metrics and health endpoints (Boost.Beast). One I/O thread serves
+// every connection asynchronously, each on its own timeout: a silent or slow client is closed
+// when its timer fires and never delays another scrape (docs/design.md, metrics endpoint).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -18,6 +20,13 @@ struct HttpResponse {
   std::string body;
 };
 
+struct HttpServerOptions {
+  // How long a connection may take to send its request, and then to take the answer; a
+  // connection still open after it is closed.
+  std::chrono::milliseconds timeout{5000};
+  int max_connections = 64;  // open at once; more are closed on accept
+};
+
 class HttpServer {
  public:
   using Handler = std::function<HttpResponse()>;
@@ -25,7 +34,8 @@ class HttpServer {
 
   // Binds host:port (port 0: any free port) and serves GET `routes` until stop().
   static Result<std::unique_ptr<HttpServer>> start(const std::string& host, uint16_t port,
-                                                   std::map<std::string, Handler> routes);
+                                                   std::map<std::string, Handler> routes,
+                                                   HttpServerOptions options = {});
   uint16_t port() const;
   void stop();
 

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -106,6 +107,64 @@ TEST(Metrics, ServedOverHttp) {
   EXPECT_FALSE(HttpServer::start("not-an-address", 0, {}).ok());
   (*server)->stop();
   EXPECT_EQ(http_get((*server)->port(), "/metrics"), "");  // stopped: nothing answers
+}
+
+// A connected socket to 127.0.0.1:port that has sent `sent` (closed by the destructor).
+struct RawClient {
+  int fd = -1;
+  RawClient(uint16_t port, const std::string& sent) {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    timeval tv{6, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    if (!sent.empty()) EXPECT_EQ(write(fd, sent.data(), sent.size()), static_cast<ssize_t>(sent.size()));
+  }
+  ~RawClient() { close(fd); }
+  // Seconds until the server closes the connection (EOF or reset), or -1 if it is still open
+  // after the 6 s receive timeout.
+  double seconds_until_closed() const {
+    const auto t0 = std::chrono::steady_clock::now();
+    char buf[256];
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) return -1;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+// Slow clients hold nothing: a connection that sends nothing and one that sends half a request
+// never delay a scrape, and both are closed when their timeout passes.
+TEST(Metrics, ASilentConnectionNeverBlocksAScrape) {
+  MetricsRegistry r;
+  fill(r);
+  auto server = HttpServer::start("127.0.0.1", 0,
+                                  {{"/metrics",
+                                    [&] {
+                                      return HttpResponse{200, kPrometheusContentType, r.expose()};
+                                    }}},
+                                  HttpServerOptions{.timeout = std::chrono::milliseconds(1500)});
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  const uint16_t port = (*server)->port();
+  RawClient silent(port, "");
+  RawClient half(port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // both accepted before the scrape
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string ok = http_get(port, "/metrics");
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(ok.find("yoco_prompt_tokens_total 42"), std::string::npos) << "scrape " << i << ": " << ok;
+    EXPECT_LT(took, 1.0) << "scrape " << i << " waited behind the silent connections";
+  }
+  const double silent_closed = silent.seconds_until_closed();
+  const double half_closed = half.seconds_until_closed();
+  EXPECT_GE(silent_closed, 0) << "the silent connection is still open 6 s later";
+  EXPECT_GE(half_closed, 0) << "the half-request connection is still open 6 s later";
+  EXPECT_LT(silent_closed, 4.0);
+  EXPECT_LT(half_closed, 4.0);
+  EXPECT_NE(http_get(port, "/metrics").find("HTTP/1.1 200"), std::string::npos);
 }
 
 TEST(Metrics, PromtoolAcceptsTheExposition) {
