@@ -29,6 +29,9 @@ struct RouterLimits {
   int prefill_attempts = 3;             // tries per request across prefill workers
   int migrations = 3;                   // decode workers a stream may move across
   uint32_t lease_ms = 30000;            // how long a reservation waits for its commit
+  // A Decode stream silent this long while its worker fails health polls is migrated (a hung
+  // worker, docs/design.md §3.3); well above a decode step and a poll's timeout.
+  int64_t stall_timeout_ms = 3000;
   int max_stop_strings = 16;
   int max_logprobs = 20;
   // Prefix affinity for prefill choice (0: off): prompts whose first `affinity_tokens` tokens

@@ -8,6 +8,7 @@
 #include "proto/sampling_convert.h"
 #include "router/call_util.h"
 #include "router/documents.h"
+#include "router/stall_watch.h"
 
 namespace yoco {
 
@@ -139,8 +140,15 @@ GenerateCall::Step GenerateCall::attempt() {
   DecodeStream stream = open_decode(pick);
   if (!core_.colocated()) {
     internal::v1::DecodeEvent ev;
-    if (!stream.reader->Read(&ev) || ev.kind_case() != internal::v1::DecodeEvent::kReservation) {
+    bool read = false, stalled = false;
+    {
+      const std::unique_ptr<StallWatch> w = watch(stream, pick.address);
+      read = stream.reader->Read(&ev);
+      stalled = w->fired();
+    }
+    if (!read || ev.kind_case() != internal::v1::DecodeEvent::kReservation) {
       const grpc::Status st = stream.reader->Finish();
+      if (stalled) return decode_stalled(pick.address);
       return decode_failed(pick.address, st.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "no reservation") : st);
     }
     if (Step s = prefill(pick, ev.reservation().transfer_descriptor(), stream); s.kind != Step::kNext) return s;
@@ -187,6 +195,15 @@ GenerateCall::DecodeStream GenerateCall::open_decode(const DecodePick& pick) {
   s.ctx = grpc::ClientContext::FromServerContext(*ctx_);
   s.reader = internal::v1::DecodeWorker::NewStub(core_.decode().channel(pick.address))->Decode(s.ctx.get(), dreq);
   return s;
+}
+
+// The stream's call is cancelled if its worker hangs (router/stall_watch.h); destroyed before the
+// stream, so it never touches a finished call.
+std::unique_ptr<StallWatch> GenerateCall::watch(DecodeStream& stream, const std::string& address) {
+  grpc::ClientContext* ctx = stream.ctx.get();
+  return std::make_unique<StallWatch>(
+      std::chrono::milliseconds(core_.limits().stall_timeout_ms),
+      [this, address] { return !core_.decode().healthy(address); }, [ctx] { ctx->TryCancel(); });
 }
 
 void GenerateCall::DecodeStream::cancel_and_drain() {
@@ -264,7 +281,12 @@ GenerateCall::Step GenerateCall::relay(DecodeStream& stream, const std::string& 
   internal::v1::DecodeEvent ev;
   bool finished = false;
   std::string reason;
+  const std::unique_ptr<StallWatch> w = watch(stream, address);
   while (stream.reader->Read(&ev)) {
+    w->heard();
+    // Cancelled as stalled: whatever the old worker still sends is dropped; the stream goes on
+    // from the tokens already relayed.
+    if (w->fired()) break;
     if (ev.kind_case() == internal::v1::DecodeEvent::kFinished) {
       finished = true;
       reason = ev.finished().reason();
@@ -281,6 +303,10 @@ GenerateCall::Step GenerateCall::relay(DecodeStream& stream, const std::string& 
   if (stop_hit_) return finish("stop_string");
   if (finished && st.ok()) return finish(reason);
   if (static_cast<int64_t>(generated_.size()) >= max_tokens_) return finish("length");
+  if (w->fired()) {  // the worker may have hung right after the stream's stop token
+    if (!generated_.empty() && std::count(stop_ids_.begin(), stop_ids_.end(), generated_.back())) return finish("stop");
+    return decode_stalled(address);
+  }
   // The decode worker was lost (or failed) mid-stream: continue the same stream elsewhere.
   return decode_failed(address, st.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream ended early") : st);
 }
@@ -341,6 +367,15 @@ GenerateCall::Step GenerateCall::decode_failed(const std::string& address, const
                .kv("generated", static_cast<int64_t>(generated_.size()))
                .kv("error", st.error_message()));
   return Step::retry();
+}
+
+// A hung decode worker (silent for --stall-timeout-ms while failing health polls): its call was
+// cancelled, so it frees the reservation's blocks when it runs again; the stream migrates.
+GenerateCall::Step GenerateCall::decode_stalled(const std::string& address) {
+  core_.metrics().observe_stall();
+  return decode_failed(
+      address, {grpc::StatusCode::UNAVAILABLE, "no event for " + std::to_string(core_.limits().stall_timeout_ms) +
+                                                   " ms and failing health polls (hung worker)"});
 }
 
 // ---- finish: what the text decoder and the stop matcher still hold, then the final message ----

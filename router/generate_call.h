@@ -9,6 +9,8 @@
 //     relay           tokens to the client: text, stop strings, logprobs, metrics
 //     decode_failed   a decode worker lost mid-stream: migrate (re-prefill prompt + tokens
 //                     already streamed on another one), so the client sees one stream
+//     decode_stalled  a decode worker hung (silent while failing health polls): its call is
+//                     cancelled and the stream migrates the same way
 //   finish            the remaining text and the final message (reason, usage, timings)
 #pragma once
 
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "router/core.h"
+#include "router/stall_watch.h"
 #include "router/stop_strings.h"
 #include "yoco/internal/v1/worker.grpc.pb.h"
 #include "yoco/v1/yoco.grpc.pb.h"
@@ -74,6 +77,8 @@ class GenerateCall {
   bool relay_tokens(const internal::v1::Tokens& tokens);  // false: the client went away
   void fill_logprob_text(v1::LogprobEntry* e, int32_t chosen) const;
   Step decode_failed(const std::string& address, const grpc::Status& st);
+  Step decode_stalled(const std::string& address);
+  std::unique_ptr<StallWatch> watch(DecodeStream& stream, const std::string& address);
   Step finish(const std::string& reason);
   std::optional<grpc::Status> client_end() const;
 

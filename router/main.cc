@@ -22,6 +22,7 @@ RouterLimits read_limits(ServerFlags& f) {
   lim.prefill_attempts = static_cast<int>(f.int_in("prefill-attempts", 3, 1, 100));
   lim.migrations = static_cast<int>(f.int_in("migrations", 3, 0, 100));
   lim.lease_ms = static_cast<uint32_t>(f.int_in("lease-ms", 30000, 100, 3600000));
+  lim.stall_timeout_ms = f.int_in("stall-timeout-ms", 3000, 100, 3600000);
   lim.affinity_tokens = static_cast<int>(f.int_in("affinity-tokens", 64, 0, 1 << 20));
   lim.affinity_max_extra_tokens = f.int_in("affinity-max-extra-tokens", 4096, 0, int64_t{1} << 40);
   return lim;
@@ -44,10 +45,10 @@ std::vector<Target> read_targets(ServerFlags& f, const std::string& name, bool r
 }
 
 int run(int argc, char** argv) {
-  ServerFlags f(
-      kProgram, argc, argv,
-      {"model", "prefill", "decode", "max-in-flight", "max-queued-tokens", "prefill-attempts", "migrations", "lease-ms",
-       "health-interval-ms", "dns-refresh-seconds", "affinity-tokens", "affinity-max-extra-tokens"});
+  ServerFlags f(kProgram, argc, argv,
+                {"model", "prefill", "decode", "max-in-flight", "max-queued-tokens", "prefill-attempts", "migrations",
+                 "lease-ms", "stall-timeout-ms", "health-interval-ms", "dns-refresh-seconds", "affinity-tokens",
+                 "affinity-max-extra-tokens"});
   const ServerOptions so = server_options(f);
   const std::string model_dir = f.required("model", "a model directory: the router reads its tokenizer");
   const std::vector<Target> ptargets = read_targets(f, "prefill", /*required=*/false);

@@ -21,6 +21,8 @@ RouterMetrics::RouterMetrics(MetricsRegistry& r)
       generation_tokens_(r.counter(metric_name("yoco_generation_tokens_total"), "Tokens streamed to clients.")),
       cached_tokens_(
           r.counter(metric_name("yoco_cached_prompt_tokens_total"), "Prompt tokens served from the KV store.")),
+      stalls_(r.counter(metric_name("yoco_router_stalled_streams_total"),
+                        "Decode streams moved off a worker that went silent while failing health polls.")),
       requests_(*r.counter_family(metric_name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"})
                      .value()),
       retries_(*r.counter_family(metric_name("yoco_router_retries_total"),

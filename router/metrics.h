@@ -29,12 +29,14 @@ class RouterMetrics {
   void observe_prefill(const internal::v1::PrefillResponse& p);
   // A retry after a worker failure: "prefill" (another prefill worker) or "migration".
   void observe_retry(const char* kind);
+  // A Decode stream cancelled because its worker went silent while unhealthy (then migrated).
+  void observe_stall() { stalls_.inc(); }
   // Workers passing health checks, by role ("prefill", "decode"); set before each scrape.
   void set_healthy_workers(const char* role, int n);
 
  private:
   Histogram &ttft_, &itl_, &e2e_, &queue_, &prefill_, &transfer_;
-  Counter &prompt_tokens_, &generation_tokens_, &cached_tokens_;
+  Counter &prompt_tokens_, &generation_tokens_, &cached_tokens_, &stalls_;
   Family<Counter>& requests_;
   Family<Counter>& retries_;
   Gauge &running_, &waiting_;

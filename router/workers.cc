@@ -123,6 +123,12 @@ void WorkerGroup::mark_failed(const std::string& address) {
   if (it != workers_.end()) it->second.snap.healthy = false;
 }
 
+bool WorkerGroup::healthy(const std::string& address) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(address);
+  return it != workers_.end() && it->second.snap.healthy;
+}
+
 int WorkerGroup::healthy_count() const {
   std::lock_guard<std::mutex> lock(mu_);
   int n = 0;

@@ -53,6 +53,8 @@ class WorkerGroup {
   // Polls every worker now (a request found no room in load reports that may be stale).
   void refresh_now() { poll_all(); }
   int healthy_count() const;
+  // The last poll's verdict on `address` (or a failure since); false for an unknown address.
+  bool healthy(const std::string& address) const;
 
  private:
   struct Worker {

@@ -8,7 +8,9 @@
 //   4. SIGKILL of a decode worker mid-stream: streams complete through migration, identical;
 //   5. SIGKILL of a prefill worker mid-transfer: the request is retried and completes;
 //   6. promtool + a real Prometheus scrape of every process;
-//   7. bad requests: INVALID_ARGUMENT naming the field; admission: RESOURCE_EXHAUSTED.
+//   7. bad requests: INVALID_ARGUMENT naming the field; admission: RESOURCE_EXHAUSTED;
+//   8. SIGSTOP of a decode worker mid-stream (a hung worker): streams migrate, identical, with
+//      no gap longer than the stall timeout + one migration.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,6 +19,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <optional>
 
 #include "model/generate.h"
 #include "model/random_model.h"
@@ -286,6 +289,68 @@ TEST(Cluster, DecodeWorkerKilledMidStreamMigratesWithIdenticalTokens) {
   // The surviving worker's pool is back to idle.
   const std::string dm = test::http_get_body(test::port_of(c.decode()[1].metrics), "/metrics");
   EXPECT_EQ(test::metric_value(dm, "yoco_kv_cache_blocks_free"), 1024);
+}
+
+// A hung decode worker (SIGSTOP: alive, connected, silent) is routed around like a crashed one:
+// the router's --stall-timeout-ms (3 s default) runs out while the worker fails its health polls,
+// the streams on it move to the other worker, and when it resumes it frees every block.
+TEST(Cluster, DecodeWorkerHungMidStreamMigratesWithIdenticalTokens) {
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  LocalCluster c({.model = kGret, .prefill = 1, .decode = 2});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  const pid_t hung = c.decode()[0].pid;
+  struct Resume {  // declared after the cluster: the worker runs again before the cluster stops
+    pid_t pid;
+    ~Resume() { kill(pid, SIGCONT); }
+  } resume{hung};
+  auto stub = c.stub();
+  const int n = 8, max_tokens = 400;
+  const auto ps = prompts(n, (*model)->config().vocab_size, 11);
+  std::vector<test::Generated> got(n);
+  std::vector<double> longest_gap(n, 0);
+  std::atomic<int> streaming{0}, done{0};
+  std::vector<std::thread> th;
+  for (int i = 0; i < n; ++i)
+    th.emplace_back([&, i] {
+      bool counted = false;
+      std::optional<std::chrono::steady_clock::time_point> last;
+      got[i] = test::run_generate(
+          *stub, greedy(ps[i], max_tokens), milliseconds(180000), [&](grpc::ClientContext&, const test::Generated& s) {
+            const auto now = std::chrono::steady_clock::now();
+            if (last) longest_gap[i] = std::max(longest_gap[i], std::chrono::duration<double>(now - *last).count());
+            last = now;
+            if (!counted && s.ids.size() >= 3) {
+              counted = true;
+              ++streaming;
+            }
+          });
+      ++done;
+    });
+  for (int i = 0; i < 1200 && streaming < n; ++i) std::this_thread::sleep_for(milliseconds(10));
+  const double running_on_hung = test::metric_value(
+      test::http_get_body(test::port_of(c.decode()[0].metrics), "/metrics"), "yoco_requests_running");
+  ASSERT_EQ(kill(hung, SIGSTOP), 0);
+  // Before the fix the streams on the hung worker wait for it: SIGCONT only after 40 s.
+  for (int i = 0; i < 4000 && done < n; ++i) std::this_thread::sleep_for(milliseconds(10));
+  kill(hung, SIGCONT);
+  for (auto& t : th) t.join();
+  EXPECT_GT(running_on_hung, 0) << "no stream was on the worker that hung";
+  // The stall timeout (3 s) + health polls + one migration (re-prefill of up to ~700 tokens on a
+  // busy machine): generous, a fault bound and not a speed goal.
+  const double bound = 3.0 + 15.0;
+  std::printf("longest gap between tokens: %.2f s (bound %.0f s)\n",
+              *std::max_element(longest_gap.begin(), longest_gap.end()), bound);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message() << c.logs();
+    EXPECT_EQ(got[i].ids, reference(**model, ps[i], max_tokens)) << "stream " << i;
+    EXPECT_LT(longest_gap[i], bound) << "stream " << i << " was silent that long";
+  }
+  const std::string rm = test::http_get_body(test::port_of(c.router().metrics), "/metrics");
+  EXPECT_GE(test::metric_value(rm, "yoco_router_stalled_streams_total"), 1) << rm;
+  EXPECT_NE(rm.find("yoco_router_retries_total{kind=\"migration\"}"), std::string::npos) << rm;
+  // Its Decode calls were cancelled: the worker frees their blocks once it runs again.
+  expect_pools_idle(c, 1024);
 }
 
 TEST(Cluster, SigtermDrainsADecodeWorkerWithoutLosingStreams) {

@@ -1,0 +1,42 @@
+// Watches one Decode stream for a hung worker (SIGSTOPped, a stuck device): when no event has
+// arrived for `timeout` and the router's health polls find the worker unhealthy, the stream's
+// call is cancelled so GenerateCall migrates it like a crashed one. Silence alone is not enough:
+// a worker that answers its load polls may be legitimately slow (a long colocated prefill, a
+// queue, a preemption), and is left alone (docs/design.md §3.3, hung decode workers).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace yoco {
+
+class StallWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `unhealthy` is asked only once the stream has been silent for `timeout`; `cancel` runs at
+  // most once, on the watcher's thread.
+  StallWatch(std::chrono::milliseconds timeout, std::function<bool()> unhealthy, std::function<void()> cancel);
+  ~StallWatch();  // stops the watcher (never cancels after it returns)
+  StallWatch(const StallWatch&) = delete;
+  StallWatch& operator=(const StallWatch&) = delete;
+
+  void heard();        // an event arrived: the silence starts again
+  bool fired() const;  // the stream was cancelled as stalled
+
+ private:
+  void loop();
+
+  const std::chrono::milliseconds timeout_;
+  const std::function<bool()> unhealthy_;
+  const std::function<void()> cancel_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Clock::time_point last_ = Clock::now();
+  bool stopping_ = false, fired_ = false;
+  std::thread thread_;
+};
+
+}  // namespace yoco
