@@ -1,8 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "router/policy.h"
+#include "router/stall_watch.h"
 #include "router/stop_strings.h"
 
 namespace yoco {
@@ -147,6 +151,34 @@ TEST(StopStrings, StopsAtTheFirstMatchAcrossDeltasAndHoldsBackPrefixes) {
   EXPECT_EQ(whole.push("\nb"), "");
   EXPECT_TRUE(whole.stopped());
   EXPECT_EQ(whole.push("more"), "");
+}
+
+// A hung worker's stream is cancelled only when it is both silent and unhealthy: a silent but
+// healthy worker (a long prefill, a queue) and a worker still sending are left alone.
+TEST(StallWatch, CancelsOnlyASilentStreamOfAnUnhealthyWorker) {
+  using std::chrono::milliseconds;
+  std::atomic<bool> unhealthy{false};
+  std::atomic<int> cancels{0};
+  {
+    StallWatch w(
+        milliseconds(100), [&] { return unhealthy.load(); }, [&] { ++cancels; });
+    std::this_thread::sleep_for(milliseconds(400));  // silent, healthy
+    EXPECT_FALSE(w.fired());
+    unhealthy = true;
+    for (int i = 0; i < 6; ++i) {  // unhealthy, but an event every 40 ms
+      w.heard();
+      std::this_thread::sleep_for(milliseconds(40));
+    }
+    EXPECT_FALSE(w.fired());
+    for (int i = 0; i < 100 && !w.fired(); ++i) std::this_thread::sleep_for(milliseconds(10));
+    EXPECT_TRUE(w.fired());
+  }
+  EXPECT_EQ(cancels, 1);
+  {
+    StallWatch quiet(
+        milliseconds(100), [] { return true; }, [&] { ++cancels; });
+  }  // ends before its timeout
+  EXPECT_EQ(cancels, 1);
 }
 
 }  // namespace
