@@ -1,6 +1,6 @@
 // A small HTTP/1.1 server for /metrics and health endpoints (Boost.Beast). One I/O thread serves
 // every connection asynchronously, each on its own timeout: a silent or slow client is closed
-// when its timer fires and never delays another scrape (docs/design.md, metrics endpoint).
+// when its timer fires and never delays another scrape (docs/design.md §3.1).
 #pragma once
 
 #include <chrono>

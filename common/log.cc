@@ -77,7 +77,7 @@ size_t utf8_sequence(std::string_view s, size_t i) {
 
 // Client-supplied strings reach log fields (request ids, document ids, error messages): a
 // newline or a control byte in one must never start a forged record, so every control
-// character, DEL and byte that is not valid UTF-8 is written escaped (docs/design.md, logs).
+// character, DEL and byte that is not valid UTF-8 is written escaped (docs/design.md §3.1).
 std::string log_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size());
