@@ -77,6 +77,10 @@ grpc::Status GenerateCall::resolve_documents() {
 grpc::Status GenerateCall::validate_options(const v1::ModelInfo& model) {
   const RouterLimits& lim = core_.limits();
   max_tokens_ = req_.max_tokens() == 0 ? 16 : req_.max_tokens();
+  // The prompt is to blame when it alone leaves no room for a token; max_tokens only otherwise.
+  if (const int64_t n = static_cast<int64_t>(prompt_.size()), max = model.max_seq_len(); n >= max)
+    return invalid("prompt: " + std::to_string(n) + " tokens " + (n > max ? "exceed" : "fill") +
+                   " the model's max_seq_len " + std::to_string(max) + " (no room left for max_tokens)");
   if (static_cast<int64_t>(prompt_.size()) + max_tokens_ > model.max_seq_len())
     return invalid("max_tokens: prompt (" + std::to_string(prompt_.size()) + " tokens) + max_tokens (" +
                    std::to_string(max_tokens_) + ") exceeds the model's max_seq_len " +
