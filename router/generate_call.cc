@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/checksum.h"
+#include "common/document_id.h"
 #include "common/log.h"
 #include "proto/grpc_util.h"
 #include "proto/sampling_convert.h"
@@ -59,6 +60,9 @@ grpc::Status GenerateCall::resolve_documents() {
   if (req_.document_ids_size() == 0) return grpc::Status::OK;
   if (req_.document_ids_size() > 64) return invalid("document_ids: at most 64 documents");
   std::vector<int32_t> full;
+  for (int i = 0; i < req_.document_ids_size(); ++i)
+    if (!is_document_id(req_.document_ids(i)))
+      return invalid(not_a_document_id("document_ids[" + std::to_string(i) + "]", req_.document_ids(i)));
   for (int i = 0; i < req_.document_ids_size(); ++i) {
     internal::v1::DocumentRecord rec;
     grpc::Status st = fetch_document(core_, ctx_, req_.document_ids(i), &rec);
