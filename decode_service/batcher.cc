@@ -28,6 +28,10 @@ Status ContinuousBatcher::validate(const DecodeRequest& req) const {
   if (static_cast<int>(req.generated_before.size()) >= req.max_tokens)
     return invalid_argument("generated: already max_tokens tokens");
   if (req.logprobs < 0 || req.logprobs > 20) return invalid_argument("logprobs: must be in [0, 20]");
+  // The prompt is to blame when it alone leaves no room for a token; max_tokens only otherwise.
+  if (const int64_t n = static_cast<int64_t>(req.prompt.size()), max = model_.config().max_seq_len; n >= max)
+    return invalid_argument("prompt: " + std::to_string(n) + " tokens " + (n > max ? "exceed" : "fill") +
+                            " the model's max_seq_len " + std::to_string(max) + " (no room left for max_tokens)");
   if (static_cast<int64_t>(req.prompt.size()) + req.max_tokens > model_.config().max_seq_len)
     return invalid_argument("max_tokens: prompt + max_tokens exceeds max_seq_len " +
                             std::to_string(model_.config().max_seq_len));

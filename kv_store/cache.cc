@@ -3,16 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/document_id.h"
+
 namespace yoco {
-
-namespace {
-
-bool well_formed_document_id(const std::string& id) {
-  if (id.size() != 36 || id.rfind("doc-", 0) != 0) return false;
-  return std::all_of(id.begin() + 4, id.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
-}  // namespace
 
 KvCache::KvCache(KvStore& store, KvCacheOptions opt) : store_(store), opt_(opt) {
   YOCO_CHECK(opt_.kv_dim > 0 && opt_.block_tokens > 0 && opt_.lookup_batch > 0);
@@ -230,8 +223,8 @@ Status KvCache::put_document(const DocumentRecord& record) {
 }
 
 Result<std::optional<DocumentRecord>> KvCache::get_document(const std::string& id) {
-  if (!well_formed_document_id(id))
-    return invalid_argument("document id '" + id.substr(0, 64) + "' is not doc- + 32 hex");
+  // Never a store key (nor a dir store path) from a string that is not an id.
+  if (!is_document_id(id)) return invalid_argument(not_a_document_id("id", id));
   KvGetResult got = store_.get(id);
   auto obj = check(got, id, ObjectKind::kDocument);
   if (!obj) {
@@ -272,8 +265,8 @@ Result<std::vector<std::string>> KvCache::list_documents() {
 }
 
 Status KvCache::delete_document(const std::string& id) {
-  if (!well_formed_document_id(id))
-    return invalid_argument("document id '" + id.substr(0, 64) + "' is not doc- + 32 hex");
+  // Never a store key (nor a dir store path) from a string that is not an id.
+  if (!is_document_id(id)) return invalid_argument(not_a_document_id("id", id));
   Status first;
   auto rec = get_document(id);
   if (rec.ok() && rec->has_value()) {

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "common/checksum.h"
+#include "common/document_id.h"
 #include "common/log.h"
 #include "kv_store/format.h"
 #include "proto/grpc_util.h"
@@ -69,6 +70,7 @@ grpc::Status PrefillService::CacheDocument(grpc::ServerContext* ctx, const v1::C
 grpc::Status PrefillService::GetDocument(grpc::ServerContext*, const v1::GetDocumentRequest* req,
                                          internal::v1::DocumentRecord* out) {
   if (!cache_) return no_store();
+  if (!is_document_id(req->id())) return {grpc::StatusCode::INVALID_ARGUMENT, not_a_document_id("id", req->id())};
   auto rec = cache_->get_document(req->id());
   if (!rec.ok()) return {grpc::StatusCode::UNAVAILABLE, "KV store: " + rec.status().message()};
   if (!rec->has_value()) return {grpc::StatusCode::NOT_FOUND, "id: unknown document \"" + req->id() + "\""};
@@ -92,9 +94,11 @@ grpc::Status PrefillService::ListDocuments(grpc::ServerContext*, const v1::ListD
 grpc::Status PrefillService::DeleteDocument(grpc::ServerContext*, const v1::DeleteDocumentRequest* req,
                                             v1::DeleteDocumentResponse* out) {
   if (!cache_) return no_store();
+  if (!is_document_id(req->id())) return {grpc::StatusCode::INVALID_ARGUMENT, not_a_document_id("id", req->id())};
   auto rec = cache_->get_document(req->id());
   if (!rec.ok()) return {grpc::StatusCode::UNAVAILABLE, "KV store: " + rec.status().message()};
-  if (!rec->has_value()) return {grpc::StatusCode::NOT_FOUND, "id: unknown document \"" + req->id() + "\""};
+  // Not stored: nothing to delete, which the answer says (deleted: false); not an error.
+  if (!rec->has_value()) return grpc::Status::OK;
   if (Status d = cache_->delete_document(req->id()); !d.ok())
     return {grpc::StatusCode::UNAVAILABLE, "KV store: " + d.message()};
   out->set_deleted(true);

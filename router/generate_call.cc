@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/checksum.h"
+#include "common/document_id.h"
 #include "common/log.h"
 #include "proto/grpc_util.h"
 #include "proto/sampling_convert.h"
@@ -60,6 +61,9 @@ grpc::Status GenerateCall::resolve_documents() {
   if (req_.document_ids_size() == 0) return grpc::Status::OK;
   if (req_.document_ids_size() > 64) return invalid("document_ids: at most 64 documents");
   std::vector<int32_t> full;
+  for (int i = 0; i < req_.document_ids_size(); ++i)
+    if (!is_document_id(req_.document_ids(i)))
+      return invalid(not_a_document_id("document_ids[" + std::to_string(i) + "]", req_.document_ids(i)));
   for (int i = 0; i < req_.document_ids_size(); ++i) {
     internal::v1::DocumentRecord rec;
     grpc::Status st = fetch_document(core_, ctx_, req_.document_ids(i), &rec);
@@ -78,6 +82,10 @@ grpc::Status GenerateCall::resolve_documents() {
 grpc::Status GenerateCall::validate_options(const v1::ModelInfo& model) {
   const RouterLimits& lim = core_.limits();
   max_tokens_ = req_.max_tokens() == 0 ? 16 : req_.max_tokens();
+  // The prompt is to blame when it alone leaves no room for a token; max_tokens only otherwise.
+  if (const int64_t n = static_cast<int64_t>(prompt_.size()), max = model.max_seq_len(); n >= max)
+    return invalid("prompt: " + std::to_string(n) + " tokens " + (n > max ? "exceed" : "fill") +
+                   " the model's max_seq_len " + std::to_string(max) + " (no room left for max_tokens)");
   if (static_cast<int64_t>(prompt_.size()) + max_tokens_ > model.max_seq_len())
     return invalid("max_tokens: prompt (" + std::to_string(prompt_.size()) + " tokens) + max_tokens (" +
                    std::to_string(max_tokens_) + ") exceeds the model's max_seq_len " +

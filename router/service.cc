@@ -2,6 +2,7 @@
 
 #include <span>
 
+#include "common/document_id.h"
 #include "common/log.h"
 #include "proto/grpc_util.h"
 #include "router/call_util.h"
@@ -149,7 +150,7 @@ grpc::Status RouterService::cache_document(grpc::ServerContext* ctx, const v1::C
 
 grpc::Status RouterService::GetDocument(grpc::ServerContext* ctx, const v1::GetDocumentRequest* req,
                                         v1::Document* doc) {
-  if (req->id().empty()) return invalid("id: empty");
+  if (!is_document_id(req->id())) return invalid(not_a_document_id("id", req->id()));
   internal::v1::DocumentRecord rec;
   grpc::Status st = on_prefill_worker(
       ctx, *req, &rec,
@@ -167,7 +168,7 @@ grpc::Status RouterService::ListDocuments(grpc::ServerContext* ctx, const v1::Li
 
 grpc::Status RouterService::DeleteDocument(grpc::ServerContext* ctx, const v1::DeleteDocumentRequest* req,
                                            v1::DeleteDocumentResponse* resp) {
-  if (req->id().empty()) return invalid("id: empty");
+  if (!is_document_id(req->id())) return invalid(not_a_document_id("id", req->id()));
   return on_prefill_worker(ctx, *req, resp, [](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
     return stub.DeleteDocument(c, r, out);
   });

@@ -11,6 +11,7 @@
 //   7. bad requests: INVALID_ARGUMENT naming the field; admission: RESOURCE_EXHAUSTED;
 //   8. SIGSTOP of a decode worker mid-stream (a hung worker): streams migrate, identical, with
 //      no gap longer than the stall timeout + one migration.
+//   9. issue 14's API defects: non-ids, deleting the unknown, prompt blame, non-finite values, Score top.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <fstream>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <optional>
 
@@ -546,6 +548,101 @@ TEST(Cluster, BadRequestsNameTheFieldAndAdmissionIsBounded) {
     EXPECT_EQ(readers[i]->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
   expect_pools_idle(c, 1024);
+}
+
+// Issue 14's smaller API defects, through the router: ids that are not ids are INVALID_ARGUMENT
+// naming the field (never a retryable store error), deleting an id not stored is deleted: false,
+// a too-long prompt is blamed on the prompt, non-finite sampling values are "not finite", and
+// Score returns the top alternatives it is asked for.
+TEST(Cluster, ApiDefectsNameTheFieldAndScoreReturnsTop) {
+  LocalCluster c({.model = kGret, .prefill = 1, .decode = 1});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const std::vector<std::string> not_ids = {"../../etc/passwd",           "*",
+                                            std::string(1 << 20, 'a'),    "",
+                                            "doc-0123456789abcdef\n\x01", "doc-" + std::string(32, 'A')};
+  for (const std::string& id : not_ids) {
+    SCOPED_TRACE(id.substr(0, 20));
+    v1::GenerateRequest r = greedy({1, 2}, 2);
+    r.add_document_ids("doc-" + std::string(32, '0'));  // well formed: checked before any lookup
+    r.add_document_ids(id);
+    auto g = test::run_generate(*stub, r, milliseconds(20000));
+    EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << g.status.error_message();
+    EXPECT_EQ(g.status.error_message().rfind("document_ids[1]: ", 0), 0u) << g.status.error_message();
+    EXPECT_LT(g.status.error_message().size(), 200u);
+    grpc::ClientContext ctx;
+    v1::GetDocumentRequest get;
+    get.set_id(id);
+    v1::Document doc;
+    const grpc::Status gs = stub->GetDocument(&ctx, get, &doc);
+    EXPECT_EQ(gs.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << gs.error_message();
+    EXPECT_EQ(gs.error_message().rfind("id: ", 0), 0u) << gs.error_message();
+    grpc::ClientContext ctx2;
+    v1::DeleteDocumentRequest del;
+    del.set_id(id);
+    v1::DeleteDocumentResponse dr;
+    const grpc::Status ds = stub->DeleteDocument(&ctx2, del, &dr);
+    EXPECT_EQ(ds.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << ds.error_message();
+    EXPECT_EQ(ds.error_message().rfind("id: ", 0), 0u) << ds.error_message();
+  }
+  {  // an id of the right form that is not stored: nothing deleted, not an error
+    grpc::ClientContext ctx;
+    v1::DeleteDocumentRequest del;
+    del.set_id("doc-" + std::string(32, 'f'));
+    v1::DeleteDocumentResponse dr;
+    const grpc::Status ds = stub->DeleteDocument(&ctx, del, &dr);
+    EXPECT_TRUE(ds.ok()) << ds.error_message();
+    EXPECT_FALSE(dr.deleted());
+  }
+
+  // max_seq_len is 4096: the prompt alone too long is the prompt's fault.
+  auto g = test::run_generate(*stub, greedy(std::vector<int32_t>(5000, 7), 4), milliseconds(20000));
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(g.status.error_message().rfind("prompt: 5000 tokens exceed the model's max_seq_len 4096", 0), 0u)
+      << g.status.error_message();
+  g = test::run_generate(*stub, greedy(std::vector<int32_t>(4000, 7), 200), milliseconds(20000));
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(g.status.error_message().rfind("max_tokens: ", 0), 0u) << g.status.error_message();
+
+  for (float v : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN()}) {
+    v1::GenerateRequest r = greedy({1, 2}, 2);
+    r.mutable_sampling()->set_temperature(v);
+    g = test::run_generate(*stub, r, milliseconds(20000));
+    EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(g.status.error_message().find("temperature: must be finite"), std::string::npos)
+        << g.status.error_message();
+    r = greedy({1, 2}, 2);
+    r.mutable_sampling()->set_top_p(v);
+    g = test::run_generate(*stub, r, milliseconds(20000));
+    EXPECT_NE(g.status.error_message().find("top_p: must be finite"), std::string::npos) << g.status.error_message();
+  }
+
+  // Score with top_logprobs: one entry per scored position, `n` alternatives sorted by log-prob,
+  // the scored token's own log-prob as token_logprobs has it.
+  const std::vector<int32_t> ids = {5, 6, 7, 8, 9, 10};
+  for (uint32_t n : {0u, 3u}) {
+    grpc::ClientContext ctx;
+    v1::ScoreRequest sr;
+    sr.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+    sr.set_top_logprobs(n);
+    v1::ScoreResponse out;
+    const grpc::Status st = stub->Score(&ctx, sr, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(out.token_logprobs_size(), static_cast<int>(ids.size()) - 1);
+    ASSERT_EQ(out.top_size(), n ? out.token_logprobs_size() : 0);
+    for (int i = 0; i < out.top_size(); ++i) {
+      const v1::LogprobEntry& e = out.top(i);
+      EXPECT_EQ(e.chosen().id(), ids[i + 1]);
+      EXPECT_FLOAT_EQ(e.chosen().logprob(), out.token_logprobs(i));
+      ASSERT_EQ(e.top_size(), static_cast<int>(n));
+      for (int k = 1; k < e.top_size(); ++k) EXPECT_GE(e.top(k - 1).logprob(), e.top(k).logprob());
+      EXPECT_LE(e.chosen().logprob(), e.top(0).logprob());
+      EXPECT_LE(e.top(0).logprob(), 0);
+      for (const auto& t : e.top())
+        if (t.id() == e.chosen().id()) EXPECT_NEAR(t.logprob(), e.chosen().logprob(), 1e-5);
+    }
+  }
 }
 
 }  // namespace

@@ -253,6 +253,13 @@ TEST_P(BatcherTest, ForcedTokensScoreLikeModelScore) {
   EXPECT_NE(b.validate(bad).message().find("max_tokens"), std::string::npos);
   bad.forced = {1, model_->config().vocab_size};
   EXPECT_NE(b.validate(bad).message().find("forced[1]"), std::string::npos);
+  // A prompt alone too long is the prompt's fault, not max_tokens'; max_tokens only when the sum is.
+  const int max_seq = static_cast<int>(model_->config().max_seq_len);
+  EXPECT_EQ(b.validate(request(0, max_seq + 5, 1)).message().rfind("prompt: ", 0), 0u)
+      << b.validate(request(0, max_seq + 5, 1)).message();
+  EXPECT_EQ(b.validate(request(0, max_seq, 1)).message().rfind("prompt: ", 0), 0u);
+  EXPECT_EQ(b.validate(request(0, max_seq - 1, 2)).message().rfind("max_tokens: ", 0), 0u);
+  EXPECT_TRUE(b.validate(request(0, max_seq - 1, 1)).ok());
   b.stop(true);
   EXPECT_EQ((*pool)->free_blocks(), 8);
 }

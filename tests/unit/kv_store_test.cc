@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "common/checksum.h"
+#include "common/document_id.h"
 #include "kv_store/cache.h"
 #include "kv_store/circuit_breaker.h"
 #include "kv_store/dir_store.h"
@@ -1053,6 +1054,36 @@ TEST(KvStoreCache, DocumentsSaveLoadListDelete) {
     EXPECT_EQ(cache.get_document("doc-nothex").status().code(), StatusCode::kInvalidArgument);
     EXPECT_FALSE(cache.get_document("doc-" + std::string(32, '0'))->has_value());
   }
+}
+
+// Only the form document_id() mints is an id: anything else is the caller's INVALID_ARGUMENT
+// naming `id`, and the store (a dir store's files) is never touched with it.
+TEST(KvStoreCache, NonIdsAreInvalidArgumentAndNeverReachTheStore) {
+  const ModelConfig c = tiny_config(0);
+  test::TempDir tmp;
+  auto dir = open_dir(tmp.sub("store"));
+  KvCache cache(*dir, cache_options(c, 4));
+  const std::vector<std::string> bad = {"../../etc/passwd",
+                                        "*",
+                                        std::string(1 << 20, 'a'),
+                                        "",
+                                        "doc-" + std::string(31, '0') + "\n",
+                                        "doc-" + std::string(32, 'A'),
+                                        "doc-" + std::string(33, '0'),
+                                        std::string("doc-") + std::string(31, '0') + '\0'};
+  for (const std::string& id : bad) {
+    SCOPED_TRACE(id.substr(0, 40));
+    for (const Status& st :
+         {cache.get_document(id).status(), cache.load_document(id).status(), cache.delete_document(id)}) {
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+      EXPECT_EQ(st.message().rfind("id: ", 0), 0u) << st.message();
+      EXPECT_LT(st.message().size(), 200u);
+      EXPECT_EQ(st.message().find('\n'), std::string::npos);
+    }
+  }
+  EXPECT_TRUE(is_document_id(document_id(iota_tokens(5, 1), kFp)));
+  EXPECT_FALSE(cache.get_document("doc-" + std::string(32, 'f'))->has_value());
+  EXPECT_TRUE(cache.delete_document("doc-" + std::string(32, 'f')).ok());
 }
 
 TEST(KvStoreCache, DocumentWithAMissingBlockNeedsRecompute) {

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace yoco {
@@ -104,6 +107,27 @@ TEST(Sampler, ValidationNamesTheField) {
   p = {};
   p.presence_penalty = 3;
   EXPECT_EQ(msg(p).rfind("presence_penalty", 0), 0u);
+}
+
+// NaN and infinities are refused as not finite, for every float field (not "must be >= 0" for +inf).
+TEST(Sampler, NonFiniteValuesAreRefusedAsNotFinite) {
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  const std::pair<const char*, float SamplingParams::*> fields[] = {
+      {"temperature", &SamplingParams::temperature},
+      {"top_p", &SamplingParams::top_p},
+      {"min_p", &SamplingParams::min_p},
+      {"repetition_penalty", &SamplingParams::repetition_penalty},
+      {"presence_penalty", &SamplingParams::presence_penalty},
+      {"frequency_penalty", &SamplingParams::frequency_penalty}};
+  for (const auto& [name, field] : fields)
+    for (float v : bad) {
+      SamplingParams p;
+      p.*field = v;
+      const Status st = p.validate();
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << name << " = " << v;
+      EXPECT_EQ(st.message().rfind(std::string(name) + ": must be finite", 0), 0u) << st.message();
+    }
 }
 
 }  // namespace
