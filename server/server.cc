@@ -18,6 +18,7 @@ ServerOptions server_options(ServerFlags& flags) {
   if (flags.has("port-file") && flags.str("port-file").empty()) flags.fail("--port-file: empty path");
   o.port_file = flags.str("port-file");
   o.drain = std::chrono::seconds(flags.int_in("drain-seconds", 30, 0, 24 * 3600));
+  o.tls = read_server_tls(flags);
   return o;
 }
 
@@ -42,7 +43,7 @@ Result<std::unique_ptr<Server>> Server::start(const ServerOptions& options, std:
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->grpc_port_);
+  builder.AddListeningPort(options.listen, server_credentials(options.tls, options.listen), &s->grpc_port_);
   for (grpc::Service* svc : services) builder.RegisterService(svc);
   s->grpc_ = builder.BuildAndStart();
   if (!s->grpc_ || s->grpc_port_ == 0)
