@@ -44,8 +44,9 @@ ServerTls read_server_tls(ServerFlags& flags) {
 
 void require_client_ca(ServerFlags& flags, const ServerTls& tls) {
   if (tls.enabled() && tls.client_ca.empty())
-    flags.fail("--tls-client-ca: required with --tls-cert (the internal services accept only clients with a "
-               "certificate from this CA: the router)");
+    flags.fail(
+        "--tls-client-ca: required with --tls-cert (the internal services accept only clients with a "
+        "certificate from this CA: the router)");
 }
 
 ChannelTls read_channel_tls(ServerFlags& flags, const std::string& prefix) {
@@ -57,8 +58,7 @@ ChannelTls read_channel_tls(ServerFlags& flags, const std::string& prefix) {
   if (t.cert.empty() != t.key.empty())
     flags.fail(t.cert.empty() ? "--" + prefix + "tls-cert: required with --" + prefix + "tls-key"
                               : "--" + prefix + "tls-key: required with --" + prefix + "tls-cert");
-  if (!t.cert.empty() && t.ca.empty())
-    flags.fail("--" + prefix + "tls-ca: required with --" + prefix + "tls-cert");
+  if (!t.cert.empty() && t.ca.empty()) flags.fail("--" + prefix + "tls-ca: required with --" + prefix + "tls-cert");
   check_file(flags, prefix + "tls-ca", t.ca);
   check_file(flags, prefix + "tls-cert", t.cert);
   check_file(flags, prefix + "tls-key", t.key);
