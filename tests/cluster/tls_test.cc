@@ -100,7 +100,8 @@ TEST(Tls, DirectWorkerCallsWithoutTheRouterCertificateAreRefused) {
         << who << ": PrefillWorker.ListDocuments " << p.error_message();
   }
   // The router's certificate (the internal CA's) is answered: the refusals above are the credential's.
-  const auto router = grpc::SslCredentials(tls_options(s.ca, s.dir + "/router-client.crt", s.dir + "/router-client.key"));
+  const auto router =
+      grpc::SslCredentials(tls_options(s.ca, s.dir + "/router-client.crt", s.dir + "/router-client.key"));
   EXPECT_TRUE(decode_get_load(decode, router).ok());
   EXPECT_TRUE(prefill_list_documents(prefill, router).ok());
 }
@@ -125,16 +126,18 @@ TEST(Tls, RotatedCertificatesAreServedWithoutARestart) {
 
     // A new key and certificate (new serial) from the same CA, moved over the old files.
     const std::string fresh = s.dir + "/fresh-" + l.name;
-    ASSERT_EQ(std::system(("cd " + s.dir + " && printf 'basicConstraints=CA:FALSE\\nextendedKeyUsage=serverAuth,"
-                                           "clientAuth\\nsubjectAltName=IP:127.0.0.1,DNS:localhost\\n' > " +
-                           fresh + ".ext && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " +
-                           fresh + ".key -out " + fresh + ".csr -subj /CN=" + l.name + " 2>/dev/null && openssl x509 " +
-                           "-req -in " + fresh + ".csr -CA " + s.ca + " -CAkey " + s.ca_key +
-                           " -set_serial 0x5eed5eed -days 1 -extfile " + fresh + ".ext -out " + fresh +
-                           ".crt 2>/dev/null && mv " + fresh + ".key " + s.dir + "/" + l.name + ".key && mv " + fresh +
-                           ".crt " + crt)
-                              .c_str()),
-              0);
+    ASSERT_EQ(
+        std::system(("cd " + s.dir +
+                     " && printf 'basicConstraints=CA:FALSE\\nextendedKeyUsage=serverAuth,"
+                     "clientAuth\\nsubjectAltName=IP:127.0.0.1,DNS:localhost\\n' > " +
+                     fresh + ".ext && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " +
+                     fresh + ".key -out " + fresh + ".csr -subj /CN=" + l.name + " 2>/dev/null && openssl x509 " +
+                     "-req -in " + fresh + ".csr -CA " + s.ca + " -CAkey " + s.ca_key +
+                     " -set_serial 0x5eed5eed -days 1 -extfile " + fresh + ".ext -out " + fresh +
+                     ".crt 2>/dev/null && mv " + fresh + ".key " + s.dir + "/" + l.name + ".key && mv " + fresh +
+                     ".crt " + crt)
+                        .c_str()),
+        0);
     const std::string after = file_serial(crt);
     ASSERT_NE(after, before);
     std::string seen;
