@@ -31,6 +31,7 @@ struct WorkerGroupOptions {
   std::chrono::milliseconds dns_refresh{5000};
   // The channels' credentials (server/tls.h: TLS + the router's client certificate, or plaintext).
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  std::string tls_server_name;  // non-empty: the name the workers' certificates are checked for
 };
 
 class WorkerGroup {

@@ -54,10 +54,13 @@ ChannelTls read_channel_tls(ServerFlags& flags, const std::string& prefix) {
   t.ca = flags.str(prefix + "tls-ca");
   t.cert = flags.str(prefix + "tls-cert");
   t.key = flags.str(prefix + "tls-key");
+  t.server_name = flags.str(prefix + "tls-server-name");
   t.reload_seconds = static_cast<int>(flags.int_in("tls-reload-seconds", 60, 1, 86400));
   if (t.cert.empty() != t.key.empty())
     flags.fail(t.cert.empty() ? "--" + prefix + "tls-cert: required with --" + prefix + "tls-key"
                               : "--" + prefix + "tls-key: required with --" + prefix + "tls-cert");
+  if (!t.server_name.empty() && t.ca.empty())
+    flags.fail("--" + prefix + "tls-ca: required with --" + prefix + "tls-server-name");
   if (!t.cert.empty() && t.ca.empty()) flags.fail("--" + prefix + "tls-ca: required with --" + prefix + "tls-cert");
   check_file(flags, prefix + "tls-ca", t.ca);
   check_file(flags, prefix + "tls-cert", t.cert);

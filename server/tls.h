@@ -26,6 +26,9 @@ struct ServerTls {
 // when given, are the client certificate a server with mTLS requires.
 struct ChannelTls {
   std::string ca, cert, key;
+  // The name checked against the server's certificate instead of the dialled host: a Kubernetes
+  // headless Service resolves to pod IPs, which no certificate names (empty: the dialled host).
+  std::string server_name;
   int reload_seconds = 60;
   bool enabled() const { return !ca.empty(); }
 };
@@ -37,7 +40,8 @@ ServerTls read_server_tls(ServerFlags& flags);
 // The internal services (workers) accept only mTLS: with --tls-cert, --tls-client-ca is required.
 void require_client_ca(ServerFlags& flags, const ServerTls& tls);
 
-// Reads --<prefix>tls-ca, --<prefix>tls-cert, --<prefix>tls-key (the router: prefix "worker-");
+// Reads --<prefix>tls-ca, --<prefix>tls-cert, --<prefix>tls-key, --<prefix>tls-server-name (the
+// router: prefix "worker-");
 // the reload interval is --tls-reload-seconds.
 ChannelTls read_channel_tls(ServerFlags& flags, const std::string& prefix);
 
