@@ -123,8 +123,14 @@ TEST(Server, StartsWritesThePortFileAndDrainsInOrder) {
   o.drain = std::chrono::seconds(0);
   MetricsRegistry registry;
   int refreshed = 0;
+  testing::internal::CaptureStderr();
   auto s = Server::start(o, {}, registry, [&] { ++refreshed; }, {{"extra", Json("x")}});
+  const std::string log = testing::internal::GetCapturedStderr();
   ASSERT_TRUE(s.ok()) << s.status().message();
+  // No TLS flags: plaintext, said exactly once.
+  size_t said = 0;
+  for (size_t at = 0; (at = log.find("plaintext listener", at)) != std::string::npos; ++at) ++said;
+  EXPECT_EQ(said, 1u) << log;
   EXPECT_GT((*s)->grpc_port(), 0);
   EXPECT_GT((*s)->metrics_port(), 0);
   std::ifstream in(o.port_file);
