@@ -55,6 +55,7 @@ int run(int argc, char** argv) {
                  "cuda-kv-blocks", "cuda-max-context", "cuda-graphs"},
                 {"ucx-no-peer-error-handling", "no-prefix-sharing", "cuda-graphs"});
   ServerOptions so = server_options(f);
+  require_client_ca(f, so.tls);  // internal services: only the router, by its client certificate
   so.shutdown_grace = so.drain;  // handlers still waiting for a commit get the whole drain
   const std::string model_dir = f.required("model", "a model directory");
   const BatcherLimits lim = read_limits(f);

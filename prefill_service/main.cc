@@ -54,6 +54,7 @@ int run(int argc, char** argv) {
        "no-prompt-cache", "kv-store-password-env", "device", "cuda-kv-blocks", "cuda-max-context"},
       {"ucx-no-peer-error-handling", "no-prompt-cache"});
   ServerOptions so = server_options(f);
+  require_client_ca(f, so.tls);                 // internal services: only the router, by its client certificate
   so.shutdown_grace = std::chrono::seconds(5);  // every job has completed by then
   const std::string model_dir = f.required("model", "a model directory");
   const PrefillLimits lim = read_limits(f);

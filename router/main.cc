@@ -32,6 +32,10 @@ WorkerGroupOptions read_worker_options(ServerFlags& f) {
   WorkerGroupOptions o;
   o.poll_interval = std::chrono::milliseconds(f.int_in("health-interval-ms", 500, 10, 600000));
   o.dns_refresh = std::chrono::milliseconds(1000 * f.int_in("dns-refresh-seconds", 5, 1, 86400));
+  // TLS to the workers (their names are checked against their certificates: docs/design.md §9b).
+  const ChannelTls tls = read_channel_tls(f, "worker-");
+  if (f.ok()) o.credentials = channel_credentials(tls);
+  o.tls_server_name = tls.server_name;
   return o;
 }
 
@@ -45,10 +49,11 @@ std::vector<Target> read_targets(ServerFlags& f, const std::string& name, bool r
 }
 
 int run(int argc, char** argv) {
-  ServerFlags f(kProgram, argc, argv,
-                {"model", "prefill", "decode", "max-in-flight", "max-queued-tokens", "prefill-attempts", "migrations",
-                 "lease-ms", "stall-timeout-ms", "health-interval-ms", "dns-refresh-seconds", "affinity-tokens",
-                 "affinity-max-extra-tokens"});
+  ServerFlags f(
+      kProgram, argc, argv,
+      {"model", "prefill", "decode", "max-in-flight", "max-queued-tokens", "prefill-attempts", "migrations", "lease-ms",
+       "stall-timeout-ms", "health-interval-ms", "dns-refresh-seconds", "affinity-tokens", "affinity-max-extra-tokens",
+       "worker-tls-ca", "worker-tls-cert", "worker-tls-key", "worker-tls-server-name"});
   const ServerOptions so = server_options(f);
   const std::string model_dir = f.required("model", "a model directory: the router reads its tokenizer");
   const std::vector<Target> ptargets = read_targets(f, "prefill", /*required=*/false);

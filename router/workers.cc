@@ -52,7 +52,8 @@ std::shared_ptr<grpc::Channel> WorkerGroup::channel(const std::string& address) 
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     args.SetMaxReceiveMessageSize(64 << 20);
-    ch = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    if (!opt_.tls_server_name.empty()) args.SetSslTargetNameOverride(opt_.tls_server_name);
+    ch = grpc::CreateCustomChannel(address, opt_.credentials, args);
   }
   return ch;
 }

@@ -29,6 +29,9 @@ struct WorkerGroupOptions {
   std::chrono::milliseconds poll_interval{500};
   std::chrono::milliseconds poll_timeout{1000};
   std::chrono::milliseconds dns_refresh{5000};
+  // The channels' credentials (server/tls.h: TLS + the router's client certificate, or plaintext).
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  std::string tls_server_name;  // non-empty: the name the workers' certificates are checked for
 };
 
 class WorkerGroup {

@@ -7,7 +7,9 @@
 namespace yoco {
 
 const std::set<std::string>& ServerFlags::common_names() {
-  static const std::set<std::string> names = {"listen", "metrics-listen", "port-file", "drain-seconds", "config"};
+  static const std::set<std::string> names = {"listen",        "metrics-listen", "port-file",
+                                              "drain-seconds", "config",         "tls-cert",
+                                              "tls-key",       "tls-client-ca",  "tls-reload-seconds"};
   return names;
 }
 

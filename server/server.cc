@@ -18,6 +18,7 @@ ServerOptions server_options(ServerFlags& flags) {
   if (flags.has("port-file") && flags.str("port-file").empty()) flags.fail("--port-file: empty path");
   o.port_file = flags.str("port-file");
   o.drain = std::chrono::seconds(flags.int_in("drain-seconds", 30, 0, 24 * 3600));
+  o.tls = read_server_tls(flags);
   return o;
 }
 
@@ -31,10 +32,17 @@ Result<std::unique_ptr<Server>> Server::start(const ServerOptions& options, std:
                                               Json::Object port_fields) {
   std::unique_ptr<Server> s(new Server());
   s->opt_ = options;
+  // /healthz mirrors gRPC health for probes that cannot speak TLS (kubelet's gRPC probe is plaintext).
+  Server* self = s.get();
   auto http = HttpServer::start(options.metrics_listen.host, static_cast<uint16_t>(options.metrics_listen.port),
-                                {{"/metrics", [&registry, refresh] {
+                                {{"/metrics",
+                                  [&registry, refresh] {
                                     if (refresh) refresh();
                                     return HttpResponse{200, kPrometheusContentType, registry.expose()};
+                                  }},
+                                 {"/healthz", [self] {
+                                    return self->serving_ ? HttpResponse{200, "text/plain", "SERVING\n"}
+                                                          : HttpResponse{503, "text/plain", "NOT_SERVING\n"};
                                   }}});
   if (!http.ok()) return Status(StatusCode::kUnavailable, "--metrics-listen: " + http.status().message());
   s->http_ = std::move(http).value();
@@ -42,12 +50,13 @@ Result<std::unique_ptr<Server>> Server::start(const ServerOptions& options, std:
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->grpc_port_);
+  builder.AddListeningPort(options.listen, server_credentials(options.tls, options.listen), &s->grpc_port_);
   for (grpc::Service* svc : services) builder.RegisterService(svc);
   s->grpc_ = builder.BuildAndStart();
   if (!s->grpc_ || s->grpc_port_ == 0)
     return Status(StatusCode::kUnavailable, "--listen: cannot listen on " + options.listen);
   s->grpc_->GetHealthCheckService()->SetServingStatus(true);
+  s->serving_ = true;
 
   if (!options.port_file.empty()) {
     port_fields["grpc_port"] = Json(s->grpc_port_);
@@ -74,6 +83,7 @@ void Server::wait_and_drain(const DrainSteps& steps) {
 void Server::drain(const DrainSteps& steps) {
   YOCO_LOG(LogLevel::kInfo, "draining", LogFields().kv("drain_seconds", opt_.drain.count()));
   grpc_->GetHealthCheckService()->SetServingStatus(false);  // load balancers stop sending at once
+  serving_ = false;
   if (steps.refuse) steps.refuse();
   if (steps.finish) steps.finish(std::chrono::steady_clock::now() + opt_.drain);
   grpc_->Shutdown(std::chrono::system_clock::now() + opt_.shutdown_grace);

@@ -1,6 +1,7 @@
 // The gRPC edge every server binary shares (docs/architecture.md, services): one object that
-// listens (gRPC health SERVING + reflection), serves /metrics over HTTP, writes --port-file, logs
-// the "serving" line, and on SIGTERM runs the drain sequence:
+// listens (TLS or plaintext, server/tls.h; gRPC health SERVING + reflection), serves /metrics and
+// /healthz over HTTP, writes --port-file, logs the "serving" line, and on SIGTERM runs the drain
+// sequence:
 //   health NOT_SERVING -> services refuse new work -> in-flight work finishes (at most
 //   --drain-seconds) -> gRPC Shutdown with a grace deadline -> /metrics stops.
 //
@@ -15,6 +16,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -28,6 +30,7 @@
 #include "common/process.h"
 #include "common/status.h"
 #include "server/flags.h"
+#include "server/tls.h"
 
 namespace yoco {
 
@@ -38,6 +41,7 @@ struct ServerOptions {
   std::string port_file;                         // empty: none; else {"grpc_port", "metrics_port", extra...} JSON
   std::chrono::seconds drain{30};                // the most in-flight work may take after SIGTERM
   std::chrono::seconds shutdown_grace{1};        // gRPC Shutdown deadline after the drain
+  ServerTls tls;                                 // none: plaintext (one warn line)
 };
 
 // Reads the common flags (ServerFlags::common_names()); errors go into `flags`.
@@ -77,6 +81,7 @@ class Server {
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<HttpServer> http_;
   int grpc_port_ = 0;
+  std::atomic<bool> serving_{false};  // what /healthz answers: gRPC health, for plaintext HTTP probes
 };
 
 // Polls `idle` every 20 ms until it is true or `until` passes (a router's in-flight count).

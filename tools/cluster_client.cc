@@ -85,9 +85,9 @@ int flag_fail(const Status& st) {
   return 2;
 }
 
-// Every cluster command takes --router and --deadline-ms besides its own flags.
+// Every cluster command takes --router, --deadline-ms and the TLS flags besides its own flags.
 Result<Flags> parse_flags(int argc, char** argv, std::set<std::string> known, const std::set<std::string>& booleans) {
-  known.insert({"router", "deadline-ms"});
+  known.insert({"router", "deadline-ms", "tls-ca", "tls-cert", "tls-key"});
   auto f = Flags::parse(argc, argv, 2, known, booleans);
   if (!f.ok()) return f.status();
   if (!f->positional().empty()) return invalid_argument("unexpected argument \"" + f->positional()[0] + "\"");
@@ -137,6 +137,34 @@ Result<int64_t> int_in(const Flags& f, const std::string& name, int64_t def, int
   return v;
 }
 
+Result<std::string> read_pem(const Flags& f, const std::string& name) {
+  if (!f.has(name)) return std::string();
+  std::ifstream in(f.get(name), std::ios::binary);
+  std::stringstream ss;
+  if (!in || !(ss << in.rdbuf())) return invalid_argument("--" + name + ": cannot read " + f.get(name));
+  return ss.str();
+}
+
+// --tls-ca: TLS, the router's certificate checked against it (and its name against --router's
+// host); --tls-cert and --tls-key: the client certificate a router with --tls-client-ca requires.
+Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const Flags& f) {
+  if (!f.has("tls-ca")) {
+    if (f.has("tls-cert") || f.has("tls-key")) return invalid_argument("--tls-ca: required with --tls-cert/--tls-key");
+    return grpc::InsecureChannelCredentials();
+  }
+  if (f.has("tls-cert") != f.has("tls-key")) return invalid_argument("--tls-cert and --tls-key: both or neither");
+  grpc::SslCredentialsOptions o;
+  auto ca = read_pem(f, "tls-ca");
+  auto cert = read_pem(f, "tls-cert");
+  auto key = read_pem(f, "tls-key");
+  for (const auto* r : {&ca, &cert, &key})
+    if (!r->ok()) return r->status();
+  o.pem_root_certs = *ca;
+  o.pem_cert_chain = *cert;
+  o.pem_private_key = *key;
+  return grpc::SslCredentials(o);
+}
+
 struct Connection {
   std::unique_ptr<v1::Yoco::Stub> stub;
   std::optional<std::chrono::milliseconds> deadline;
@@ -153,9 +181,11 @@ Result<Connection> connect(const Flags& f) {
     if (!ms.ok()) return ms.status();
     c.deadline = std::chrono::milliseconds(ms.value());
   }
+  auto creds = channel_credentials(f);
+  if (!creds.ok()) return creds.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // Score with top-n alternatives over a long text is large
-  c.stub = v1::Yoco::NewStub(grpc::CreateCustomChannel(f.get("router"), grpc::InsecureChannelCredentials(), args));
+  c.stub = v1::Yoco::NewStub(grpc::CreateCustomChannel(f.get("router"), *creds, args));
   return c;
 }
 
@@ -783,7 +813,8 @@ void cluster_usage() {
   std::fprintf(
       stderr,
       "With --router HOST:PORT the commands talk to a cluster (yoco.v1) instead of loading a model;\n"
-      "sampling flags left out take the server's defaults (temperature 1). Every one takes --deadline-ms MS.\n"
+      "sampling flags left out take the server's defaults (temperature 1). Every one takes --deadline-ms MS\n"
+      "and, for a TLS router, --tls-ca FILE [--tls-cert FILE --tls-key FILE] (a client certificate).\n"
       "  generate --router HOST:PORT (--prompt TEXT | --tokens 1,2,3) [--max-tokens N] [--temperature T]\n"
       "           [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--presence-penalty P]\n"
       "           [--frequency-penalty F] [--seed S] [--stop STR]... [--stop-token-ids 1,2] [--ignore-eos]\n"

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """The local cluster (docs/design.md §7): router + prefill + decode workers on loopback, in the foreground.
 
-    python3 deploy/local/cluster.py --bin-dir build --model models/kjv-yoco [--prefill 1] [--decode 1]
+    python3 deploy/local/cluster.py --bin-dir build --model models/kjv-yoco [--prefill 1] [--decode 1] [--secure]
     python3 deploy/local/cluster.py stop --state-dir DIR
 
 Workers start first (decode, then prefill), each on 127.0.0.1:0 ports that it reports in its port
 file; the router starts last, pointed at them. When all are ready, STATE_DIR/cluster.json holds
 every address and pid and one line `cluster ready: router 127.0.0.1:P` goes to stdout. A worker
 that dies later is reported, never restarted (tests kill workers on purpose). SIGINT/SIGTERM
-stops everything gracefully. Python 3 standard library only.
+stops everything gracefully. Python 3 standard library only (--secure also needs the openssl CLI).
+
+--secure: TLS on every listener, mTLS between the router and the workers, API keys on the router
+(deploy/local/secure.py makes throwaway CAs, certificates and keys in STATE_DIR/tls); cluster.json
+then also holds "tls" (the CA and a client certificate) and "api_keys" (the keys themselves).
 """
 
 import argparse
@@ -20,6 +24,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import secure as secure_mode  # noqa: E402  (beside this file)
 
 PR_SET_PDEATHSIG = 1
 STOP_GRACE_SECONDS = 30.0
@@ -128,6 +135,8 @@ class Launcher:
         self.children = []
         self.stop_requested = False
         self.signals = 0
+        self.secure = None  # secure_mode.Secure with --secure
+        self.api_keys = False  # the router was given --api-keys
 
     def on_signal(self, signum, frame):
         self.signals += 1
@@ -168,6 +177,11 @@ class Launcher:
         env["OMP_WAIT_POLICY"] = "passive"
         return env
 
+    @staticmethod
+    def help_text(binary):
+        r = subprocess.run([binary, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        return r.stdout.decode("utf-8", "replace")
+
     def wait_ready(self, group, deadline):
         """Waits for every child of `group`; on failure reports the culprit and returns False."""
         while True:
@@ -202,9 +216,13 @@ class Launcher:
             return False
         deadline = time.monotonic() + o.ready_timeout
         env = self.env()
+        if o.secure:
+            self.secure = secure_mode.Secure(o.state_dir, o.tls_reload_seconds)
+        tls = lambda name, internal: self.secure.server_args(name, internal) if self.secure else []  # noqa: E731
         decode = [Child("decode", i, bins["decode"],
                         self.common_args("127.0.0.1:0") + ["--ucx-listen", "127.0.0.1:0", "--kv-blocks", str(o.kv_blocks)]
-                        + o.decode_arg, o.state_dir, env, "127.0.0.1") for i in range(o.decode)]
+                        + tls("decode-%d" % i, True) + o.decode_arg, o.state_dir, env, "127.0.0.1")
+                  for i in range(o.decode)]
         if not self.launch(decode, deadline):
             return False
         # The embedded default KV store (docs/design.md §7): a directory every prefill worker shares.
@@ -213,7 +231,8 @@ class Launcher:
             store = ["--kv-store=dir://" + os.path.join(os.path.abspath(o.state_dir), "kv-store") + "?max_bytes=1GiB"]
         elif o.kv_store != "none":
             store = ["--kv-store=" + o.kv_store]
-        prefill = [Child("prefill", i, bins["prefill"], self.common_args("127.0.0.1:0") + store + o.prefill_arg,
+        prefill = [Child("prefill", i, bins["prefill"],
+                         self.common_args("127.0.0.1:0") + store + tls("prefill-%d" % i, True) + o.prefill_arg,
                          o.state_dir, env, "127.0.0.1") for i in range(o.prefill)]
         if not self.launch(prefill, deadline):
             return False
@@ -223,6 +242,12 @@ class Launcher:
                 args += ["--prefill", ",".join(c.describe()["grpc"] for c in prefill)]
             if decode:
                 args += ["--decode", ",".join(c.describe()["grpc"] for c in decode)]
+            if self.secure:
+                args += tls("router", False) + self.secure.router_worker_args()
+                # API keys where this router has them (the flag arrived with key support).
+                self.api_keys = "--api-keys" in self.help_text(bins["router"])
+                if self.api_keys:
+                    args += ["--api-keys", self.secure.keys_file]
             router = Child("router", None, bins["router"], args + o.router_arg, o.state_dir, env,
                            loopback(o.router_listen))
             if not self.launch([router], deadline):
@@ -236,6 +261,8 @@ class Launcher:
                 by_role["router"] = c.describe()
             else:
                 by_role[c.role].append(c.describe())
+        if self.secure:
+            by_role.update(self.secure.describe(with_keys=self.api_keys))
         write_json_atomic(os.path.join(self.opts.state_dir, "cluster.json"), by_role)
         return by_role
 
@@ -360,6 +387,10 @@ def parse_start(argv):
     p.add_argument("--decode-arg", action="append", default=[], metavar="ARG", help="likewise for decode workers")
     p.add_argument("--router-arg", action="append", default=[], metavar="ARG", help="likewise for the router")
     p.add_argument("--no-router", action="store_true", help="start the workers only")
+    p.add_argument("--secure", action="store_true",
+                   help="TLS everywhere, mTLS to the workers, API keys (throwaway CAs and keys in STATE_DIR)")
+    p.add_argument("--tls-reload-seconds", type=int, default=1,
+                   help="with --secure: how often every process re-reads its certificate files (default %(default)s)")
     p.add_argument("--ready-timeout", type=float, default=120, help="seconds for everything to be ready (default %(default)s)")
     o = p.parse_args(argv)
     if o.prefill < 0 or o.decode < 0:

@@ -1,7 +1,9 @@
 // A local cluster for tests: deploy/local/cluster.py (the same launcher the README uses)
 // starts router + prefill + decode workers as real processes on 127.0.0.1 with ports chosen
 // at run time; the harness reads their addresses from cluster.json and stops everything when
-// it goes out of scope, also when a test fails.
+// it goes out of scope, also when a test fails. With $YOCO_CLUSTER_SECURE=1 (or Options::secure)
+// the launcher runs --secure: TLS everywhere, mTLS to the workers, API keys; stub() then speaks TLS
+// with the test client's certificate and sends the admin key on every call.
 #pragma once
 
 #include <arpa/inet.h>
@@ -14,6 +16,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +55,18 @@ class LocalCluster {
     int kv_blocks = 1024;
     std::string ucx_tls = "tcp";
     std::vector<std::string> prefill_args = {}, decode_args = {}, router_args = {};
+    bool secure = secure_from_env();
+  };
+
+  static bool secure_from_env() {
+    const char* s = std::getenv("YOCO_CLUSTER_SECURE");
+    return s && std::string(s) == "1";
+  }
+
+  // The files and key of a --secure cluster (cluster.json "tls" and "api_keys").
+  struct Secure {
+    std::string dir, ca, ca_key, client_cert, client_key, internal_ca;
+    std::string admin_key, tenant_key;  // empty: the router takes no API keys
   };
 
   explicit LocalCluster(const Options& o) {
@@ -76,6 +92,7 @@ class LocalCluster {
                                      o.ucx_tls,
                                      "--kv-blocks",
                                      std::to_string(o.kv_blocks)};
+    if (o.secure) args.push_back("--secure");
     for (const auto& a : o.prefill_args) args.push_back("--prefill-arg=" + a);
     for (const auto& a : o.decode_args) args.push_back("--decode-arg=" + a);
     for (const auto& a : o.router_args) args.push_back("--router-arg=" + a);
@@ -111,7 +128,16 @@ class LocalCluster {
     router_ = proc(*j->find("router"));
     for (const auto& p : j->find("prefill")->as_array()) prefill_.push_back(proc(p));
     for (const auto& p : j->find("decode")->as_array()) decode_.push_back(proc(p));
-    ready_ = true;
+    if (const Json* t = j->find("tls")) {
+      auto str = [&](const char* k) { return t->find(k) ? t->find(k)->as_string() : std::string(); };
+      secure_ = Secure{str("dir"), str("ca"), str("ca_key"), str("client_cert"), str("client_key"), str("internal_ca"),
+                       "",         ""};
+      if (const Json* k = j->find("api_keys")) {
+        secure_->admin_key = k->find("admin") ? k->find("admin")->as_string() : "";
+        secure_->tenant_key = k->find("tenant") ? k->find("tenant")->as_string() : "";
+      }
+    }
+    ready_ = o.secure == secure_.has_value();
   }
 
   ~LocalCluster() {
@@ -142,9 +168,23 @@ class LocalCluster {
   const ProcInfo& router() const { return router_; }
   const std::vector<ProcInfo>& prefill() const { return prefill_; }
   const std::vector<ProcInfo>& decode() const { return decode_; }
-  std::unique_ptr<v1::Yoco::Stub> stub() const {
-    return v1::Yoco::NewStub(grpc::CreateChannel(router_.grpc, grpc::InsecureChannelCredentials()));
+  std::unique_ptr<v1::Yoco::Stub> stub() const { return v1::Yoco::NewStub(channel(router_.grpc)); }
+  // A channel as the tests' client: plaintext, or TLS with the client certificate and the admin key.
+  std::shared_ptr<grpc::Channel> channel(const std::string& target) const {
+    return grpc::CreateChannel(target, credentials());
   }
+  std::shared_ptr<grpc::ChannelCredentials> credentials() const {
+    if (!secure_) return grpc::InsecureChannelCredentials();
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = read_file(secure_->ca);
+    o.pem_cert_chain = read_file(secure_->client_cert);
+    o.pem_private_key = read_file(secure_->client_key);
+    auto tls = grpc::SslCredentials(o);
+    if (secure_->admin_key.empty()) return tls;
+    return grpc::CompositeChannelCredentials(
+        tls, grpc::MetadataCredentialsFromPlugin(std::make_unique<BearerKey>(secure_->admin_key)));
+  }
+  const std::optional<Secure>& secure() const { return secure_; }
   const std::string& state_dir() const { return state_dir_; }
 
  private:
@@ -154,6 +194,21 @@ class LocalCluster {
   bool ready_ = false;
   ProcInfo router_;
   std::vector<ProcInfo> prefill_, decode_;
+  std::optional<Secure> secure_;
+
+  // `authorization: Bearer <key>` on every call of a channel.
+  class BearerKey : public grpc::MetadataCredentialsPlugin {
+   public:
+    explicit BearerKey(std::string key) : key_(std::move(key)) {}
+    grpc::Status GetMetadata(grpc::string_ref, grpc::string_ref, const grpc::AuthContext&,
+                             std::multimap<grpc::string, grpc::string>* metadata) override {
+      metadata->insert({"authorization", "Bearer " + key_});
+      return grpc::Status::OK;
+    }
+
+   private:
+    std::string key_;
+  };
 };
 
 // Greedy generation of `prompt` in process: what the cluster must reproduce.

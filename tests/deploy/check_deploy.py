@@ -371,15 +371,22 @@ def check_containers(pods):
                         errors.append("%s: no %s.%s" % (w, kind, r))
             if not c.binary:
                 continue
+            tls = "tls-cert" in c.values
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 p = c.spec.get(probe)
                 if not p:
                     errors.append("%s: no %s" % (w, probe))
+                elif tls:  # kubelet's gRPC probe is plaintext: /healthz on the metrics port instead
+                    get = p.get("httpGet") or {}
+                    if get.get("path") != "/healthz" or c.resolve(get.get("port")) != c.listen.get("metrics-listen"):
+                        errors.append("%s: %s must be httpGet /healthz on the --metrics-listen port %s (TLS on --listen)"
+                                      % (w, probe, c.listen.get("metrics-listen")))
                 elif "grpc" not in p:
                     errors.append("%s: %s is not a grpc.health.v1 probe" % (w, probe))
                 elif p["grpc"].get("port") != c.listen.get("listen"):
                     errors.append("%s: %s probes port %s, but grpc.health.v1 is served on --listen port %s"
                                   % (w, probe, p["grpc"].get("port"), c.listen.get("listen")))
+            errors.extend(check_tls(c, w))
             drain = int(float(c.values.get("drain-seconds", 30)))
             if grace <= drain:
                 errors.append("%s: terminationGracePeriodSeconds %d does not cover --drain-seconds %d" % (w, grace, drain))
@@ -413,6 +420,35 @@ def check_containers(pods):
                         n = c.resolve(probe[kind]["port"])
                         if n is None or not c.listens_on(n):
                             errors.append("%s: %s %s port %s is not a port it listens on" % (c.where, p, kind, probe[kind]["port"]))
+    return errors
+
+
+# TLS everywhere, mTLS inside (docs/design.md §9b): the flags each binary needs, every file on a
+# Secret volume mounted without subPath (a subPath mount never sees a rotated Secret).
+TLS_FLAGS = {
+    "yoco-router": ("tls-cert", "tls-key", "worker-tls-ca", "worker-tls-cert", "worker-tls-key"),
+    "yoco-prefill": ("tls-cert", "tls-key", "tls-client-ca"),
+    "yoco-decode": ("tls-cert", "tls-key", "tls-client-ca"),
+}
+
+
+def check_tls(c, w):
+    errors = []
+    for flag in TLS_FLAGS.get(c.program, ()):
+        path = c.values.get(flag)
+        if not path:
+            errors.append("%s: no --%s (TLS on every listener, mTLS to the workers)" % (w, flag))
+            continue
+        mount = None
+        for vm in c.spec.get("volumeMounts") or []:
+            mp = vm["mountPath"].rstrip("/")
+            if path.startswith(mp + "/") and (mount is None or len(mp) > len(mount["mountPath"].rstrip("/"))):
+                mount = vm
+        vol = mount and next((v for v in c.pod.spec.get("volumes") or [] if v["name"] == mount["name"]), None)
+        if not vol or "secret" not in vol:
+            errors.append("%s: --%s %s is not on a Secret volume" % (w, flag, path))
+        elif mount.get("subPath"):
+            errors.append("%s: --%s %s: a subPath mount never sees the rotated Secret" % (w, flag, path))
     return errors
 
 
@@ -777,7 +813,7 @@ def check_schemas(renders, validate):
             if key in seen:
                 continue
             seen.add(key)
-            if d.get("apiVersion", "").startswith("monitoring.coreos.com/"):
+            if d.get("apiVersion", "").startswith(("monitoring.coreos.com/", "cert-manager.io/")):
                 continue  # a CRD: no API schema; check_other_objects checks it against the pods
             for version in K8S_VERSIONS:
                 err = validate(d, version)

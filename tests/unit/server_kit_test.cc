@@ -1,5 +1,5 @@
 // The server kit (server/): flag ranges and errors naming the flag, the common server flags, the
-// deadline conversion and the cancellable wait.
+// deadline conversion and the cancellable wait, the TLS flags, /healthz.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -9,6 +9,8 @@
 #include "server/call.h"
 #include "server/flags.h"
 #include "server/server.h"
+#include "server/tls.h"
+#include "tests/unit/http_get.h"
 
 namespace yoco {
 namespace {
@@ -63,6 +65,34 @@ TEST(ServerFlags, CommonServerOptions) {
   EXPECT_NE(neg.error().find("--drain-seconds"), std::string::npos) << neg.error();
 }
 
+TEST(ServerTls, FlagsBothOrNeitherFilesReadableWorkersRequireClientCa) {
+  auto none = parse({});
+  EXPECT_FALSE(server_options(none).tls.enabled());
+  EXPECT_TRUE(none.ok());
+  const std::string f = testing::TempDir() + "/server_kit_test.pem";
+  std::ofstream(f) << "x";
+  auto both = parse({"--tls-cert", f, "--tls-key", f, "--tls-reload-seconds", "1"});
+  const ServerOptions o = server_options(both);
+  ASSERT_TRUE(both.ok()) << both.error();
+  EXPECT_TRUE(o.tls.enabled());
+  EXPECT_EQ(o.tls.reload_seconds, 1);
+  require_client_ca(both, o.tls);  // a worker: TLS without client certificates is refused
+  EXPECT_NE(both.error().find("--tls-client-ca: required"), std::string::npos) << both.error();
+  auto mtls = parse({"--tls-cert", f, "--tls-key", f, "--tls-client-ca", f});
+  require_client_ca(mtls, server_options(mtls).tls);
+  EXPECT_TRUE(mtls.ok()) << mtls.error();
+  auto cert_only = parse({"--tls-cert", f});
+  server_options(cert_only);
+  EXPECT_NE(cert_only.error().find("--tls-key"), std::string::npos) << cert_only.error();
+  auto missing = parse({"--tls-cert", f, "--tls-key", f + ".missing"});
+  server_options(missing);
+  EXPECT_NE(missing.error().find("--tls-key: cannot read"), std::string::npos) << missing.error();
+  auto channel =
+      parse({"--worker-tls-cert", f, "--worker-tls-key", f}, {"worker-tls-ca", "worker-tls-cert", "worker-tls-key"});
+  read_channel_tls(channel, "worker-");
+  EXPECT_NE(channel.error().find("--worker-tls-ca: required"), std::string::npos) << channel.error();
+}
+
 TEST(ServerCall, DeadlineConversionAndCancellableWait) {
   grpc::ServerContext ctx;  // no client deadline
   EXPECT_FALSE(steady_deadline(ctx).has_value());
@@ -93,8 +123,14 @@ TEST(Server, StartsWritesThePortFileAndDrainsInOrder) {
   o.drain = std::chrono::seconds(0);
   MetricsRegistry registry;
   int refreshed = 0;
+  testing::internal::CaptureStderr();
   auto s = Server::start(o, {}, registry, [&] { ++refreshed; }, {{"extra", Json("x")}});
+  const std::string log = testing::internal::GetCapturedStderr();
   ASSERT_TRUE(s.ok()) << s.status().message();
+  // No TLS flags: plaintext, said exactly once.
+  size_t said = 0;
+  for (size_t at = 0; (at = log.find("plaintext listener", at)) != std::string::npos; ++at) ++said;
+  EXPECT_EQ(said, 1u) << log;
   EXPECT_GT((*s)->grpc_port(), 0);
   EXPECT_GT((*s)->metrics_port(), 0);
   std::ifstream in(o.port_file);
@@ -105,8 +141,13 @@ TEST(Server, StartsWritesThePortFileAndDrainsInOrder) {
   EXPECT_EQ(j->as_object().at("grpc_port").as_int(), (*s)->grpc_port());
   EXPECT_EQ(j->as_object().at("metrics_port").as_int(), (*s)->metrics_port());
   EXPECT_EQ(j->as_object().at("extra").as_string(), "x");
+  EXPECT_NE(test::http_get((*s)->metrics_port(), "/healthz").find("200"), std::string::npos);
   std::vector<std::string> order;
-  (*s)->drain({.refuse = [&] { order.push_back("refuse"); },
+  (*s)->drain({.refuse =
+                   [&] {
+                     order.push_back("refuse");  // NOT_SERVING already: probes see it while in-flight work drains
+                     EXPECT_NE(test::http_get((*s)->metrics_port(), "/healthz").find("503"), std::string::npos);
+                   },
                .finish =
                    [&](auto until) {
                      EXPECT_LE(until, std::chrono::steady_clock::now());  // --drain-seconds 0
