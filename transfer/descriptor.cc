@@ -103,8 +103,10 @@ Status ReservationDescriptor::validate() const {
     if (base == 0 || static_cast<unsigned __int128>(base) + pool_bytes > (static_cast<unsigned __int128>(1) << 64))
       return bad("pool base address out of range");
   }
-  if (k_rkey.empty() || k_rkey.size() > kMaxRkey) return bad("k_rkey size out of range");
-  if (v_rkey.empty() || v_rkey.size() > kMaxRkey) return bad("v_rkey size out of range");
+  // No rkeys: the receiver takes no one-sided writes (pull only). Both or neither.
+  if (k_rkey.empty() != v_rkey.empty()) return bad("k_rkey and v_rkey: both or neither");
+  if (k_rkey.size() > kMaxRkey) return bad("k_rkey size out of range");
+  if (v_rkey.size() > kMaxRkey) return bad("v_rkey size out of range");
   if (lease_deadline_unix_ms <= 0) return bad("lease_deadline_unix_ms not set");
   return Status::Ok();
 }

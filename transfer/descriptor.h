@@ -41,7 +41,7 @@ struct ReservationDescriptor {
   std::vector<int32_t> blocks;          // reserved blocks in row order: row r is in blocks[r / block_size]
   std::string address;                  // the decode worker's UCX listener, "host:port"
   uint64_t k_base = 0, v_base = 0;      // remote addresses of the K and V pool arrays
-  std::vector<uint8_t> k_rkey, v_rkey;  // packed UCX remote keys for those arrays
+  std::vector<uint8_t> k_rkey, v_rkey;  // packed UCX remote keys for those arrays; empty: pull only
   int64_t lease_deadline_unix_ms = 0;   // wall clock: the reservation is gone after this
   ReservationSecret secret{};           // the capability; the block list above is only a hint
 

@@ -170,11 +170,12 @@ Status UcxKvReceiver::init() {
     return invalid_argument("kv receiver: pool kv_dim " + std::to_string(pool_.row_floats()) + " != model kv_dim " +
                             std::to_string(opt_.state_shape.kv_dim));
   if (opt_.max_rows <= 0) return invalid_argument("kv receiver: max_rows must be > 0");
-  YOCO_ASSIGN_OR_RETURN(ucx_, UcxWorker::create(opt_.transports, "yoco-kv-receiver"));
+  YOCO_ASSIGN_OR_RETURN(ucx_, UcxWorker::create(opt_.transports, "yoco-kv-receiver", opt_.allow_push));
   std::random_device rd;
   id_seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
 
-  // Register the pool once; senders write into it with the packed keys.
+  // Register the pool once (pulled rows are received straight into it); senders write into it
+  // with the packed keys only when pushes are allowed.
   for (int which = 0; which < 2; ++which) {
     ucp_mem_map_params_t mp{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
@@ -183,6 +184,7 @@ Status UcxKvReceiver::init() {
     ucp_mem_h& memh = which == 0 ? k_memh_ : v_memh_;
     ucs_status_t st = ucp_mem_map(ucx_->context(), &mp, &memh);
     if (st != UCS_OK) return ucx_error("ucp_mem_map", st);
+    if (!opt_.allow_push) continue;
     void* buf = nullptr;
     size_t size = 0;
     st = ucp_rkey_pack(ucx_->context(), memh, &buf, &size);

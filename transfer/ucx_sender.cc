@@ -304,6 +304,10 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
     const bool push = opt_.row_path == UcxRowPath::kPush;
     ucp_rkey_h rkeys[2] = {nullptr, nullptr};
     if (push) {
+      if (d.k_rkey.empty())
+        return transfer_error(
+            TransferError::kInvalid,
+            "the receiver takes no one-sided writes (its descriptor has no rkeys): use the pull row path");
       YOCO_ASSIGN_OR_RETURN(rkeys[0], rkey_for(*t->peer, d.k_rkey));
       YOCO_ASSIGN_OR_RETURN(rkeys[1], rkey_for(*t->peer, d.v_rkey));
     }

@@ -190,6 +190,7 @@ struct Engines {
     UcxReceiverOptions ro;
     ro.listen_host = "127.0.0.1";
     ro.transports = tls;
+    ro.allow_push = path == UcxRowPath::kPush;
     auto r = test::make_receiver(*pool, cfg, kFp, ro);
     YOCO_CHECK(r.ok());
     receiver = std::move(r.value());
@@ -644,6 +645,35 @@ TEST_P(TransferValidation, ReplayedCommitIsRefusedAndCounted) {
   EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
 }
 
+TEST_F(TransferTest, AReceiverWithoutPushHandsOutNoRkeysAndRefusesOneSidedWrites) {
+  // The default receiver (the decode worker's): rows only through the checked pull path.
+  ModelConfig cfg = preset("tiny-gret");
+  auto pool = std::move(KvPool::create(8, 32, cfg.kv_dim()).value());
+  UcxReceiverOptions ro;
+  ro.listen_host = "127.0.0.1";
+  ro.transports = kTcp;
+  auto receiver = std::move(test::make_receiver(*pool, cfg, kFp, ro).value());
+  auto d = receiver->reserve("no-push", 40, in(seconds(30)));
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->k_rkey.empty());
+  EXPECT_TRUE(d->v_rkey.empty());
+  auto parsed = ReservationDescriptor::parse(d->serialize());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  auto pusher = Engines::make_sender(kFp, kTcp, UcxRowPath::kPush);
+  ASSERT_TRUE(put_range(*pusher, *parsed, 3, 0, 40).ok());  // pipelined: the failure shows at commit
+  Status st = pusher->commit(*parsed, 40, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kInvalid) << st.to_string();
+  // Pulled rows still work on it.
+  auto puller = Engines::make_sender(kFp, kTcp, UcxRowPath::kPull);
+  ASSERT_TRUE(put_range(*puller, *parsed, 3, 0, 40).ok());
+  ASSERT_TRUE(puller->put_state(*parsed, test::test_state_blob(cfg, kFp, 3, 40)).ok());
+  ASSERT_TRUE(puller->commit(*parsed, 40, in(seconds(10))).ok());
+  auto c = receiver->wait_committed(d->reservation_id, in(seconds(10)));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  expect_sequence(*c, cfg, 3, 40, *pool);
+  pool->release_blocks(c->blocks);
+}
+
 TEST_P(TransferValidation, ReserveIsAllOrNothing) {
   EXPECT_EQ(e.receiver->reserve("big", 33 * 32, in(seconds(5))).status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
@@ -806,6 +836,7 @@ class TransferTwoProcess : public TransferTest, public ::testing::WithParamInter
     ro.listen_host = "127.0.0.1";
     ro.transports = GetParam().tls;
     ro.peer_error_handling = GetParam().peer_errors;
+    ro.allow_push = GetParam().path == UcxRowPath::kPush;
     auto r = test::make_receiver(*pool, cfg, kFp, ro);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     receiver = std::move(r.value());
