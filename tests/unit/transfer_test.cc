@@ -864,6 +864,59 @@ class TransferTwoProcess : public TransferTest, public ::testing::WithParamInter
 
 TEST_P(TransferTwoProcess, PeerProcessPushesAWholeSequence) { transfer_from_peer("two-proc", 300, 21); }
 
+// Another process holding a descriptor it should not (docs/design.md §4.5): with a forged secret
+// nothing it sends is accepted; with its own reservation's descriptor rewritten to name another
+// reservation's blocks (the CRC recomputed) its rows land in its own blocks. Either way the other
+// reservation's bytes stay as they were, and the forgery is counted.
+TEST_P(TransferTwoProcess, AnotherProcessWritesNothingOutsideItsOwnReservation) {
+  if (GetParam().path == UcxRowPath::kPush)
+    GTEST_SKIP() << "one-sided writes are not gated by the secret: push is for trusted fabrics (allow_push)";
+  const int64_t rows = 128;  // 4 blocks each
+  auto victim = receiver->reserve("victim", rows, in(seconds(30)));
+  auto own = receiver->reserve("attacker", rows, in(seconds(30)));
+  ASSERT_TRUE(victim.ok() && own.ok());
+  const int kv_dim = cfg.kv_dim();
+  auto victim_bytes = [&] {
+    std::vector<float> out;
+    for (int32_t b : victim->blocks)
+      for (const float* base : {pool->k_data(), pool->v_data()})
+        out.insert(out.end(), base + static_cast<int64_t>(b) * 32 * kv_dim,
+                   base + static_cast<int64_t>(b + 1) * 32 * kv_dim);
+    return out;
+  };
+  const std::vector<float> before = victim_bytes();
+  // 1. The victim's descriptor with a guessed secret.
+  ReservationDescriptor forged = *victim;
+  forged.secret[5] ^= 0x10;
+  {
+    Peer peer(forged, GetParam(), 77, "full", "tiny-gret");
+    ASSERT_TRUE(peer.started());
+    EXPECT_NE(peer.wait_exit(in(seconds(40))), 0) << peer.output();
+  }
+  EXPECT_GE(receiver->metrics().snapshot().refused[static_cast<int>(TransferRefusal::kBadSecret)], 3);
+  EXPECT_EQ(receiver->in_flight(), 2);  // the victim's reservation is untouched
+  // 2. Its own descriptor pointing at the victim's blocks.
+  ReservationDescriptor rewritten = *own;
+  rewritten.blocks = victim->blocks;
+  {
+    Peer peer(rewritten, GetParam(), 78, "full", "tiny-gret");
+    ASSERT_TRUE(peer.started());
+    const int rc = peer.wait_exit(in(seconds(40)));
+    auto c = receiver->wait_committed(own->reservation_id, in(seconds(10)));
+    if (rc == 0) {  // admitted: the rows are in its own blocks
+      ASSERT_TRUE(c.ok()) << c.status().to_string();
+      expect_sequence(*c, cfg, 78, rows, *pool);
+      EXPECT_EQ(c->blocks, own->blocks);
+      pool->release_blocks(c->blocks);
+    } else {
+      EXPECT_FALSE(c.ok()) << peer.output();
+    }
+  }
+  EXPECT_TRUE(before == victim_bytes()) << "rows landed in another reservation's blocks";
+  receiver->cancel(victim->reservation_id);
+  EXPECT_EQ(pool->free_blocks(), pool->total_blocks());
+}
+
 TEST_P(TransferTwoProcess, KilledSenderFreesTheBlocksAndTheReceiverKeepsServing) {
   auto d = receiver->reserve("doomed", 300, in(seconds(8)));
   ASSERT_TRUE(d.ok());
