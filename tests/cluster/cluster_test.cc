@@ -536,6 +536,11 @@ TEST(Cluster, HeldReservationsAreCappedByTheWorkersMaximumLease) {
     EXPECT_LT(seconds_open[i], 10.0) << "stream " << i << " held its blocks past the worker's lease cap";
   }
   expect_pools_idle(c, kv_blocks);
+  const std::string dm = test::http_get_body(test::port_of(c.decode()[0].metrics), "/metrics");
+  EXPECT_GE(test::metric_value(dm, "yoco_kv_transfer_failures_total"), held) << dm;
+  for (const char* reason : {"bad_secret", "replay", "out_of_range"})  // exported, none here
+    EXPECT_NE(dm.find(std::string("yoco_transfer_refused_total{reason=\"") + reason + "\"} 0"), std::string::npos)
+        << dm;
   // The pool serves again: a real request through the router.
   auto stub = c.stub();
   std::vector<int32_t> prompt(300);
