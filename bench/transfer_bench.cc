@@ -181,6 +181,7 @@ std::map<int64_t, double> bench_transport(const TransportSpec& t, const std::str
   ro.transports = t.tls;
   ro.peer_error_handling = t.peer_errors;
   ro.verify_rows = row_crc;
+  ro.allow_push = path == "push";
   ro.fingerprint = kFingerprint;
   ro.state_shape = state_shape(cfg);
   ro.max_rows = cfg.max_seq_len;

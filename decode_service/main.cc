@@ -52,7 +52,7 @@ int run(int argc, char** argv) {
   ServerFlags f(kProgram, argc, argv,
                 {"model", "kv-blocks", "block-size", "max-running", "max-waiting", "threads", "ucx-listen",
                  "ucx-advertise", "ucx-transports", "ucx-no-peer-error-handling", "no-prefix-sharing", "device",
-                 "cuda-kv-blocks", "cuda-max-context", "cuda-graphs"},
+                 "cuda-kv-blocks", "cuda-max-context", "cuda-graphs", "max-lease-ms"},
                 {"ucx-no-peer-error-handling", "no-prefix-sharing", "cuda-graphs"});
   ServerOptions so = server_options(f);
   require_client_ca(f, so.tls);  // internal services: only the router, by its client certificate
@@ -62,6 +62,8 @@ int run(int argc, char** argv) {
   const int kv_blocks = static_cast<int>(f.int_in("kv-blocks", 4096, 1, 1 << 24));
   const int block_size = static_cast<int>(f.int_in("block-size", 32, 1, 1 << 16));
   const UcxReceiverOptions ro = read_receiver_options(f);
+  // Caps every reservation's lease, whatever DecodeRequest.lease_ms asks (docs/design.md §9b).
+  const int64_t max_lease_ms = f.int_in("max-lease-ms", 30000, 1, 3600000);
   EngineOptions eo = read_engine_options(f, lim);
   if (!f.ok()) return f.usage_error();
   install_shutdown_signal_handlers();
@@ -90,6 +92,7 @@ int run(int argc, char** argv) {
   DecodeMetrics metrics(registry);
   DecodeWorkerService worker(**model, **pool, **receiver, batcher, metrics);
   worker.set_share_prefixes(!f.boolean("no-prefix-sharing"));
+  worker.set_max_lease(std::chrono::milliseconds(max_lease_ms));
   auto server = Server::start(so, {&worker}, registry, [&] { worker.refresh_metrics(); },
                               {{"ucx_address", Json((*receiver)->address())}});
   if (!server.ok()) return exit_with(kProgram, server.status().message(), 1);

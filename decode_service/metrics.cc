@@ -27,6 +27,11 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
                               "Shipped KV blocks replaced by an identical block another sequence already holds.")),
       requests(*r.counter_family(metric_name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"})
                     .value()),
+      transfer_refused(*r.counter_family(metric_name("yoco_transfer_refused_total"),
+                                         "UCX control messages refused: bad_secret, replay (a commit for a "
+                                         "reservation not open), out_of_range (rows outside the reservation).",
+                                         {"reason"})
+                            .value()),
       running(r.gauge(metric_name("yoco_requests_running"), "Sequences in the running batch.")),
       waiting(r.gauge(metric_name("yoco_requests_waiting"), "Requests waiting for admission.")),
       kv_usage(r.gauge(metric_name("yoco_kv_cache_usage_ratio"), "Share of KV pool blocks in use.")),

@@ -10,7 +10,7 @@ struct DecodeMetrics {
   Histogram &ttft, &itl, &e2e, &queue, &transfer;
   Counter &prompt_tokens, &generation_tokens, &cached_tokens, &transfer_bytes, &transfer_failures, &migrated_in,
       &shared_blocks;
-  Family<Counter> &requests;
+  Family<Counter> &requests, &transfer_refused;
   Gauge &running, &waiting, &kv_usage, &kv_free, &transfer_in_flight, &kv_shared;
 };
 

@@ -67,10 +67,12 @@ grpc::Status DecodeWorkerService::receive_state(grpc::ServerContext* ctx, const 
                                                 DecodeRequest& dr,
                                                 grpc::ServerWriter<internal::v1::DecodeEvent>* writer,
                                                 Clock::time_point t0) {
-  // 1. Reserve: the lease bounds how long the blocks wait for a commit, and never outlives
-  //    the request's own deadline.
+  // 1. Reserve: the lease bounds how long the blocks wait for a commit, never outlives the
+  //    request's own deadline, and never exceeds this worker's maximum whatever the caller asks
+  //    (docs/design.md §9b: held reservations).
   const int64_t rows = static_cast<int64_t>(dr.prompt.size() + dr.generated_before.size());
-  const auto lease_ms = std::chrono::milliseconds(req.lease_ms() == 0 ? 30000 : req.lease_ms());
+  const auto asked = std::chrono::milliseconds(req.lease_ms() == 0 ? max_lease_.count() : req.lease_ms());
+  const auto lease_ms = std::min(asked, max_lease_);
   const auto lease = std::min(Clock::now() + lease_ms, dr.deadline);
   auto desc = receiver_.reserve(req.request_id(), rows, lease);
   if (!desc.ok()) return to_grpc(desc.status());
@@ -180,6 +182,10 @@ void DecodeWorkerService::refresh_metrics() {
   m_.transfer_bytes.inc(std::max(0.0, static_cast<double>(t.bytes) - m_.transfer_bytes.value()));
   m_.transfer_failures.inc(std::max(0.0, static_cast<double>(t.failures) - m_.transfer_failures.value()));
   m_.transfer_in_flight.set(static_cast<double>(receiver_.in_flight()));
+  for (int i = 0; i < static_cast<int>(TransferRefusal::kCount); ++i) {
+    Counter& c = m_.transfer_refused.with({transfer_refusal_name(static_cast<TransferRefusal>(i))});
+    c.inc(std::max(0.0, static_cast<double>(t.refused[i]) - c.value()));
+  }
   m_.kv_shared.set(pool_.shared_blocks());
   m_.running.set(batcher_.running());
   m_.waiting.set(batcher_.waiting());

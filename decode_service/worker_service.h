@@ -36,6 +36,8 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
   void set_serving(bool serving) { serving_ = serving; }
   // Prefix sharing of pool blocks between sequences (on by default).
   void set_share_prefixes(bool on) { share_prefixes_ = on; }
+  // The longest lease a reservation gets; DecodeRequest.lease_ms above it (or 0) is clamped to it.
+  void set_max_lease(std::chrono::milliseconds max_lease) { max_lease_ = max_lease; }
   // The gauges a /metrics scrape shows (batcher, pool, receiver), read now.
   void refresh_metrics();
 
@@ -61,6 +63,7 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
   DecodeMetrics& m_;
   std::atomic<bool> serving_{true};
   bool share_prefixes_ = true;
+  std::chrono::milliseconds max_lease_{30000};
 };
 
 }  // namespace yoco

@@ -1,6 +1,11 @@
 #include "transfer/descriptor.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/checksum.h"
@@ -11,16 +16,44 @@ namespace yoco {
 namespace {
 
 constexpr char kMagic[8] = {'Y', 'O', 'C', 'O', 'R', 'S', 'V', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the reservation secret
 constexpr size_t kMaxRequestId = 256;
 constexpr size_t kMaxAddress = 256;
 constexpr size_t kMaxRkey = 16384;
 constexpr uint32_t kMaxBlocks = 1u << 24;
-constexpr size_t kMaxBytes = 64 + 2 * 4 + kMaxRequestId + kMaxAddress + 2 * kMaxRkey + 4 + 4ull * kMaxBlocks + 64;
+constexpr size_t kMaxBytes = 64 + 16 + 2 * 4 + kMaxRequestId + kMaxAddress + 2 * kMaxRkey + 4 + 4ull * kMaxBlocks + 64;
+
+bool get_secret(ByteReader& r, ReservationSecret& out) {
+  std::span<const uint8_t> b;
+  if (!r.take(out.size(), b)) return false;
+  std::memcpy(out.data(), b.data(), out.size());
+  return true;
+}
 
 Status bad(const std::string& m) { return data_loss("reservation descriptor: " + m); }
 
 }  // namespace
+
+ReservationSecret mint_reservation_secret() {
+  ReservationSecret s{};
+  size_t got = 0;
+  while (got < s.size()) {
+    const ssize_t n = getrandom(s.data() + got, s.size() - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {  // never hand out a guessable capability
+      std::fprintf(stderr, "getrandom failed: %s\n", std::strerror(errno));
+      std::abort();
+    }
+    got += static_cast<size_t>(n);
+  }
+  return s;
+}
+
+bool secret_equal(const ReservationSecret& a, const ReservationSecret& b) {
+  volatile uint8_t diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff = diff | (a[i] ^ b[i]);
+  return diff == 0;
+}
 
 Result<std::pair<std::string, int>> split_host_port(const std::string& address) {
   std::string host, port;
@@ -70,8 +103,10 @@ Status ReservationDescriptor::validate() const {
     if (base == 0 || static_cast<unsigned __int128>(base) + pool_bytes > (static_cast<unsigned __int128>(1) << 64))
       return bad("pool base address out of range");
   }
-  if (k_rkey.empty() || k_rkey.size() > kMaxRkey) return bad("k_rkey size out of range");
-  if (v_rkey.empty() || v_rkey.size() > kMaxRkey) return bad("v_rkey size out of range");
+  // No rkeys: the receiver takes no one-sided writes (pull only). Both or neither.
+  if (k_rkey.empty() != v_rkey.empty()) return bad("k_rkey and v_rkey: both or neither");
+  if (k_rkey.size() > kMaxRkey) return bad("k_rkey size out of range");
+  if (v_rkey.size() > kMaxRkey) return bad("v_rkey size out of range");
   if (lease_deadline_unix_ms <= 0) return bad("lease_deadline_unix_ms not set");
   return Status::Ok();
 }
@@ -106,6 +141,7 @@ std::vector<uint8_t> ReservationDescriptor::serialize() const {
   w.put<int64_t>(lease_deadline_unix_ms);
   w.put<uint64_t>(k_base);
   w.put<uint64_t>(v_base);
+  w.put_raw(secret.data(), secret.size());
   w.put_string(request_id);
   w.put_string(address);
   w.put_bytes(k_rkey);
@@ -140,8 +176,9 @@ Result<ReservationDescriptor> ReservationDescriptor::parse(std::span<const uint8
   const bool ok = body.get(d.reservation_id) && body.get(d.fingerprint) && body.get(d.kv_dim) &&
                   body.get(d.block_size) && body.get(d.pool_blocks) && body.get(d.rows) &&
                   body.get(d.lease_deadline_unix_ms) && body.get(d.k_base) && body.get(d.v_base) &&
-                  body.get_string(d.request_id, kMaxRequestId) && body.get_string(d.address, kMaxAddress) &&
-                  body.get_bytes(d.k_rkey, kMaxRkey) && body.get_bytes(d.v_rkey, kMaxRkey) && body.get(n_blocks);
+                  get_secret(body, d.secret) && body.get_string(d.request_id, kMaxRequestId) &&
+                  body.get_string(d.address, kMaxAddress) && body.get_bytes(d.k_rkey, kMaxRkey) &&
+                  body.get_bytes(d.v_rkey, kMaxRkey) && body.get(n_blocks);
   if (!ok) return bad("truncated field");
   if (n_blocks > kMaxBlocks || body.remaining() != 4ull * n_blocks)
     return bad("block count " + std::to_string(n_blocks) + " does not match the size");

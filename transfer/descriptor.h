@@ -3,6 +3,7 @@
 // value type with a versioned, checksummed byte form, and parsing trusts nothing.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -20,6 +21,15 @@ struct RowRun {
   uint64_t offset = 0;
 };
 
+// The reservation's capability (docs/design.md §4.5): 128 bits from the kernel CSPRNG, minted by
+// the decode worker; every control message that names the reservation must carry it.
+using ReservationSecret = std::array<uint8_t, 16>;
+
+// A fresh secret from getrandom(2); aborts the process if the kernel has no entropy source.
+ReservationSecret mint_reservation_secret();
+// Constant-time comparison (no early exit on the first differing byte).
+bool secret_equal(const ReservationSecret& a, const ReservationSecret& b);
+
 struct ReservationDescriptor {
   uint64_t reservation_id = 0;
   std::string request_id;
@@ -31,8 +41,9 @@ struct ReservationDescriptor {
   std::vector<int32_t> blocks;          // reserved blocks in row order: row r is in blocks[r / block_size]
   std::string address;                  // the decode worker's UCX listener, "host:port"
   uint64_t k_base = 0, v_base = 0;      // remote addresses of the K and V pool arrays
-  std::vector<uint8_t> k_rkey, v_rkey;  // packed UCX remote keys for those arrays
+  std::vector<uint8_t> k_rkey, v_rkey;  // packed UCX remote keys for those arrays; empty: pull only
   int64_t lease_deadline_unix_ms = 0;   // wall clock: the reservation is gone after this
+  ReservationSecret secret{};           // the capability; the block list above is only a hint
 
   int64_t row_bytes() const { return static_cast<int64_t>(kv_dim) * 4; }
   // Byte offset of row r from the start of a pool array.
@@ -44,8 +55,8 @@ struct ReservationDescriptor {
   // across blocks whose ids follow each other, so a transfer is a few large puts, never one per row.
   std::vector<RowRun> contiguous_runs(int64_t row_begin, int64_t n_rows) const;
 
-  // Version 1, little-endian: magic "YOCORSV1", u32 version, u32 total bytes, the fields above,
-  // u32 CRC32C of everything before it.
+  // Version 2, little-endian: magic "YOCORSV1", u32 version, u32 total bytes, the fields above
+  // (the 16 secret bytes after v_base), u32 CRC32C of everything before it. Version 1 is refused.
   std::vector<uint8_t> serialize() const;
   // Checks sizes, counts, ranges, uniqueness of blocks and the checksum; the error names the field.
   static Result<ReservationDescriptor> parse(std::span<const uint8_t> bytes);

@@ -1,5 +1,7 @@
 #include "transfer/messages.h"
 
+#include <cstring>
+
 #include "common/checksum.h"
 #include "handoff/bytes.h"
 
@@ -39,6 +41,15 @@ Result<ByteReader> open(std::span<const uint8_t> b, AmId kind, const char* what)
   return ByteReader(b.subspan(5, b.size() - 9));
 }
 
+void put_secret(ByteWriter& w, const ReservationSecret& s) { w.put_raw(s.data(), s.size()); }
+
+bool get_secret(ByteReader& r, ReservationSecret& out) {
+  std::span<const uint8_t> b;
+  if (!r.take(out.size(), b)) return false;
+  std::memcpy(out.data(), b.data(), out.size());
+  return true;
+}
+
 Status bad_shape(const char* what) {
   return transfer_error(TransferError::kInvalid, std::string(what) + ": bad field or trailing bytes");
 }
@@ -50,6 +61,7 @@ bool valid_reason(uint32_t r) { return r <= static_cast<uint32_t>(TransferError:
 std::vector<uint8_t> encode(const BeginMsg& m) {
   auto w = start(kAmBegin);
   w.put(m.reservation_id);
+  put_secret(w, m.secret);
   w.put(m.fingerprint);
   return finish(w);
 }
@@ -57,6 +69,7 @@ std::vector<uint8_t> encode(const BeginMsg& m) {
 std::vector<uint8_t> encode(const StateMsg& m) {
   auto w = start(kAmState);
   w.put(m.reservation_id);
+  put_secret(w, m.secret);
   w.put(m.bytes);
   w.put(m.blob_crc);
   return finish(w);
@@ -65,6 +78,7 @@ std::vector<uint8_t> encode(const StateMsg& m) {
 std::vector<uint8_t> encode(const RowsMsg& m) {
   auto w = start(kAmRows);
   w.put(m.reservation_id);
+  put_secret(w, m.secret);
   w.put(m.which);
   w.put(m.row);
   w.put(m.rows);
@@ -74,6 +88,7 @@ std::vector<uint8_t> encode(const RowsMsg& m) {
 std::vector<uint8_t> encode(const CommitMsg& m) {
   auto w = start(kAmCommit);
   w.put(m.reservation_id);
+  put_secret(w, m.secret);
   w.put_string(m.request_id);
   w.put(m.fingerprint);
   w.put(m.rows_written);
@@ -87,6 +102,7 @@ std::vector<uint8_t> encode(const CommitMsg& m) {
 std::vector<uint8_t> encode(const AbortMsg& m) {
   auto w = start(kAmAbort);
   w.put(m.reservation_id);
+  put_secret(w, m.secret);
   w.put(static_cast<uint32_t>(m.reason));
   w.put_string(m.message.substr(0, kMaxText));
   return finish(w);
@@ -103,14 +119,16 @@ std::vector<uint8_t> encode(const AckMsg& m) {
 Result<BeginMsg> decode_begin(std::span<const uint8_t> b) {
   YOCO_ASSIGN_OR_RETURN(ByteReader r, open(b, kAmBegin, "begin"));
   BeginMsg m;
-  if (!(r.get(m.reservation_id) && r.get(m.fingerprint)) || r.remaining() != 0) return bad_shape("begin");
+  if (!(r.get(m.reservation_id) && get_secret(r, m.secret) && r.get(m.fingerprint)) || r.remaining() != 0)
+    return bad_shape("begin");
   return m;
 }
 
 Result<StateMsg> decode_state(std::span<const uint8_t> b) {
   YOCO_ASSIGN_OR_RETURN(ByteReader r, open(b, kAmState, "state"));
   StateMsg m;
-  if (!(r.get(m.reservation_id) && r.get(m.bytes) && r.get(m.blob_crc)) || r.remaining() != 0)
+  if (!(r.get(m.reservation_id) && get_secret(r, m.secret) && r.get(m.bytes) && r.get(m.blob_crc)) ||
+      r.remaining() != 0)
     return bad_shape("state");
   return m;
 }
@@ -118,8 +136,8 @@ Result<StateMsg> decode_state(std::span<const uint8_t> b) {
 Result<RowsMsg> decode_rows(std::span<const uint8_t> b) {
   YOCO_ASSIGN_OR_RETURN(ByteReader r, open(b, kAmRows, "rows"));
   RowsMsg m;
-  if (!(r.get(m.reservation_id) && r.get(m.which) && r.get(m.row) && r.get(m.rows)) || r.remaining() != 0 ||
-      m.which > 1)
+  if (!(r.get(m.reservation_id) && get_secret(r, m.secret) && r.get(m.which) && r.get(m.row) && r.get(m.rows)) ||
+      r.remaining() != 0 || m.which > 1)
     return bad_shape("rows");
   return m;
 }
@@ -128,8 +146,9 @@ Result<CommitMsg> decode_commit(std::span<const uint8_t> b) {
   YOCO_ASSIGN_OR_RETURN(ByteReader r, open(b, kAmCommit, "commit"));
   CommitMsg m;
   uint8_t has_crc = 0;
-  if (!(r.get(m.reservation_id) && r.get_string(m.request_id, kMaxText) && r.get(m.fingerprint) &&
-        r.get(m.rows_written) && r.get(m.state_bytes) && r.get(m.state_crc) && r.get(m.rows_crc) && r.get(has_crc)) ||
+  if (!(r.get(m.reservation_id) && get_secret(r, m.secret) && r.get_string(m.request_id, kMaxText) &&
+        r.get(m.fingerprint) && r.get(m.rows_written) && r.get(m.state_bytes) && r.get(m.state_crc) &&
+        r.get(m.rows_crc) && r.get(has_crc)) ||
       r.remaining() != 0 || has_crc > 1)
     return bad_shape("commit");
   m.has_rows_crc = has_crc == 1;
@@ -140,8 +159,8 @@ Result<AbortMsg> decode_abort(std::span<const uint8_t> b) {
   YOCO_ASSIGN_OR_RETURN(ByteReader r, open(b, kAmAbort, "abort"));
   AbortMsg m;
   uint32_t reason = 0;
-  if (!(r.get(m.reservation_id) && r.get(reason) && r.get_string(m.message, kMaxText)) || r.remaining() != 0 ||
-      !valid_reason(reason))
+  if (!(r.get(m.reservation_id) && get_secret(r, m.secret) && r.get(reason) && r.get_string(m.message, kMaxText)) ||
+      r.remaining() != 0 || !valid_reason(reason))
     return bad_shape("abort");
   m.reason = static_cast<TransferError>(reason);
   return m;

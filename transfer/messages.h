@@ -1,6 +1,8 @@
 // Control messages of the push protocol, carried as UCX active-message headers (the state blob
 // rides as the data of kState). Each ends with a CRC32C over its bytes; decoding checks it and
-// every length before trusting a field. Internal to transfer/.
+// every length before trusting a field. Every message the sender sends carries the reservation's
+// secret right after the reservation id (docs/design.md §4.5); the CRC only catches corruption,
+// the secret is what authorizes. Internal to transfer/.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,7 @@ enum AmId : unsigned { kAmBegin = 1, kAmState = 2, kAmCommit = 3, kAmAbort = 4, 
 // receiver fails it at once if the endpoint dies, and rejects a model mismatch before any commit.
 struct BeginMsg {
   uint64_t reservation_id = 0;
+  ReservationSecret secret{};
   uint64_t fingerprint = 0;
 };
 
@@ -27,6 +30,7 @@ struct BeginMsg {
 // the receiver's pool (the pull path: the receiver fetches them into blocks it checked).
 struct RowsMsg {
   uint64_t reservation_id = 0;
+  ReservationSecret secret{};
   uint8_t which = 0;
   int64_t row = 0;
   int64_t rows = 0;
@@ -34,12 +38,14 @@ struct RowsMsg {
 
 struct StateMsg {
   uint64_t reservation_id = 0;
+  ReservationSecret secret{};
   uint64_t bytes = 0;
   uint32_t blob_crc = 0;
 };
 
 struct CommitMsg {
   uint64_t reservation_id = 0;
+  ReservationSecret secret{};
   std::string request_id;
   uint64_t fingerprint = 0;
   int64_t rows_written = 0;
@@ -51,6 +57,7 @@ struct CommitMsg {
 
 struct AbortMsg {
   uint64_t reservation_id = 0;
+  ReservationSecret secret{};
   TransferError reason = TransferError::kAborted;
   std::string message;
 };

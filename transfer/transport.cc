@@ -41,6 +41,20 @@ const ErrorInfo& info(TransferError e) {
 
 const char* transfer_error_name(TransferError e) { return info(e).name; }
 
+const char* transfer_refusal_name(TransferRefusal r) {
+  switch (r) {
+    case TransferRefusal::kBadSecret:
+      return "bad_secret";
+    case TransferRefusal::kReplay:
+      return "replay";
+    case TransferRefusal::kOutOfRange:
+      return "out_of_range";
+    case TransferRefusal::kCount:
+      break;
+  }
+  return "unknown";
+}
+
 Status transfer_error(TransferError e, const std::string& detail) {
   const ErrorInfo& i = info(e);
   const StatusCode code = i.code == StatusCode::kOk ? StatusCode::kInternal : i.code;

@@ -5,6 +5,7 @@
 // implementation (transfer/ucx_transport.h); services depend on this header only.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -48,6 +49,16 @@ Status transfer_error(TransferError e, const std::string& detail);
 // The reason tagged into a Status by transfer_error (kNone for OK, kInvalid when untagged).
 TransferError transfer_error_of(const Status& st);
 
+// Control messages the receiver refused outright (docs/design.md §4.5), by reason:
+// yoco_transfer_refused_total{reason} on the decode worker.
+enum class TransferRefusal : int {
+  kBadSecret = 0,  // the message's secret is not the reservation's
+  kReplay,         // a commit for a reservation that is not open (already committed, consumed, or never made)
+  kOutOfRange,     // rows outside the blocks the receiver recorded for the reservation
+  kCount
+};
+const char* transfer_refusal_name(TransferRefusal r);
+
 // Counters the services export (docs/design.md §6: yoco_kv_transfer_bytes_total, _seconds, ...).
 struct TransferMetricsSnapshot {
   int64_t bytes = 0;      // K/V row + state bytes of completed transfers
@@ -55,6 +66,7 @@ struct TransferMetricsSnapshot {
   int64_t failures = 0;   // rejected, expired, aborted, cancelled, peer failures, timeouts
   int64_t in_flight = 0;  // open reservations (receiver) or open transfers (sender)
   double seconds = 0;     // summed duration of completed transfers
+  std::array<int64_t, static_cast<int>(TransferRefusal::kCount)> refused{};  // by TransferRefusal
 };
 
 class TransferMetrics {
@@ -66,11 +78,16 @@ class TransferMetrics {
   }
   void count_failure() { failures_.fetch_add(1, std::memory_order_relaxed); }
   void add_in_flight(int64_t d) { in_flight_.fetch_add(d, std::memory_order_relaxed); }
+  void count_refused(TransferRefusal r) { refused_[static_cast<int>(r)].fetch_add(1, std::memory_order_relaxed); }
   TransferMetricsSnapshot snapshot() const {
-    return {bytes_.load(), transfers_.load(), failures_.load(), in_flight_.load(), nanos_.load() * 1e-9};
+    TransferMetricsSnapshot s{bytes_.load(), transfers_.load(), failures_.load(), in_flight_.load(),
+                              nanos_.load() * 1e-9};
+    for (size_t i = 0; i < s.refused.size(); ++i) s.refused[i] = refused_[i].load();
+    return s;
   }
 
  private:
+  std::atomic<int64_t> refused_[static_cast<int>(TransferRefusal::kCount)] = {};
   std::atomic<int64_t> bytes_{0}, transfers_{0}, failures_{0}, in_flight_{0}, nanos_{0};
 };
 

@@ -61,6 +61,7 @@ class UcxKvReceiver final : public KvReceiver {
     std::optional<std::pair<CommitMsg, ucp_ep_h>> deferred_commit;  // waits for the state data
     Status failure;
     std::vector<uint8_t> admitted_blob;  // the validated state blob, once committed
+    ReservationSecret secret{};          // minted here; every message for it must carry it
   };
   // What a UCX callback saw, handled later by tick().
   struct Inbound {
@@ -102,6 +103,9 @@ class UcxKvReceiver final : public KvReceiver {
   // Validates and admits, or rejects; sends the acknowledgement. Under mu_.
   void process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep);
   void fail_locked(Reservation& r, TransferError e, const std::string& detail);
+  // True when `secret` is the reservation's; else counts the refusal. A message without it
+  // changes nothing (it cannot fail the reservation either: that would let anyone cancel it).
+  bool authorized_locked(const Reservation& r, const ReservationSecret& secret);
   // Queues the acknowledgement; tick() sends it (never from inside a UCX callback).
   void send_ack(ucp_ep_h ep, uint64_t reservation_id, const Status& st);
   void flush_acks();
@@ -166,11 +170,12 @@ Status UcxKvReceiver::init() {
     return invalid_argument("kv receiver: pool kv_dim " + std::to_string(pool_.row_floats()) + " != model kv_dim " +
                             std::to_string(opt_.state_shape.kv_dim));
   if (opt_.max_rows <= 0) return invalid_argument("kv receiver: max_rows must be > 0");
-  YOCO_ASSIGN_OR_RETURN(ucx_, UcxWorker::create(opt_.transports, "yoco-kv-receiver"));
+  YOCO_ASSIGN_OR_RETURN(ucx_, UcxWorker::create(opt_.transports, "yoco-kv-receiver", opt_.allow_push));
   std::random_device rd;
   id_seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
 
-  // Register the pool once; senders write into it with the packed keys.
+  // Register the pool once (pulled rows are received straight into it); senders write into it
+  // with the packed keys only when pushes are allowed.
   for (int which = 0; which < 2; ++which) {
     ucp_mem_map_params_t mp{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
@@ -179,6 +184,7 @@ Status UcxKvReceiver::init() {
     ucp_mem_h& memh = which == 0 ? k_memh_ : v_memh_;
     ucs_status_t st = ucp_mem_map(ucx_->context(), &mp, &memh);
     if (st != UCS_OK) return ucx_error("ucp_mem_map", st);
+    if (!opt_.allow_push) continue;
     void* buf = nullptr;
     size_t size = 0;
     st = ucp_rkey_pack(ucx_->context(), memh, &buf, &size);
@@ -301,6 +307,7 @@ ucs_status_t UcxKvReceiver::on_am(void* arg, const void* header, size_t header_l
     std::lock_guard<std::mutex> lock(self->mu_);
     auto it = self->reservations_.find(m->reservation_id);
     if (it == self->reservations_.end() || it->second.phase != Phase::kOpen) return UCS_OK;
+    if (!self->authorized_locked(it->second, m->secret)) return UCS_OK;
     float* dst = self->rows_destination_locked(it->second, *m, length);
     if (dst == nullptr) return UCS_OK;
     std::memcpy(dst, data, length);
@@ -429,6 +436,7 @@ void UcxKvReceiver::handle(Inbound& in) {
       auto it = reservations_.find(m->reservation_id);
       if (it == reservations_.end() || it->second.phase != Phase::kOpen) return;
       Reservation& r = it->second;
+      if (!authorized_locked(r, m->secret)) return;
       if (r.writers.empty()) r.started = Clock::now();  // transfer time runs from the first write
       if (conn && std::find(r.writers.begin(), r.writers.end(), conn) == r.writers.end()) r.writers.push_back(conn);
       if (m->fingerprint != fingerprint_)
@@ -446,10 +454,8 @@ void UcxKvReceiver::handle(Inbound& in) {
       auto m = decode_commit(in.header);
       std::lock_guard<std::mutex> lock(mu_);
       if (!m.ok()) {
+        // Unreadable, so unauthenticated: answered, but the reservation it names stays as it is.
         const uint64_t id = peek_reservation_id(in.header);
-        auto it = reservations_.find(id);
-        if (it != reservations_.end() && it->second.phase == Phase::kOpen)
-          fail_locked(it->second, transfer_error_of(m.status()), m.status().message());
         send_ack(in.reply_ep, id, m.status());
         return;
       }
@@ -462,6 +468,7 @@ void UcxKvReceiver::handle(Inbound& in) {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = reservations_.find(m->reservation_id);
       if (it == reservations_.end() || it->second.phase != Phase::kOpen) return;
+      if (!authorized_locked(it->second, m->secret)) return;
       const TransferError e = m->reason == TransferError::kNone ? TransferError::kAborted : m->reason;
       fail_locked(it->second, e, "sender aborted: " + m->message);
       return;
@@ -477,7 +484,8 @@ void UcxKvReceiver::handle_state(Inbound& in, uint64_t conn) {
   Reservation* r = nullptr;
   if (m.ok()) {
     auto it = reservations_.find(m->reservation_id);
-    if (it != reservations_.end() && it->second.phase == Phase::kOpen) r = &it->second;
+    if (it != reservations_.end() && it->second.phase == Phase::kOpen && authorized_locked(it->second, m->secret))
+      r = &it->second;
   }
   auto refuse_rndv = [&] {
     if (!in.rndv_desc) return;
@@ -527,6 +535,7 @@ float* UcxKvReceiver::rows_destination_locked(Reservation& r, const RowsMsg& m, 
   for (int64_t b = m.row / bs + 1; contiguous && b <= (m.row + m.rows - 1) / bs; ++b)
     contiguous = r.blocks[b] == r.blocks[b - 1] + 1;
   if (!contiguous) {
+    metrics_.count_refused(TransferRefusal::kOutOfRange);
     fail_locked(r, TransferError::kInvalid,
                 "rows message [" + std::to_string(m.row) + ", +" + std::to_string(m.rows) + ") of " +
                     std::to_string(length) + " bytes does not fit the reservation");
@@ -542,7 +551,7 @@ void UcxKvReceiver::handle_rows(Inbound& in) {
   if (m.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = reservations_.find(m->reservation_id);
-    if (it != reservations_.end() && it->second.phase == Phase::kOpen) {
+    if (it != reservations_.end() && it->second.phase == Phase::kOpen && authorized_locked(it->second, m->secret)) {
       dst = rows_destination_locked(it->second, *m, in.length);
       if (dst) ++it->second.pending_rows;
     }
@@ -617,17 +626,24 @@ void UcxKvReceiver::state_arrived(uint64_t reservation_id, const StateMsg& msg, 
 
 void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep) {
   auto it = reservations_.find(m.reservation_id);
-  if (it == reservations_.end()) {
+  if (it == reservations_.end()) {  // never made, or committed and handed over: a replay at best
+    metrics_.count_refused(TransferRefusal::kReplay);
     send_ack(reply_ep, m.reservation_id,
              transfer_error(TransferError::kUnknownReservation, "reservation " + std::to_string(m.reservation_id)));
     return;
   }
   Reservation& r = it->second;
+  if (!authorized_locked(r, m.secret)) {
+    send_ack(reply_ep, m.reservation_id,
+             transfer_error(TransferError::kInvalid, "commit without the reservation's secret: refused"));
+    return;
+  }
   if (r.phase == Phase::kFailed) {
     send_ack(reply_ep, m.reservation_id, r.failure);
     return;
   }
   if (r.phase == Phase::kCommitted) {
+    metrics_.count_refused(TransferRefusal::kReplay);
     send_ack(reply_ep, m.reservation_id,
              transfer_error(TransferError::kAlreadyCommitted, "reservation " + std::to_string(r.id)));
     return;
@@ -685,6 +701,12 @@ void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep)
   metrics_.observe_transfer(r.rows * pool_.row_floats() * 8 + static_cast<int64_t>(m.state_bytes), secs);
   send_ack(reply_ep, m.reservation_id, Status::Ok());
   cv_.notify_all();
+}
+
+bool UcxKvReceiver::authorized_locked(const Reservation& r, const ReservationSecret& secret) {
+  if (secret_equal(r.secret, secret)) return true;
+  metrics_.count_refused(TransferRefusal::kBadSecret);
+  return false;
 }
 
 void UcxKvReceiver::fail_locked(Reservation& r, TransferError e, const std::string& detail) {
@@ -781,6 +803,7 @@ Result<ReservationDescriptor> UcxKvReceiver::reserve(const std::string& request_
   d.k_rkey = k_rkey_;
   d.v_rkey = v_rkey_;
   d.lease_deadline_unix_ms = unix_ms(lease_deadline);
+  d.secret = mint_reservation_secret();
 
   Reservation r;
   r.id = id;
@@ -789,6 +812,7 @@ Result<ReservationDescriptor> UcxKvReceiver::reserve(const std::string& request_
   r.blocks = std::move(blocks);
   r.deadline = lease_deadline;
   r.started = Clock::now();
+  r.secret = d.secret;
   reservations_.emplace(id, std::move(r));
   next_expiry_ = std::min(next_expiry_, lease_deadline);
   metrics_.add_in_flight(1);

@@ -90,6 +90,7 @@ class UcxKvSender final : public KvSender {
     uint64_t id = 0;
     std::shared_ptr<Peer> peer;
     int64_t rows = 0, lease_ms = 0;
+    ReservationSecret secret{};  // from the descriptor: sent in every control message
     std::vector<uint32_t> row_crc;
     std::vector<uint8_t> written;
     int outstanding = 0;
@@ -134,7 +135,8 @@ class UcxKvSender final : public KvSender {
   void note_error(uint64_t id, ucs_status_t st);
   void advance(Transfer& t);
   void finish(uint64_t id, const Status& st);
-  void abort_remote(const std::string& address, uint64_t id, TransferError reason, const std::string& message);
+  void abort_remote(const std::string& address, uint64_t id, const ReservationSecret& secret, TransferError reason,
+                    const std::string& message);
   void fail_peer(ucp_ep_h ep, ucs_status_t st);
   void peer_ready(const std::shared_ptr<Peer>& p, ucs_status_t st);
   void close_peer(Peer& p, bool force);
@@ -270,8 +272,8 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
   YOCO_RETURN_IF_ERROR(ended_status(d.reservation_id));
   if (Status st = check_descriptor(d); !st.ok()) {
     if (transfer_error_of(st) == TransferError::kFingerprintMismatch)
-      ucx_->post([this, addr = d.address, id = d.reservation_id, msg = st.message()] {
-        abort_remote(addr, id, TransferError::kFingerprintMismatch, msg);
+      ucx_->post([this, addr = d.address, id = d.reservation_id, secret = d.secret, msg = st.message()] {
+        abort_remote(addr, id, secret, TransferError::kFingerprintMismatch, msg);
       });
     return st;
   }
@@ -302,6 +304,10 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
     const bool push = opt_.row_path == UcxRowPath::kPush;
     ucp_rkey_h rkeys[2] = {nullptr, nullptr};
     if (push) {
+      if (d.k_rkey.empty())
+        return transfer_error(
+            TransferError::kInvalid,
+            "the receiver takes no one-sided writes (its descriptor has no rkeys): use the pull row path");
       YOCO_ASSIGN_OR_RETURN(rkeys[0], rkey_for(*t->peer, d.k_rkey));
       YOCO_ASSIGN_OR_RETURN(rkeys[1], rkey_for(*t->peer, d.v_rkey));
     }
@@ -314,8 +320,8 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
         auto done = [this, id, staging](ucs_status_t st) { defer([this, id, st] { track(id, st); }); };
         ++t->outstanding;
         if (!push) {  // one message per contiguous run; the receiver fetches it into the blocks
-          send_am(*t->peer, kAmRows, encode(RowsMsg{id, static_cast<uint8_t>(which), r.row, r.rows}), src, len,
-                  std::move(done));
+          send_am(*t->peer, kAmRows, encode(RowsMsg{id, t->secret, static_cast<uint8_t>(which), r.row, r.rows}), src,
+                  len, std::move(done));
           continue;
         }
         auto* op = new UcxOp;
@@ -352,7 +358,7 @@ Status UcxKvSender::put_state(const ReservationDescriptor& d, std::span<const ui
     t->bytes += static_cast<int64_t>(blob.size());
     ++t->outstanding;
     const uint64_t id = t->id;
-    auto header = encode(StateMsg{id, blob.size(), crc});  // before the blob moves
+    auto header = encode(StateMsg{id, t->secret, blob.size(), crc});  // before the blob moves
     send_am(*t->peer, kAmState, std::move(header), std::move(blob),
             [this, id](ucs_status_t st) { defer([this, id, st] { track(id, st); }); });
     return Status::Ok();
@@ -399,6 +405,7 @@ Status UcxKvSender::commit(const ReservationDescriptor& d, int64_t rows_written,
           return w->set(transfer_error(TransferError::kRowsIncomplete, "row " + std::to_string(r) + " was never put"));
       t.commit = CommitMsg{
           id,
+          t.secret,
           request_id,
           opt_.fingerprint,
           rows_written,
@@ -419,20 +426,21 @@ Status UcxKvSender::commit(const ReservationDescriptor& d, int64_t rows_written,
     auto it = transfers_.find(id);
     if (it == transfers_.end() || it->second.waiter != w) return;
     const std::string address = it->second.peer->address;
+    const ReservationSecret secret = it->second.secret;
     finish(id, transfer_error(TransferError::kTimeout, "commit deadline passed"));
-    abort_remote(address, id, TransferError::kTimeout, "sender's commit deadline passed");
+    abort_remote(address, id, secret, TransferError::kTimeout, "sender's commit deadline passed");
   });
   return transfer_error(TransferError::kTimeout,
                         "reservation " + std::to_string(id) + ": no commit acknowledgement by the deadline");
 }
 
 void UcxKvSender::abort(const ReservationDescriptor& d, const std::string& reason) {
-  ucx_->post([this, address = d.address, id = d.reservation_id, reason] {
+  ucx_->post([this, address = d.address, id = d.reservation_id, secret = d.secret, reason] {
     const Status st =
         transfer_error(TransferError::kAborted, "reservation " + std::to_string(id) + " was aborted: " + reason);
     if (transfers_.count(id)) finish(id, st);
     remember_ended(id, st);
-    abort_remote(address, id, TransferError::kAborted, reason);
+    abort_remote(address, id, secret, TransferError::kAborted, reason);
   });
 }
 
@@ -551,11 +559,12 @@ Result<UcxKvSender::Transfer*> UcxKvSender::transfer_for(const ReservationDescri
   t.peer = peer;
   t.rows = d.rows;
   t.lease_ms = d.lease_deadline_unix_ms;
+  t.secret = d.secret;
   t.row_crc.assign(d.rows, 0);
   t.written.assign(d.rows, 0);
   t.started = Clock::now();
   metrics_.add_in_flight(1);
-  send_am(*peer, kAmBegin, encode(BeginMsg{id, opt_.fingerprint}), {}, [this, id](ucs_status_t st) {
+  send_am(*peer, kAmBegin, encode(BeginMsg{id, t.secret, opt_.fingerprint}), {}, [this, id](ucs_status_t st) {
     if (st != UCS_OK) defer([this, id, st] { note_error(id, st); });
   });
   return &t;
@@ -646,23 +655,24 @@ void UcxKvSender::finish(uint64_t id, const Status& st) {
   transfers_.erase(it);
 }
 
-void UcxKvSender::abort_remote(const std::string& address, uint64_t id, TransferError reason,
-                               const std::string& message) {
+void UcxKvSender::abort_remote(const std::string& address, uint64_t id, const ReservationSecret& secret,
+                               TransferError reason, const std::string& message) {
   auto peer = peer_for(address);
   if (!peer.ok()) return;  // unreachable: the receiver's lease or peer check frees the blocks
   std::shared_ptr<Peer> p = *peer;
   if (!p->ready) {
     p->parked.push_back([=, this](const Status& st) {
-      if (st.ok()) abort_remote(address, id, reason, message);
+      if (st.ok()) abort_remote(address, id, secret, reason, message);
     });
     return;
   }
   // Flush first so no put of this transfer lands after the receiver has freed the blocks.
   auto* op = new UcxOp;
-  op->on_done = [this, p, id, reason, message](ucs_status_t st) {
+  op->on_done = [this, p, id, secret, reason, message](ucs_status_t st) {
     if (st != UCS_OK) return;
-    defer([this, p, id, reason, message] {
-      if (!p->failed && p->ep) send_am(*p, kAmAbort, encode(AbortMsg{id, reason, message}), {}, [](ucs_status_t) {});
+    defer([this, p, id, secret, reason, message] {
+      if (!p->failed && p->ep)
+        send_am(*p, kAmAbort, encode(AbortMsg{id, secret, reason, message}), {}, [](ucs_status_t) {});
     });
   };
   ucp_request_param_t param;

@@ -47,6 +47,11 @@ struct UcxReceiverOptions {
   bool peer_error_handling = true;
   int max_connections = 1024;
   size_t max_tombstones = 4096;  // failed reservations remembered for late callers
+  // Accept one-sided writes (UcxRowPath::kPush): the pool's rkeys go into every descriptor and
+  // any UCX peer holding them can write any block, which no secret can gate (docs/design.md
+  // §4.4). Off: no rkeys are handed out and the context has no RMA feature, so rows land only
+  // through the checked pull path. For benchmarks and trusted fabrics only.
+  bool allow_push = false;
 };
 
 // The pool must outlive the receiver; its rows must be state_shape.kv_dim wide.

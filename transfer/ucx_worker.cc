@@ -53,7 +53,7 @@ Status resolve_sockaddr(const std::string& host, int port, struct sockaddr_stora
   return Status::Ok();
 }
 
-Result<std::unique_ptr<UcxWorker>> UcxWorker::create(const std::string& transports, const std::string& name) {
+Result<std::unique_ptr<UcxWorker>> UcxWorker::create(const std::string& transports, const std::string& name, bool rma) {
   std::unique_ptr<UcxWorker> w(new UcxWorker());
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
@@ -67,7 +67,7 @@ Result<std::unique_ptr<UcxWorker>> UcxWorker::create(const std::string& transpor
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.features = (rma ? UCP_FEATURE_RMA : 0) | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   params.name = name.c_str();
   st = ucp_init(&params, config, &w->context_);

@@ -22,8 +22,10 @@ namespace yoco::transfer_detail {
 class UcxWorker {
  public:
   // `transports` non-empty overrides UCX_TLS for this context only (tests); empty keeps UCX's
-  // own environment. Features: RMA + AM + WAKEUP.
-  static Result<std::unique_ptr<UcxWorker>> create(const std::string& transports, const std::string& name);
+  // own environment. Features: AM + WAKEUP, and RMA when `rma` (without it UCX serves no remote
+  // put or get into this process's memory, emulated or not).
+  static Result<std::unique_ptr<UcxWorker>> create(const std::string& transports, const std::string& name,
+                                                   bool rma = true);
   ~UcxWorker();
 
   ucp_context_h context() const { return context_; }

@@ -27,6 +27,7 @@
 #include "model/random_model.h"
 #include "tests/cluster/cluster_harness.h"
 #include "tokenizer/tokenizer.h"
+#include "yoco/internal/v1/worker.grpc.pb.h"
 
 namespace yoco {
 namespace {
@@ -643,6 +644,72 @@ TEST(Cluster, ApiDefectsNameTheFieldAndScoreReturnsTop) {
         if (t.id() == e.chosen().id()) EXPECT_NEAR(t.logprob(), e.chosen().logprob(), 1e-5);
     }
   }
+}
+
+}  // namespace
+}  // namespace yoco
+
+namespace yoco {
+namespace {
+
+// docs/design.md §9b, held reservations: a caller that opens Decode reservations with a huge
+// lease and keeps the streams open gets its blocks taken back when the worker's own maximum
+// lease (--max-lease-ms) runs out; the streams end with the lease error, the refusal is visible,
+// and a real request then succeeds.
+TEST(Cluster, HeldReservationsAreCappedByTheWorkersMaximumLease) {
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  const int kv_blocks = 64;
+  LocalCluster c(
+      {.model = kGret, .prefill = 1, .decode = 1, .kv_blocks = kv_blocks, .decode_args = {"--max-lease-ms=1500"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto decode =
+      internal::v1::DecodeWorker::NewStub(grpc::CreateChannel(c.decode()[0].grpc, grpc::InsecureChannelCredentials()));
+  // Four reservations of 15 blocks (480 rows each) asking for a lease of ~50 days: 60 of 64 blocks.
+  const int held = 4;
+  std::vector<std::thread> th;
+  std::vector<grpc::Status> ended(held);
+  std::vector<double> seconds_open(held, 0);
+  std::atomic<int> reserved{0};
+  for (int i = 0; i < held; ++i)
+    th.emplace_back([&, i] {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+      internal::v1::DecodeRequest req;
+      req.set_request_id("held-" + std::to_string(i));
+      for (int t = 0; t < 480; ++t) req.add_prompt(t % 100 + 1);
+      req.set_max_tokens(4);
+      req.set_lease_ms(4000000000u);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto reader = decode->Decode(&ctx, req);
+      internal::v1::DecodeEvent ev;
+      if (reader->Read(&ev) && ev.has_reservation()) ++reserved;
+      while (reader->Read(&ev)) {  // hold: never transfer anything
+      }
+      ended[i] = reader->Finish();
+      seconds_open[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+  for (int i = 0; i < 1000 && reserved < held; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(reserved.load(), held);
+  for (auto& t : th) t.join();
+  for (int i = 0; i < held; ++i) {
+    EXPECT_EQ(ended[i].error_code(), grpc::StatusCode::UNAVAILABLE) << i << ": " << ended[i].error_message();
+    EXPECT_NE(ended[i].error_message().find("lease_expired"), std::string::npos) << ended[i].error_message();
+    EXPECT_LT(seconds_open[i], 10.0) << "stream " << i << " held its blocks past the worker's lease cap";
+  }
+  expect_pools_idle(c, kv_blocks);
+  const std::string dm = test::http_get_body(test::port_of(c.decode()[0].metrics), "/metrics");
+  EXPECT_GE(test::metric_value(dm, "yoco_kv_transfer_failures_total"), held) << dm;
+  for (const char* reason : {"bad_secret", "replay", "out_of_range"})  // exported, none here
+    EXPECT_NE(dm.find(std::string("yoco_transfer_refused_total{reason=\"") + reason + "\"} 0"), std::string::npos)
+        << dm;
+  // The pool serves again: a real request through the router.
+  auto stub = c.stub();
+  std::vector<int32_t> prompt(300);
+  for (size_t t = 0; t < prompt.size(); ++t) prompt[t] = static_cast<int32_t>(t % 50 + 1);
+  auto got = test::run_generate(*stub, greedy(prompt, 8), milliseconds(60000));
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message() << c.logs();
+  EXPECT_EQ(got.ids, reference(**model, prompt, 8));
 }
 
 }  // namespace

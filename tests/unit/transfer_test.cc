@@ -144,12 +144,14 @@ TEST(TransferDescriptor, RunsAreWholeBlocksMergedAcrossAdjacentIds) {
 
 TEST(TransferMessages, RoundTripAndChecksum) {
   using namespace transfer_detail;
-  CommitMsg c{42, "req", kFp, 100, 999, 0xabcd, 0x1234};
+  CommitMsg c{42, {}, "req", kFp, 100, 999, 0xabcd, 0x1234};
+  c.secret[3] = 0x5a;
   auto b = encode(c);
   auto back = decode_commit(b);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->rows_written, 100);
   EXPECT_EQ(back->request_id, "req");
+  EXPECT_TRUE(secret_equal(back->secret, c.secret));
   EXPECT_EQ(peek_reservation_id(b), 42u);
   for (size_t i = 0; i < b.size(); ++i) {
     auto t = b;
@@ -188,6 +190,7 @@ struct Engines {
     UcxReceiverOptions ro;
     ro.listen_host = "127.0.0.1";
     ro.transports = tls;
+    ro.allow_push = path == UcxRowPath::kPush;
     auto r = test::make_receiver(*pool, cfg, kFp, ro);
     YOCO_CHECK(r.ok());
     receiver = std::move(r.value());
@@ -407,6 +410,7 @@ class TransferValidation : public TransferTest, public ::testing::WithParamInter
   std::vector<uint8_t> blob(int64_t position = -1) {
     return test::test_state_blob(e.cfg, kFp, 3, position < 0 ? rows : position);
   }
+  int64_t refused(TransferRefusal r) const { return e.receiver->metrics().snapshot().refused[static_cast<int>(r)]; }
   // The reservation failed with `want` on the decode side and its blocks went back.
   void expect_failed(const ReservationDescriptor& d, TransferError want) {
     auto c = e.receiver->wait_committed(d.reservation_id, in(seconds(10)));
@@ -558,8 +562,12 @@ TEST_P(TransferValidation, PulledRowsMustFitTheReceiversOwnBlockTable) {
   ASSERT_NE(d->blocks[1], d->blocks[0] + 1);
   // A descriptor that claims the blocks are adjacent (a bug or a forgery) would make a pushed
   // run spill into block a + 1, which belongs to someone else; pulled rows are checked first.
-  ReservationDescriptor forged = *d;
-  forged.blocks[1] = forged.blocks[0] + 1;
+  // Rewritten on the wire with its CRC recomputed: it parses, and is refused all the same.
+  ReservationDescriptor rewritten = *d;
+  rewritten.blocks[1] = rewritten.blocks[0] + 1;
+  auto parsed = ReservationDescriptor::parse(rewritten.serialize());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  const ReservationDescriptor forged = *parsed;
   auto k = test::kv_rows(1, 0, 0, 64, e.kv_dim());
   const std::vector<float> other_before(e.pool->k_data() + static_cast<int64_t>(b.blocks[0]) * 32 * e.kv_dim(),
                                         e.pool->k_data() + static_cast<int64_t>(b.blocks[0] + 1) * 32 * e.kv_dim());
@@ -571,8 +579,99 @@ TEST_P(TransferValidation, PulledRowsMustFitTheReceiversOwnBlockTable) {
   EXPECT_EQ(transfer_error_of(c.status()), TransferError::kInvalid) << c.status().to_string();
   EXPECT_EQ(0, std::memcmp(other_before.data(), e.pool->k_data() + static_cast<int64_t>(b.blocks[0]) * 32 * e.kv_dim(),
                            other_before.size() * 4));
+  EXPECT_GE(refused(TransferRefusal::kOutOfRange), 1);
   e.pool->release(b);
   EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
+}
+
+// ---- 3b. the reservation secret (docs/design.md §4.5) --------------------------------------
+
+TEST(TransferDescriptor, SecretsAreFreshAndCompareInFull) {
+  const ReservationSecret a = mint_reservation_secret(), b = mint_reservation_secret();
+  EXPECT_FALSE(secret_equal(a, b));
+  EXPECT_TRUE(secret_equal(a, a));
+  ReservationSecret c = a;
+  c[15] ^= 0x80;
+  EXPECT_FALSE(secret_equal(a, c));
+}
+
+TEST_P(TransferValidation, ForgedSecretIsRefusedCountedAndLeavesTheReservationIntact) {
+  auto d = reserve();
+  EXPECT_FALSE(std::all_of(d.secret.begin(), d.secret.end(), [](uint8_t x) { return x == 0; }));
+  // An attacker who learned everything but the secret (the id, the blocks, the rkeys) writes
+  // other rows and commits from its own endpoint.
+  ReservationDescriptor forged = d;
+  forged.secret[0] ^= 1;
+  auto attacker = Engines::make_sender(kFp, kTcp, UcxRowPath::kPull);
+  put_all(*attacker, forged, 99);
+  ASSERT_TRUE(attacker->put_state(forged, test::test_state_blob(e.cfg, kFp, 99, rows)).ok());
+  Status st = attacker->commit(forged, rows, in(seconds(10)));
+  EXPECT_FALSE(st.ok());
+  EXPECT_GE(refused(TransferRefusal::kBadSecret), 4);  // begin, rows, state, commit
+  EXPECT_EQ(e.receiver->in_flight(), 1);               // nothing the attacker sent touched it
+  // The real sender's transfer is admitted with its own rows (the attacker's pulled rows never landed).
+  put_all(*e.sender, d);
+  ASSERT_TRUE(e.sender->put_state(d, blob()).ok());
+  ASSERT_TRUE(e.sender->commit(d, rows, in(seconds(10))).ok());
+  auto c = e.receiver->wait_committed(d.reservation_id, in(seconds(10)));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  expect_sequence(*c, e.cfg, 3, rows, *e.pool);
+  e.pool->release_blocks(c->blocks);
+}
+
+TEST_P(TransferValidation, ReplayedCommitIsRefusedAndCounted) {
+  auto d = reserve();
+  put_all(*e.sender, d);
+  ASSERT_TRUE(e.sender->put_state(d, blob()).ok());
+  ASSERT_TRUE(e.sender->commit(d, rows, in(seconds(10))).ok());
+  // A second commit of the same transfer (replayed by someone who saw the descriptor) before the
+  // decode side took the sequence, then another after it did: both refused, the sequence kept.
+  auto replay = [&] {
+    auto again = Engines::make_sender(kFp, kTcp, UcxRowPath::kPull);
+    put_all(*again, d);
+    EXPECT_TRUE(again->put_state(d, blob()).ok());
+    return again->commit(d, rows, in(seconds(10)));
+  };
+  Status second = replay();
+  EXPECT_EQ(transfer_error_of(second), TransferError::kAlreadyCommitted) << second.to_string();
+  EXPECT_EQ(refused(TransferRefusal::kReplay), 1);
+  auto c = e.receiver->wait_committed(d.reservation_id, in(seconds(10)));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  expect_sequence(*c, e.cfg, 3, rows, *e.pool);
+  Status after = replay();
+  EXPECT_EQ(transfer_error_of(after), TransferError::kUnknownReservation) << after.to_string();
+  EXPECT_EQ(refused(TransferRefusal::kReplay), 2);
+  e.pool->release_blocks(c->blocks);
+  EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
+}
+
+TEST_F(TransferTest, AReceiverWithoutPushHandsOutNoRkeysAndRefusesOneSidedWrites) {
+  // The default receiver (the decode worker's): rows only through the checked pull path.
+  ModelConfig cfg = preset("tiny-gret");
+  auto pool = std::move(KvPool::create(8, 32, cfg.kv_dim()).value());
+  UcxReceiverOptions ro;
+  ro.listen_host = "127.0.0.1";
+  ro.transports = kTcp;
+  auto receiver = std::move(test::make_receiver(*pool, cfg, kFp, ro).value());
+  auto d = receiver->reserve("no-push", 40, in(seconds(30)));
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->k_rkey.empty());
+  EXPECT_TRUE(d->v_rkey.empty());
+  auto parsed = ReservationDescriptor::parse(d->serialize());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  auto pusher = Engines::make_sender(kFp, kTcp, UcxRowPath::kPush);
+  ASSERT_TRUE(put_range(*pusher, *parsed, 3, 0, 40).ok());  // pipelined: the failure shows at commit
+  Status st = pusher->commit(*parsed, 40, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kInvalid) << st.to_string();
+  // Pulled rows still work on it.
+  auto puller = Engines::make_sender(kFp, kTcp, UcxRowPath::kPull);
+  ASSERT_TRUE(put_range(*puller, *parsed, 3, 0, 40).ok());
+  ASSERT_TRUE(puller->put_state(*parsed, test::test_state_blob(cfg, kFp, 3, 40)).ok());
+  ASSERT_TRUE(puller->commit(*parsed, 40, in(seconds(10))).ok());
+  auto c = receiver->wait_committed(d->reservation_id, in(seconds(10)));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  expect_sequence(*c, cfg, 3, 40, *pool);
+  pool->release_blocks(c->blocks);
 }
 
 TEST_P(TransferValidation, ReserveIsAllOrNothing) {
@@ -737,6 +836,7 @@ class TransferTwoProcess : public TransferTest, public ::testing::WithParamInter
     ro.listen_host = "127.0.0.1";
     ro.transports = GetParam().tls;
     ro.peer_error_handling = GetParam().peer_errors;
+    ro.allow_push = GetParam().path == UcxRowPath::kPush;
     auto r = test::make_receiver(*pool, cfg, kFp, ro);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     receiver = std::move(r.value());
@@ -763,6 +863,59 @@ class TransferTwoProcess : public TransferTest, public ::testing::WithParamInter
 };
 
 TEST_P(TransferTwoProcess, PeerProcessPushesAWholeSequence) { transfer_from_peer("two-proc", 300, 21); }
+
+// Another process holding a descriptor it should not (docs/design.md §4.5): with a forged secret
+// nothing it sends is accepted; with its own reservation's descriptor rewritten to name another
+// reservation's blocks (the CRC recomputed) its rows land in its own blocks. Either way the other
+// reservation's bytes stay as they were, and the forgery is counted.
+TEST_P(TransferTwoProcess, AnotherProcessWritesNothingOutsideItsOwnReservation) {
+  if (GetParam().path == UcxRowPath::kPush)
+    GTEST_SKIP() << "one-sided writes are not gated by the secret: push is for trusted fabrics (allow_push)";
+  const int64_t rows = 128;  // 4 blocks each
+  auto victim = receiver->reserve("victim", rows, in(seconds(30)));
+  auto own = receiver->reserve("attacker", rows, in(seconds(30)));
+  ASSERT_TRUE(victim.ok() && own.ok());
+  const int kv_dim = cfg.kv_dim();
+  auto victim_bytes = [&] {
+    std::vector<float> out;
+    for (int32_t b : victim->blocks)
+      for (const float* base : {pool->k_data(), pool->v_data()})
+        out.insert(out.end(), base + static_cast<int64_t>(b) * 32 * kv_dim,
+                   base + static_cast<int64_t>(b + 1) * 32 * kv_dim);
+    return out;
+  };
+  const std::vector<float> before = victim_bytes();
+  // 1. The victim's descriptor with a guessed secret.
+  ReservationDescriptor forged = *victim;
+  forged.secret[5] ^= 0x10;
+  {
+    Peer peer(forged, GetParam(), 77, "full", "tiny-gret");
+    ASSERT_TRUE(peer.started());
+    EXPECT_NE(peer.wait_exit(in(seconds(40))), 0) << peer.output();
+  }
+  EXPECT_GE(receiver->metrics().snapshot().refused[static_cast<int>(TransferRefusal::kBadSecret)], 3);
+  EXPECT_EQ(receiver->in_flight(), 2);  // the victim's reservation is untouched
+  // 2. Its own descriptor pointing at the victim's blocks.
+  ReservationDescriptor rewritten = *own;
+  rewritten.blocks = victim->blocks;
+  {
+    Peer peer(rewritten, GetParam(), 78, "full", "tiny-gret");
+    ASSERT_TRUE(peer.started());
+    const int rc = peer.wait_exit(in(seconds(40)));
+    auto c = receiver->wait_committed(own->reservation_id, in(seconds(10)));
+    if (rc == 0) {  // admitted: the rows are in its own blocks
+      ASSERT_TRUE(c.ok()) << c.status().to_string();
+      expect_sequence(*c, cfg, 78, rows, *pool);
+      EXPECT_EQ(c->blocks, own->blocks);
+      pool->release_blocks(c->blocks);
+    } else {
+      EXPECT_FALSE(c.ok()) << peer.output();
+    }
+  }
+  EXPECT_TRUE(before == victim_bytes()) << "rows landed in another reservation's blocks";
+  receiver->cancel(victim->reservation_id);
+  EXPECT_EQ(pool->free_blocks(), pool->total_blocks());
+}
 
 TEST_P(TransferTwoProcess, KilledSenderFreesTheBlocksAndTheReceiverKeepsServing) {
   auto d = receiver->reserve("doomed", 300, in(seconds(8)));
