@@ -1,8 +1,8 @@
 #include "router/api_keys.h"
 
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <sys/stat.h>
 
 #include <fstream>
@@ -70,8 +70,9 @@ Result<ApiKeyEntry> parse_entry(const Json& e, const std::string& at) {
   auto d = from_hex(sha->as_string(), 32, at + ".sha256");
   if (!d.ok()) return d.status();
   std::copy(d->begin(), d->end(), k.sha256.begin());
-  for (auto [field, dst] : {std::pair{"max_concurrent", &k.max_concurrent},
-                            std::pair{"tokens_per_minute", &k.tokens_per_minute}, std::pair{"max_context", &k.max_context}}) {
+  for (auto [field, dst] :
+       {std::pair{"max_concurrent", &k.max_concurrent}, std::pair{"tokens_per_minute", &k.tokens_per_minute},
+        std::pair{"max_context", &k.max_context}}) {
     auto v = limit(e, field, at);
     if (!v.ok()) return v.status();
     *dst = *v;
@@ -154,8 +155,8 @@ Status KeyLease::charge(int64_t prompt_tokens, int64_t max_tokens, Clock::time_p
   if (used + need > key_.tokens_per_minute)
     return {StatusCode::kResourceExhausted, "key " + key_.name + " is over its tokens_per_minute " +
                                                 std::to_string(key_.tokens_per_minute) + " (" + std::to_string(used) +
-                                                " used in the last minute, this request needs " +
-                                                std::to_string(need) + ": prompt + max_tokens)"};
+                                                " used in the last minute, this request needs " + std::to_string(need) +
+                                                ": prompt + max_tokens)"};
   w.emplace_back(now, need);
   return Status::Ok();
 }
@@ -164,8 +165,8 @@ Result<std::unique_ptr<ApiKeys>> ApiKeys::open(std::string path, std::chrono::mi
   std::unique_ptr<ApiKeys> k(new ApiKeys(std::move(path)));
   struct stat st {};
   if (::stat(k->path_.c_str(), &st) != 0) return io_error("--api-keys " + k->path_ + ": cannot stat");
-  if (Status s = k->load({st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec, st.st_size,
-                          static_cast<int64_t>(st.st_ino)});
+  if (Status s =
+          k->load({st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec, st.st_size, static_cast<int64_t>(st.st_ino)});
       !s.ok())
     return Status(s.code(), "--api-keys " + k->path_ + ": " + s.message());
   if (watch.count() > 0) k->watcher_ = std::thread([p = k.get(), watch] { p->watch_loop(watch); });
@@ -209,7 +210,8 @@ bool ApiKeys::reload_if_changed() {
              LogFields().kv("path", path_).kv("error", s.message()));
     return false;
   }
-  YOCO_LOG(LogLevel::kInfo, "api keys reloaded", LogFields().kv("path", path_).kv("keys", static_cast<int64_t>(size())));
+  YOCO_LOG(LogLevel::kInfo, "api keys reloaded",
+           LogFields().kv("path", path_).kv("keys", static_cast<int64_t>(size())));
   return true;
 }
 
@@ -254,6 +256,7 @@ AuthResult ApiKeys::authenticate(std::string_view authorization) {
     std::lock_guard ul(usage->mu);
     if (match->max_concurrent > 0 && usage->in_flight >= match->max_concurrent) {
       r.error = AuthError::kConcurrency;
+      r.key_name = match->name;
       r.message = "key " + match->name + " has " + std::to_string(usage->in_flight) +
                   " requests in flight, its max_concurrent is " + std::to_string(match->max_concurrent);
       return r;

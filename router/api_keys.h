@@ -25,8 +25,8 @@ using Sha256 = std::array<uint8_t, 32>;
 
 struct ApiKeyEntry {
   std::string name;
-  std::string salt;  // raw bytes (16, from 32 hex chars)
-  Sha256 sha256{};   // SHA-256(salt || key)
+  std::string salt;            // raw bytes (16, from 32 hex chars)
+  Sha256 sha256{};             // SHA-256(salt || key)
   int64_t max_concurrent = 0;  // 0: unlimited
   int64_t tokens_per_minute = 0;
   int64_t max_context = 0;
@@ -74,7 +74,8 @@ enum class AuthError { kNone, kMissing, kUnknown, kConcurrency };
 struct AuthResult {
   std::unique_ptr<KeyLease> lease;  // set when error == kNone
   AuthError error = AuthError::kNone;
-  std::string message;  // never contains the key
+  std::string message;   // never contains the key
+  std::string key_name;  // the recognised key's name (also on kConcurrency)
 };
 
 class ApiKeys {

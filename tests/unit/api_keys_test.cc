@@ -1,3 +1,5 @@
+#include "router/api_keys.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,15 +9,14 @@
 #include <thread>
 
 #include "common/json.h"
-#include "router/api_keys.h"
 
 namespace yoco {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::string entry(const std::string& name, const std::string& key, int64_t conc = 0, int64_t tpm = 0,
-                  int64_t ctx = 0, bool admin = false) {
+std::string entry(const std::string& name, const std::string& key, int64_t conc = 0, int64_t tpm = 0, int64_t ctx = 0,
+                  bool admin = false) {
   ApiKeyEntry k;
   k.name = name;
   k.max_concurrent = conc;
@@ -51,11 +52,12 @@ TEST(ApiKeyFile, ParseErrorsNameTheField) {
   EXPECT_NE(bad(R"({"keys":[{"salt":"00000000000000000000000000000000","sha256":""}]})").find("keys[0].name"),
             std::string::npos);
   EXPECT_NE(bad(R"({"keys":[{"name":"a","salt":"abc","sha256":""}]})").find("keys[0].salt"), std::string::npos);
-  EXPECT_NE(bad(R"({"keys":[{"name":"a","salt":"0000000000000000000000000000000z","sha256":""}]})").find("keys[0].salt"),
-            std::string::npos);
-  EXPECT_NE(bad(R"({"keys":[{"name":"a","salt":"00000000000000000000000000000000","sha256":"00"}]})")
-                .find("keys[0].sha256"),
-            std::string::npos);
+  EXPECT_NE(
+      bad(R"({"keys":[{"name":"a","salt":"0000000000000000000000000000000z","sha256":""}]})").find("keys[0].salt"),
+      std::string::npos);
+  EXPECT_NE(
+      bad(R"({"keys":[{"name":"a","salt":"00000000000000000000000000000000","sha256":"00"}]})").find("keys[0].sha256"),
+      std::string::npos);
   EXPECT_NE(bad(file_of({good, entry("team-a", "k2")})).find("keys[1].name: duplicate"), std::string::npos);
   EXPECT_NE(bad(file_of({good, R"({"name":"b c","salt":"","sha256":""})"})).find("keys[1].name"), std::string::npos);
   auto neg = Json::parse(good).value();
@@ -118,7 +120,7 @@ TEST(ApiKeys, LimitsConcurrencyTokensPerMinuteAndContext) {
   EXPECT_EQ(ctx.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(ctx.message().find("max_context 300"), std::string::npos);
   EXPECT_NE(ctx.message().find("max_tokens"), std::string::npos);
-  EXPECT_TRUE(a.lease->charge(200, 100, t0).ok());  // 300
+  EXPECT_TRUE(a.lease->charge(200, 100, t0).ok());        // 300
   EXPECT_TRUE(a.lease->charge(200, 100, t0 + 10s).ok());  // 600
   EXPECT_TRUE(a.lease->charge(200, 100, t0 + 20s).ok());  // 900
   Status over = a.lease->charge(100, 100, t0 + 30s);
