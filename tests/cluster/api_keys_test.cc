@@ -2,13 +2,14 @@
 // without a key or with an unknown one, holds each key to its limits, keeps every key's documents
 // from the others (an admin key sees all), re-reads the key file when it changes, and shows the
 // key's name, never the key, in its metrics and logs. Real processes on 127.0.0.1.
+#include "router/api_keys.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <fstream>
 #include <thread>
 
-#include "router/api_keys.h"
 #include "tests/cluster/cluster_harness.h"
 
 namespace yoco {
@@ -211,6 +212,15 @@ TEST_F(ApiKeysCluster, AuthenticatesLimitsSeparatesDocumentsAndNeverShowsTheKey)
   for (int i = 0; i < 100 && !model_info(*stub, Keyed{late}).ok(); ++i) std::this_thread::sleep_for(milliseconds(50));
   EXPECT_TRUE(model_info(*stub, Keyed{late}).ok());
   EXPECT_EQ(model_info(*stub, A).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  // yoco-cli's cluster commands: --api-key or $YOCO_API_KEY; without one, exit 1 (UNAUTHENTICATED).
+  const char* bin = std::getenv("YOCO_BINARY_DIR");
+  const std::string cli =
+      std::string(bin && *bin ? bin : YOCO_BINARY_DIR) + "/tools/yoco-cli info --router " + c.router().grpc;
+  const std::string quiet = " >/dev/null 2>&1";
+  EXPECT_EQ(std::system(("env -u YOCO_API_KEY " + cli + quiet).c_str()), 1 << 8);
+  EXPECT_EQ(std::system(("YOCO_API_KEY=" + admin + " " + cli + quiet).c_str()), 0);
+  EXPECT_EQ(std::system((cli + " --api-key " + admin + quiet).c_str()), 0);
 
   // The key's name, never the key, in the router's metrics and logs.
   const std::string m = test::http_get_body(test::port_of(c.router().metrics), "/metrics");
