@@ -5,6 +5,7 @@
 #include <openssl/rand.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
