@@ -188,9 +188,11 @@ CachedPrefix KvCache::load_prefix(std::span<const int32_t> tokens, int64_t max_b
   return p;
 }
 
-DocumentRecord KvCache::make_document(std::span<const int32_t> tokens, std::chrono::seconds ttl) const {
+DocumentRecord KvCache::make_document(std::span<const int32_t> tokens, std::chrono::seconds ttl,
+                                      const std::string& owner) const {
   DocumentRecord r;
-  r.id = document_id(tokens, opt_.fingerprint);
+  r.owner = owner;
+  r.id = document_id(tokens, opt_.fingerprint, owner);
   r.tokens.assign(tokens.begin(), tokens.end());
   r.block_tokens = opt_.block_tokens;
   r.block_keys = chain_keys(tokens, opt_.block_tokens, opt_.fingerprint);
@@ -280,14 +282,15 @@ Status KvCache::delete_document(const std::string& id) {
 }
 
 Result<DocumentRecord> KvCache::save_document(std::span<const int32_t> tokens, const KvRowFn& row,
-                                              std::span<const uint8_t> blob, std::chrono::seconds ttl) {
+                                              std::span<const uint8_t> blob, std::chrono::seconds ttl,
+                                              const std::string& owner) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) return invalid_argument("save_document: no tokens");
   const int64_t B = opt_.block_tokens;
   const int64_t full = n / B;
   const int64_t cached = longest_cached_prefix(tokens, full);
   YOCO_RETURN_IF_ERROR(write_blocks(tokens, row, cached, full - cached, ttl));
-  DocumentRecord rec = make_document(tokens, ttl);
+  DocumentRecord rec = make_document(tokens, ttl, owner);
   YOCO_RETURN_IF_ERROR(put_state(rec.state_key, blob, ttl));
   const int64_t elem = opt_.dtype == KvDType::kBF16 ? 2 : 4;
   const int64_t block_object = static_cast<int64_t>(kObjectHeaderBytes) + 2 * B * opt_.kv_dim * elem;

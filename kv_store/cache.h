@@ -87,7 +87,8 @@ class KvCache {
 
   // ---- documents ----
   // A record for `tokens` (keys, id, created now); stored_bytes left 0.
-  DocumentRecord make_document(std::span<const int32_t> tokens, std::chrono::seconds ttl) const;
+  DocumentRecord make_document(std::span<const int32_t> tokens, std::chrono::seconds ttl,
+                               const std::string& owner = {}) const;
   // Stores the record under its id and adds it to the document index.
   Status put_document(const DocumentRecord& record);
   Result<std::optional<DocumentRecord>> get_document(const std::string& id);
@@ -99,7 +100,8 @@ class KvCache {
   // Everything in one go: the blocks not yet cached (rows from `row`), the state blob after all
   // tokens (it carries the rows of a trailing partial block, in options().dtype), the record.
   Result<DocumentRecord> save_document(std::span<const int32_t> tokens, const KvRowFn& row,
-                                       std::span<const uint8_t> state_blob, std::chrono::seconds ttl);
+                                       std::span<const uint8_t> state_blob, std::chrono::seconds ttl,
+                                       const std::string& owner = {});
   // nullopt: no such document (or its record is damaged). An error: the store failed.
   Result<std::optional<LoadedDocument>> load_document(const std::string& id);
 

@@ -222,12 +222,16 @@ Status decode_kv_block(const Object& obj, int64_t expected_rows, int kv_dim, flo
 std::string block_store_key(const BlockKey& k) { return "kv:" + k.hex(); }
 std::string state_store_key(const BlockKey& k) { return "state:" + k.hex(); }
 
-std::string document_id(std::span<const int32_t> tokens, uint64_t fingerprint) {
-  ByteWriter w(24 + 4 * tokens.size());
+std::string document_id(std::span<const int32_t> tokens, uint64_t fingerprint, std::string_view owner) {
+  ByteWriter w(24 + 4 * tokens.size() + (owner.empty() ? 0 : 8 + owner.size()));
   w.put_raw("yoco-doc", 8);
   w.put<uint64_t>(fingerprint);
   w.put<uint64_t>(tokens.size());
   for (int32_t t : tokens) w.put<uint32_t>(static_cast<uint32_t>(t));
+  if (!owner.empty()) {
+    w.put<uint64_t>(owner.size());
+    w.put_raw(owner.data(), owner.size());
+  }
   return "doc-" + hash128(w.bytes()).hex();
 }
 
@@ -249,6 +253,8 @@ std::string document_to_json(const DocumentRecord& r) {
   o["created_ms"] = r.created_ms;
   o["ttl_s"] = r.ttl_s;
   o["stored_bytes"] = r.stored_bytes;
+  o["version"] = kDocumentRecordVersion;
+  o["owner"] = r.owner;
   return Json(std::move(o)).dump();
 }
 
@@ -303,8 +309,15 @@ Result<DocumentRecord> document_from_json(std::string_view json, uint64_t expect
   YOCO_ASSIGN_OR_RETURN(r.created_ms, int_field("created_ms", 0, kMax));
   YOCO_ASSIGN_OR_RETURN(r.ttl_s, int_field("ttl_s", 0, kMax));
   YOCO_ASSIGN_OR_RETURN(r.stored_bytes, int_field("stored_bytes", 0, kMax));
+  if (j.find("version")) {  // version 1 records have neither field: owner ""
+    YOCO_ASSIGN_OR_RETURN(int64_t version, int_field("version", 1, kDocumentRecordVersion));
+    if (version >= 2) {
+      YOCO_ASSIGN_OR_RETURN(const Json* owner, field("owner", &Json::is_string));
+      r.owner = owner->as_string();
+    }
+  }
   // Everything derived from the tokens must agree with them.
-  if (r.id != document_id(r.tokens, r.fingerprint))
+  if (r.id != document_id(r.tokens, r.fingerprint, r.owner))
     return data_loss("document record: field 'id' does not match the tokens");
   if (r.block_keys != chain_keys(r.tokens, r.block_tokens, r.fingerprint))
     return data_loss("document record: field 'block_keys' does not match the tokens");

@@ -74,8 +74,10 @@ std::string state_store_key(const BlockKey& k);  // "state:" + hex
 inline BlockKey state_key_for(std::span<const int32_t> tokens, int block_tokens, uint64_t fingerprint) {
   return prefix_key(tokens, block_tokens, fingerprint);
 }
-// Content-addressed document id: "doc-" + 32 hex; same tokens and model, same id.
-std::string document_id(std::span<const int32_t> tokens, uint64_t fingerprint);
+// Content-addressed document id: "doc-" + 32 hex; same tokens, model and owner, same id. The
+// owner (the API key's name, docs/design.md §9b) is hashed in only when set, so documents cached
+// without keys keep their ids, and two tenants caching the same text get two documents.
+std::string document_id(std::span<const int32_t> tokens, uint64_t fingerprint, std::string_view owner = {});
 std::string fingerprint_hex(uint64_t fingerprint);  // 16 hex chars
 
 // ---- Document record (kind 3, a JSON payload) -----------------------------------------------
@@ -89,7 +91,10 @@ struct DocumentRecord {
   int64_t created_ms = 0;
   int64_t ttl_s = 0;         // 0: no expiry
   int64_t stored_bytes = 0;  // blocks + state + record as written
+  std::string owner;         // the API key name that cached it; "" without keys (and in version 1 records)
 };
+// The record's JSON "version": 2 added "owner"; a record without "version" is version 1.
+constexpr int64_t kDocumentRecordVersion = 2;
 
 std::string document_to_json(const DocumentRecord& r);
 // Validates every field and its consistency (id vs tokens, key count vs token count, the keys

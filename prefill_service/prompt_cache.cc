@@ -51,7 +51,7 @@ Status restore_prefix(const KvCache& cache, const CachedPrefix& p, const ModelCo
 }
 
 Result<DocumentRecord> save_document(KvCache& cache, std::span<const int32_t> tokens, const SequenceState& st,
-                                     const ModelConfig& c, std::chrono::seconds ttl) {
+                                     const ModelConfig& c, std::chrono::seconds ttl, const std::string& owner) {
   const KvCacheOptions& opt = cache.options();
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) return invalid_argument("save_document: no tokens");
@@ -67,7 +67,7 @@ Result<DocumentRecord> save_document(KvCache& cache, std::span<const int32_t> to
   so.kv_row_end = n;
   so.kv_dtype = opt.dtype;
   const std::vector<uint8_t> blob = serialize_state(st, c, opt.fingerprint, so);
-  return cache.save_document(tokens, state_rows(st, opt.kv_dim), blob, ttl);
+  return cache.save_document(tokens, state_rows(st, opt.kv_dim), blob, ttl, owner);
 }
 
 }  // namespace yoco

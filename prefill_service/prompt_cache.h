@@ -24,6 +24,6 @@ Status restore_prefix(const KvCache& cache, const CachedPrefix& p, const ModelCo
 
 // KvCache::save_document from a state: st.position must equal tokens.size().
 Result<DocumentRecord> save_document(KvCache& cache, std::span<const int32_t> tokens, const SequenceState& st,
-                                     const ModelConfig& c, std::chrono::seconds ttl);
+                                     const ModelConfig& c, std::chrono::seconds ttl, const std::string& owner = {});
 
 }  // namespace yoco

@@ -459,7 +459,7 @@ Status PrefillScheduler::store_document(Job& j) {
   YOCO_RETURN_IF_ERROR(engine_.snapshot(j.seq, snap));
   snap.k = std::move(j.state.k);
   snap.v = std::move(j.state.v);
-  auto rec = save_document(*cache_, j.req.tokens, snap, model_.config(), j.req.document_ttl);
+  auto rec = save_document(*cache_, j.req.tokens, snap, model_.config(), j.req.document_ttl, j.req.document_owner);
   if (!rec.ok()) return Status(StatusCode::kUnavailable, "KV store: " + rec.status().message());
   j.document = std::move(rec).value();
   return Status::Ok();

@@ -71,6 +71,7 @@ struct PrefillJob {
   // (KvCache::save_document). Needs a cache.
   bool document = false;
   std::chrono::seconds document_ttl{0};
+  std::string document_owner;  // the API key name that caches it ("" without keys)
 };
 
 struct PrefillStats {

@@ -20,6 +20,21 @@ grpc::Status no_store() {
   return {grpc::StatusCode::FAILED_PRECONDITION, "this prefill worker has no KV store (start it with --kv-store)"};
 }
 
+// The caller's document owner (docs/design.md §9b): set by the router for a non-admin API key;
+// absent, the caller sees every document.
+std::optional<std::string> owner_of(const grpc::ServerContext& ctx) {
+  const auto& md = ctx.client_metadata();
+  auto it = md.find("yoco-owner");
+  if (it == md.end()) return std::nullopt;
+  return std::string(it->second.data(), it->second.size());
+}
+
+bool visible(const DocumentRecord& r, const std::optional<std::string>& owner) { return !owner || r.owner == *owner; }
+
+grpc::Status unknown_document(const std::string& id) {
+  return {grpc::StatusCode::NOT_FOUND, "id: unknown document \"" + id + "\""};
+}
+
 void fill(const DocumentRecord& r, v1::Document* d, bool already_cached) {
   d->set_id(r.id);
   d->set_token_count(static_cast<uint32_t>(r.tokens.size()));
@@ -67,38 +82,41 @@ grpc::Status PrefillService::CacheDocument(grpc::ServerContext* ctx, const v1::C
   return st;
 }
 
-grpc::Status PrefillService::GetDocument(grpc::ServerContext*, const v1::GetDocumentRequest* req,
+grpc::Status PrefillService::GetDocument(grpc::ServerContext* ctx, const v1::GetDocumentRequest* req,
                                          internal::v1::DocumentRecord* out) {
   if (!cache_) return no_store();
   if (!is_document_id(req->id())) return {grpc::StatusCode::INVALID_ARGUMENT, not_a_document_id("id", req->id())};
   auto rec = cache_->get_document(req->id());
   if (!rec.ok()) return {grpc::StatusCode::UNAVAILABLE, "KV store: " + rec.status().message()};
-  if (!rec->has_value()) return {grpc::StatusCode::NOT_FOUND, "id: unknown document \"" + req->id() + "\""};
+  if (!rec->has_value() || !visible(**rec, owner_of(*ctx))) return unknown_document(req->id());
   fill(**rec, out->mutable_document(), false);
+  out->set_owner((*rec)->owner);
   out->mutable_tokens()->Add((*rec)->tokens.begin(), (*rec)->tokens.end());
   return grpc::Status::OK;
 }
 
-grpc::Status PrefillService::ListDocuments(grpc::ServerContext*, const v1::ListDocumentsRequest*,
+grpc::Status PrefillService::ListDocuments(grpc::ServerContext* ctx, const v1::ListDocumentsRequest*,
                                            v1::ListDocumentsResponse* out) {
+  const auto owner = owner_of(*ctx);
   if (!cache_) return no_store();
   auto ids = cache_->list_documents();
   if (!ids.ok()) return {grpc::StatusCode::UNAVAILABLE, "KV store: " + ids.status().message()};
   for (const auto& id : *ids) {
     auto rec = cache_->get_document(id);
-    if (rec.ok() && rec->has_value()) fill(**rec, out->add_documents(), false);
+    if (rec.ok() && rec->has_value() && visible(**rec, owner)) fill(**rec, out->add_documents(), false);
   }
   return grpc::Status::OK;
 }
 
-grpc::Status PrefillService::DeleteDocument(grpc::ServerContext*, const v1::DeleteDocumentRequest* req,
+grpc::Status PrefillService::DeleteDocument(grpc::ServerContext* ctx, const v1::DeleteDocumentRequest* req,
                                             v1::DeleteDocumentResponse* out) {
   if (!cache_) return no_store();
   if (!is_document_id(req->id())) return {grpc::StatusCode::INVALID_ARGUMENT, not_a_document_id("id", req->id())};
   auto rec = cache_->get_document(req->id());
   if (!rec.ok()) return {grpc::StatusCode::UNAVAILABLE, "KV store: " + rec.status().message()};
-  // Not stored: nothing to delete, which the answer says (deleted: false); not an error.
-  if (!rec->has_value()) return grpc::Status::OK;
+  // Not stored, or another key's (which must look the same): nothing to delete, which the answer
+  // says (deleted: false); not an error.
+  if (!rec->has_value() || !visible(**rec, owner_of(*ctx))) return grpc::Status::OK;
   if (Status d = cache_->delete_document(req->id()); !d.ok())
     return {grpc::StatusCode::UNAVAILABLE, "KV store: " + d.message()};
   out->set_deleted(true);
@@ -112,8 +130,9 @@ grpc::Status PrefillService::cache_document(grpc::ServerContext* ctx, const v1::
   const std::vector<int32_t> tokens(req->tokens().ids().begin(), req->tokens().ids().end());
   if (tokens.empty()) return {grpc::StatusCode::INVALID_ARGUMENT, "content: empty document"};
   if (Status v = model_.validate_tokens(tokens, 0, "content.tokens"); !v.ok()) return to_grpc(v);
-  // Content-addressed: a document already stored whole is not computed again.
-  const std::string id = document_id(tokens, model_.fingerprint());
+  // Content-addressed (per owner): a document already stored whole is not computed again.
+  const std::string owner = owner_of(*ctx).value_or("");
+  const std::string id = document_id(tokens, model_.fingerprint(), owner);
   if (auto have = cache_->load_document(id); have.ok() && have->has_value() && (*have)->cached) {
     fill((*have)->record, doc, true);
     return grpc::Status::OK;
@@ -124,6 +143,7 @@ grpc::Status PrefillService::cache_document(grpc::ServerContext* ctx, const v1::
   job.tokens = tokens;
   job.document = true;
   job.document_ttl = std::chrono::seconds(req->ttl_seconds());
+  job.document_owner = owner;
   job.deadline = job_deadline(*ctx);
   auto out = run_job(ctx, std::move(job));
   if (!out.ok()) return to_grpc(out.status());

@@ -59,6 +59,10 @@ inline const char* grpc_code_label(grpc::StatusCode c) {
       return "failed_precondition";
     case grpc::StatusCode::UNIMPLEMENTED:
       return "unimplemented";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "unauthenticated";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "permission_denied";
     default:
       return "error";
   }

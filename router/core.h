@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "router/api_keys.h"
 #include "router/metrics.h"
 #include "router/model_info.h"
 #include "router/policy.h"
@@ -54,6 +55,9 @@ class RouterCore {
   const RouterLimits& limits() const { return limits_; }
   RouterMetrics& metrics() { return m_; }
   bool colocated() const { return colocated_; }
+  // The API keys (docs/design.md §9b); null: no authentication.
+  ApiKeys* keys() const { return keys_; }
+  void set_keys(ApiKeys* keys) { keys_ = keys; }
   // The served model; UNAVAILABLE until a decode worker has described it.
   Result<std::shared_ptr<const v1::ModelInfo>> model() const;
 
@@ -84,6 +88,7 @@ class RouterCore {
   const RouterLimits limits_;
   RouterMetrics& m_;
   const bool colocated_;
+  ApiKeys* keys_ = nullptr;
   std::atomic<bool> serving_{true};
   mutable std::mutex mu_;
   Admission admission_;

@@ -7,13 +7,24 @@ grpc::Status no_documents_when_colocated() {
           "documents need prefill workers (they own the KV store); this router runs colocated, with no --prefill"};
 }
 
+std::optional<std::string> document_owner(const KeyLease* key) {
+  if (!key || key->admin()) return std::nullopt;
+  return key->name();
+}
+
+void add_owner(grpc::ClientContext* c, const std::optional<std::string>& owner) {
+  if (owner) c->AddMetadata("yoco-owner", *owner);
+}
+
 grpc::Status fetch_document(RouterCore& core, grpc::ServerContext* ctx, const std::string& id,
-                            internal::v1::DocumentRecord* rec) {
+                            internal::v1::DocumentRecord* rec, const std::optional<std::string>& owner) {
   v1::GetDocumentRequest req;
   req.set_id(id);
-  return call_prefill_worker(core, ctx, req, rec, [](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
-    return stub.GetDocument(c, r, out);
-  });
+  return call_prefill_worker(core, ctx, req, rec,
+                             [&owner](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
+                               add_owner(c, owner);
+                               return stub.GetDocument(c, r, out);
+                             });
 }
 
 }  // namespace yoco

@@ -20,9 +20,15 @@ template <class Req, class Resp, class Call>
 grpc::Status call_prefill_worker(RouterCore& core, grpc::ServerContext* ctx, const Req& req, Resp* resp, Call call,
                                  std::optional<uint64_t> affinity = std::nullopt);
 
-// A stored document's record (tokens included), by id.
+// The document owner a key acts as (docs/design.md §9b): its name for a non-admin key; none (every
+// document) for an admin key or without keys.
+std::optional<std::string> document_owner(const KeyLease* key);
+// Sends the owner to the prefill worker ("yoco-owner" metadata, worker.proto).
+void add_owner(grpc::ClientContext* c, const std::optional<std::string>& owner);
+
+// A stored document's record (tokens included), by id, as `owner` sees it.
 grpc::Status fetch_document(RouterCore& core, grpc::ServerContext* ctx, const std::string& id,
-                            internal::v1::DocumentRecord* rec);
+                            internal::v1::DocumentRecord* rec, const std::optional<std::string>& owner = std::nullopt);
 
 grpc::Status no_documents_when_colocated();
 

@@ -14,8 +14,8 @@
 namespace yoco {
 
 GenerateCall::GenerateCall(RouterCore& core, grpc::ServerContext* ctx, const v1::GenerateRequest& req,
-                           grpc::ServerWriter<v1::GenerateResponse>* writer)
-    : core_(core), ctx_(ctx), req_(req), writer_(writer), tok_(core.tokenizer()) {}
+                           grpc::ServerWriter<v1::GenerateResponse>* writer, KeyLease* key)
+    : core_(core), ctx_(ctx), req_(req), writer_(writer), tok_(core.tokenizer()), key_(key) {}
 
 GenerateCall::~GenerateCall() {
   if (!admitted_) return;
@@ -66,7 +66,7 @@ grpc::Status GenerateCall::resolve_documents() {
       return invalid(not_a_document_id("document_ids[" + std::to_string(i) + "]", req_.document_ids(i)));
   for (int i = 0; i < req_.document_ids_size(); ++i) {
     internal::v1::DocumentRecord rec;
-    grpc::Status st = fetch_document(core_, ctx_, req_.document_ids(i), &rec);
+    grpc::Status st = fetch_document(core_, ctx_, req_.document_ids(i), &rec, document_owner(key_));
     if (st.error_code() == grpc::StatusCode::NOT_FOUND)
       return {grpc::StatusCode::NOT_FOUND,
               "document_ids[" + std::to_string(i) + "]: unknown document \"" + req_.document_ids(i) + "\""};
@@ -111,6 +111,10 @@ grpc::Status GenerateCall::admit() {
   sampling_ = req_.sampling();
   if (!sampling_.has_seed()) sampling_.set_seed(core_.next_seed());
   request_id_ = req_.request_id().empty() ? "req-" + hex64(core_.next_seed()) : req_.request_id();
+  if (key_) {  // the key's max_context and tokens_per_minute, before the router's own admission
+    if (Status k = key_->charge(static_cast<int64_t>(prompt_.size()), max_tokens_); !k.ok())
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED, k.message()};
+  }
   if (Status a = core_.try_admit(static_cast<int64_t>(prompt_.size())); !a.ok())
     return {grpc::StatusCode::RESOURCE_EXHAUSTED, a.message()};
   admitted_ = true;

@@ -34,7 +34,7 @@ namespace yoco {
 class GenerateCall {
  public:
   GenerateCall(RouterCore& core, grpc::ServerContext* ctx, const v1::GenerateRequest& req,
-               grpc::ServerWriter<v1::GenerateResponse>* writer);
+               grpc::ServerWriter<v1::GenerateResponse>* writer, KeyLease* key = nullptr);
   ~GenerateCall();  // gives the admission back
   GenerateCall(const GenerateCall&) = delete;
   GenerateCall& operator=(const GenerateCall&) = delete;
@@ -88,6 +88,7 @@ class GenerateCall {
   grpc::ServerWriter<v1::GenerateResponse>* const writer_;
   const Clock::time_point t0_ = Clock::now();
   const Tokenizer* const tok_;
+  KeyLease* const key_;  // the API key's limits and documents; null without keys
 
   // Fixed by validate/admit.
   std::vector<int32_t> prompt_;             // documents' tokens first, then the request's

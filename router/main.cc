@@ -53,14 +53,23 @@ int run(int argc, char** argv) {
       kProgram, argc, argv,
       {"model", "prefill", "decode", "max-in-flight", "max-queued-tokens", "prefill-attempts", "migrations", "lease-ms",
        "stall-timeout-ms", "health-interval-ms", "dns-refresh-seconds", "affinity-tokens", "affinity-max-extra-tokens",
-       "worker-tls-ca", "worker-tls-cert", "worker-tls-key", "worker-tls-server-name"});
+       "worker-tls-ca", "worker-tls-cert", "worker-tls-key", "worker-tls-server-name", "api-keys"});
   const ServerOptions so = server_options(f);
   const std::string model_dir = f.required("model", "a model directory: the router reads its tokenizer");
   const std::vector<Target> ptargets = read_targets(f, "prefill", /*required=*/false);
   const std::vector<Target> dtargets = read_targets(f, "decode", /*required=*/true);
   const RouterLimits lim = read_limits(f);
   const WorkerGroupOptions wopt = read_worker_options(f);
+  const std::string keys_path = f.str("api-keys");  // docs/design.md §9b
   if (!f.ok()) return f.usage_error();
+  std::unique_ptr<ApiKeys> keys;
+  if (!keys_path.empty()) {
+    auto k = ApiKeys::open(keys_path);
+    if (!k.ok()) return exit_with(kProgram, k.status().message(), 2);
+    keys = std::move(k).value();
+  } else {
+    YOCO_LOG(LogLevel::kWarn, "no --api-keys: the public API is open to every client (no authentication)", LogFields());
+  }
   std::unique_ptr<Tokenizer> tok;  // optional: without one, requests carry token ids
   if (auto t = Tokenizer::load(model_dir); t.ok()) tok = std::move(t).value();
   install_shutdown_signal_handlers();
@@ -75,6 +84,7 @@ int run(int argc, char** argv) {
   MetricsRegistry registry;
   RouterMetrics metrics(registry);
   RouterCore core(tok.get(), prefill, decode, model, lim, metrics, /*colocated=*/ptargets.empty());
+  core.set_keys(keys.get());
   RouterService service(core);
   auto server = Server::start(so, {&service}, registry, [&] {
     metrics.set_healthy_workers("prefill", prefill.healthy_count());
@@ -84,7 +94,8 @@ int run(int argc, char** argv) {
   (*server)->log_serving(LogFields()
                              .kv("prefill_healthy", prefill.healthy_count())
                              .kv("decode_healthy", decode.healthy_count())
-                             .kv("colocated", ptargets.empty()));
+                             .kv("colocated", ptargets.empty())
+                             .kv("api_keys", keys ? static_cast<int64_t>(keys->size()) : int64_t{-1}));
 
   // In-flight streams finish; new requests are refused (the router has no queue of its own).
   const auto idle = [&] { return core.in_flight() == 0; };

@@ -28,6 +28,10 @@ RouterMetrics::RouterMetrics(MetricsRegistry& r)
       retries_(*r.counter_family(metric_name("yoco_router_retries_total"),
                                  "Prefill retries and decode migrations after a worker failure.", {"kind"})
                     .value()),
+      key_requests_(*r.counter_family(metric_name("yoco_key_requests_total"),
+                                      "Finished public calls under API keys, by key name and gRPC status.",
+                                      {"key", "code"})
+                         .value()),
       running_(r.gauge(metric_name("yoco_requests_running"), "Admitted requests in flight.")),
       waiting_(r.gauge(metric_name("yoco_requests_waiting"), "Admitted requests that have not streamed a token yet.")),
       healthy_workers_(*r.gauge_family(metric_name("yoco_router_healthy_workers"),
@@ -37,6 +41,10 @@ RouterMetrics::RouterMetrics(MetricsRegistry& r)
 void RouterMetrics::observe_finished(grpc::StatusCode code, double seconds) {
   requests_.with({grpc_code_label(code)}).inc();
   e2e_.observe(seconds);
+}
+
+void RouterMetrics::observe_key_request(const std::string& key, grpc::StatusCode code) {
+  key_requests_.with({key, grpc_code_label(code)}).inc();
 }
 
 void RouterMetrics::observe_admitted(int64_t prompt_tokens) {

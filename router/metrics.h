@@ -33,12 +33,15 @@ class RouterMetrics {
   void observe_stall() { stalls_.inc(); }
   // Workers passing health checks, by role ("prefill", "decode"); set before each scrape.
   void set_healthy_workers(const char* role, int n);
+  // A finished public call under API keys, by key name ("" when no key was recognised).
+  void observe_key_request(const std::string& key, grpc::StatusCode code);
 
  private:
   Histogram &ttft_, &itl_, &e2e_, &queue_, &prefill_, &transfer_;
   Counter &prompt_tokens_, &generation_tokens_, &cached_tokens_, &stalls_;
   Family<Counter>& requests_;
   Family<Counter>& retries_;
+  Family<Counter>& key_requests_;
   Gauge &running_, &waiting_;
   Family<Gauge>& healthy_workers_;
 };

@@ -20,32 +20,73 @@ grpc::Status no_tokenizer(const char* field) {
   return {grpc::StatusCode::FAILED_PRECONDITION, std::string(field) + ": the router has no tokenizer; send tokens"};
 }
 
+grpc::Status unauthenticated(const std::string& message) { return {grpc::StatusCode::UNAUTHENTICATED, message}; }
+
 }  // namespace
 
-grpc::Status RouterService::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
-                                     grpc::ServerWriter<v1::GenerateResponse>* writer) {
-  const auto t0 = Clock::now();
-  grpc::Status st = GenerateCall(core_, ctx, *req, writer).run();
-  core_.metrics().observe_finished(st.error_code(), since(t0));
+template <class Fn>
+grpc::Status RouterService::keyed(grpc::ServerContext* ctx, const char* rpc, const std::string& request_id, Fn fn) {
+  ApiKeys* keys = core_.keys();
+  if (!keys) return fn(static_cast<KeyLease*>(nullptr));
+  const auto& md = ctx->client_metadata();
+  const auto it = md.find("authorization");
+  AuthResult auth =
+      keys->authenticate(it == md.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size()));
+  grpc::Status st;
+  switch (auth.error) {
+    case AuthError::kNone:
+      st = fn(auth.lease.get());
+      break;
+    case AuthError::kConcurrency:
+      st = {grpc::StatusCode::RESOURCE_EXHAUSTED, auth.message};
+      break;
+    default:
+      st = unauthenticated(auth.message);
+      break;
+  }
+  // The key's name, never the key (the messages above never contain it).
+  const std::string name = auth.lease ? auth.lease->name() : auth.key_name;
+  core_.metrics().observe_key_request(name, st.error_code());
   if (!st.ok())
-    YOCO_LOG(LogLevel::kInfo, "generate failed",
+    YOCO_LOG(LogLevel::kInfo, "request failed",
              LogFields()
-                 .kv("request_id", req->request_id())
+                 .kv("rpc", rpc)
+                 .kv("key", name)
+                 .kv("request_id", request_id)
                  .kv("code", grpc_code_label(st.error_code()))
                  .kv("message", st.error_message()));
   return st;
 }
 
+grpc::Status RouterService::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                                     grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  return keyed(ctx, "Generate", req->request_id(), [&](KeyLease* key) {
+    const auto t0 = Clock::now();
+    grpc::Status st = GenerateCall(core_, ctx, *req, writer, key).run();
+    core_.metrics().observe_finished(st.error_code(), since(t0));
+    if (!st.ok() && !key)  // with keys, keyed logs it with the key's name
+      YOCO_LOG(LogLevel::kInfo, "generate failed",
+               LogFields()
+                   .kv("request_id", req->request_id())
+                   .kv("code", grpc_code_label(st.error_code()))
+                   .kv("message", st.error_message()));
+    return st;
+  });
+}
+
 // ---- Score: the router tokenizes and checks; a decode worker of the model scores ----
 
 grpc::Status RouterService::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp) {
-  const auto t0 = Clock::now();
-  grpc::Status st = score(ctx, req, resp);
-  core_.metrics().observe_finished(st.error_code(), since(t0));
-  return st;
+  return keyed(ctx, "Score", "", [&](KeyLease* key) {
+    const auto t0 = Clock::now();
+    grpc::Status st = score(ctx, req, resp, key);
+    core_.metrics().observe_finished(st.error_code(), since(t0));
+    return st;
+  });
 }
 
-grpc::Status RouterService::score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp) {
+grpc::Status RouterService::score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp,
+                                  KeyLease* key) {
   auto model = core_.model();
   if (!model.ok()) return to_grpc(model.status());
   const Tokenizer* tok = core_.tokenizer();
@@ -61,6 +102,9 @@ grpc::Status RouterService::score(grpc::ServerContext* ctx, const v1::ScoreReque
   if (grpc::Status st = check_token_ids(id_span, (*model)->vocab_size(), "input.tokens"); !st.ok()) return st;
   if (ids.size() > (*model)->max_seq_len())
     return invalid("input: longer than max_seq_len " + std::to_string((*model)->max_seq_len()));
+  if (key) {
+    if (Status k = key->charge(ids.size(), 0); !k.ok()) return {grpc::StatusCode::RESOURCE_EXHAUSTED, k.message()};
+  }
   for (int attempt = 0; attempt < 3; ++attempt) {
     auto ch = core_.any_decode_channel();
     if (!ch) return {grpc::StatusCode::UNAVAILABLE, "no healthy decode worker"};
@@ -74,34 +118,42 @@ grpc::Status RouterService::score(grpc::ServerContext* ctx, const v1::ScoreReque
 
 // ---- the tokenizer and the model ----
 
-grpc::Status RouterService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req, v1::TokenizeResponse* resp) {
-  const Tokenizer* tok = core_.tokenizer();
-  if (!tok) return {grpc::StatusCode::FAILED_PRECONDITION, "the router's model directory has no tokenizer"};
-  for (int32_t t : tok->encode(req->text(), req->allow_special(), req->add_bos())) resp->add_ids(t);
-  return grpc::Status::OK;
+grpc::Status RouterService::Tokenize(grpc::ServerContext* ctx, const v1::TokenizeRequest* req,
+                                     v1::TokenizeResponse* resp) {
+  return keyed(ctx, "Tokenize", "", [&](KeyLease*) -> grpc::Status {
+    const Tokenizer* tok = core_.tokenizer();
+    if (!tok) return {grpc::StatusCode::FAILED_PRECONDITION, "the router's model directory has no tokenizer"};
+    for (int32_t t : tok->encode(req->text(), req->allow_special(), req->add_bos())) resp->add_ids(t);
+    return grpc::Status::OK;
+  });
 }
 
-grpc::Status RouterService::Detokenize(grpc::ServerContext*, const v1::DetokenizeRequest* req,
+grpc::Status RouterService::Detokenize(grpc::ServerContext* ctx, const v1::DetokenizeRequest* req,
                                        v1::DetokenizeResponse* resp) {
-  const Tokenizer* tok = core_.tokenizer();
-  if (!tok) return {grpc::StatusCode::FAILED_PRECONDITION, "the router's model directory has no tokenizer"};
-  std::vector<int32_t> ids(req->ids().begin(), req->ids().end());
-  auto text = tok->decode_checked(ids, req->skip_special());
-  if (!text.ok()) return invalid(text.status().message());
-  resp->set_text(text.value());
-  return grpc::Status::OK;
+  return keyed(ctx, "Detokenize", "", [&](KeyLease*) -> grpc::Status {
+    const Tokenizer* tok = core_.tokenizer();
+    if (!tok) return {grpc::StatusCode::FAILED_PRECONDITION, "the router's model directory has no tokenizer"};
+    std::vector<int32_t> ids(req->ids().begin(), req->ids().end());
+    auto text = tok->decode_checked(ids, req->skip_special());
+    if (!text.ok()) return invalid(text.status().message());
+    resp->set_text(text.value());
+    return grpc::Status::OK;
+  });
 }
 
 // The decode workers hold the weights (and so the fingerprint): their Describe, cached; the
 // special tokens from the router's tokenizer.
-grpc::Status RouterService::GetModelInfo(grpc::ServerContext*, const v1::GetModelInfoRequest*, v1::ModelInfo* info) {
-  auto model = core_.model();
-  if (!model.ok()) return {grpc::StatusCode::UNAVAILABLE, "no healthy decode worker to describe the model"};
-  *info = **model;
-  const Tokenizer* tok = core_.tokenizer();
-  if (tok && tok->bos_id() && !info->has_bos_id()) info->set_bos_id(*tok->bos_id());
-  if (tok && tok->eos_id() && !info->has_eos_id()) info->set_eos_id(*tok->eos_id());
-  return grpc::Status::OK;
+grpc::Status RouterService::GetModelInfo(grpc::ServerContext* ctx, const v1::GetModelInfoRequest*,
+                                         v1::ModelInfo* info) {
+  return keyed(ctx, "GetModelInfo", "", [&](KeyLease*) -> grpc::Status {
+    auto model = core_.model();
+    if (!model.ok()) return {grpc::StatusCode::UNAVAILABLE, "no healthy decode worker to describe the model"};
+    *info = **model;
+    const Tokenizer* tok = core_.tokenizer();
+    if (tok && tok->bos_id() && !info->has_bos_id()) info->set_bos_id(*tok->bos_id());
+    if (tok && tok->eos_id() && !info->has_eos_id()) info->set_eos_id(*tok->eos_id());
+    return grpc::Status::OK;
+  });
 }
 
 // ---- documents: on a prefill worker (router/documents.h) ----
@@ -117,12 +169,14 @@ grpc::Status RouterService::on_prefill_worker(grpc::ServerContext* ctx, const Re
 
 grpc::Status RouterService::CacheDocument(grpc::ServerContext* ctx, const v1::CacheDocumentRequest* req,
                                           v1::Document* doc) {
-  if (core_.colocated()) return no_documents_when_colocated();
-  return cache_document(ctx, req, doc);
+  return keyed(ctx, "CacheDocument", "", [&](KeyLease* key) {
+    if (core_.colocated()) return no_documents_when_colocated();
+    return cache_document(ctx, req, doc, key);
+  });
 }
 
 grpc::Status RouterService::cache_document(grpc::ServerContext* ctx, const v1::CacheDocumentRequest* req,
-                                           v1::Document* doc) {
+                                           v1::Document* doc, KeyLease* key) {
   auto model = core_.model();
   if (!model.ok()) return to_grpc(model.status());
   const Tokenizer* tok = core_.tokenizer();
@@ -138,39 +192,62 @@ grpc::Status RouterService::cache_document(grpc::ServerContext* ctx, const v1::C
   if (static_cast<int64_t>(ids.size()) >= (*model)->max_seq_len())
     return invalid("content: " + std::to_string(ids.size()) + " tokens; a document must leave room in max_seq_len " +
                    std::to_string((*model)->max_seq_len()));
+  if (key) {
+    if (Status k = key->charge(static_cast<int64_t>(ids.size()), 0); !k.ok())
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED, k.message()};
+  }
+  const std::optional<std::string> owner = document_owner(key);
   v1::CacheDocumentRequest fwd;
   fwd.set_ttl_seconds(req->ttl_seconds());
   fwd.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
   // Computed where later prompts starting with this document will go (its memory tier).
   return on_prefill_worker(
       ctx, fwd, doc,
-      [](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) { return stub.CacheDocument(c, r, out); },
+      [&owner](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
+        add_owner(c, owner);
+        return stub.CacheDocument(c, r, out);
+      },
       core_.prefix_hash(ids));
 }
 
+// A non-admin key sees only its own documents: the prefill worker answers any other id NOT_FOUND,
+// as an unknown one ("yoco-owner", worker.proto).
 grpc::Status RouterService::GetDocument(grpc::ServerContext* ctx, const v1::GetDocumentRequest* req,
                                         v1::Document* doc) {
-  if (!is_document_id(req->id())) return invalid(not_a_document_id("id", req->id()));
-  internal::v1::DocumentRecord rec;
-  grpc::Status st = on_prefill_worker(
-      ctx, *req, &rec,
-      [](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) { return stub.GetDocument(c, r, out); });
-  if (st.ok()) *doc = rec.document();
-  return st;
+  return keyed(ctx, "GetDocument", "", [&](KeyLease* key) {
+    if (!is_document_id(req->id())) return invalid(not_a_document_id("id", req->id()));
+    const std::optional<std::string> owner = document_owner(key);
+    internal::v1::DocumentRecord rec;
+    grpc::Status st =
+        on_prefill_worker(ctx, *req, &rec, [&owner](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
+          add_owner(c, owner);
+          return stub.GetDocument(c, r, out);
+        });
+    if (st.ok()) *doc = rec.document();
+    return st;
+  });
 }
 
 grpc::Status RouterService::ListDocuments(grpc::ServerContext* ctx, const v1::ListDocumentsRequest* req,
                                           v1::ListDocumentsResponse* resp) {
-  return on_prefill_worker(ctx, *req, resp, [](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
-    return stub.ListDocuments(c, r, out);
+  return keyed(ctx, "ListDocuments", "", [&](KeyLease* key) {
+    const std::optional<std::string> owner = document_owner(key);
+    return on_prefill_worker(ctx, *req, resp, [&owner](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
+      add_owner(c, owner);
+      return stub.ListDocuments(c, r, out);
+    });
   });
 }
 
 grpc::Status RouterService::DeleteDocument(grpc::ServerContext* ctx, const v1::DeleteDocumentRequest* req,
                                            v1::DeleteDocumentResponse* resp) {
-  if (!is_document_id(req->id())) return invalid(not_a_document_id("id", req->id()));
-  return on_prefill_worker(ctx, *req, resp, [](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
-    return stub.DeleteDocument(c, r, out);
+  return keyed(ctx, "DeleteDocument", "", [&](KeyLease* key) {
+    if (!is_document_id(req->id())) return invalid(not_a_document_id("id", req->id()));
+    const std::optional<std::string> owner = document_owner(key);
+    return on_prefill_worker(ctx, *req, resp, [&owner](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
+      add_owner(c, owner);
+      return stub.DeleteDocument(c, r, out);
+    });
   });
 }
 

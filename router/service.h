@@ -30,8 +30,14 @@ class RouterService final : public v1::Yoco::Service {
                               v1::DeleteDocumentResponse* resp) override;
 
  private:
-  grpc::Status score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp);
-  grpc::Status cache_document(grpc::ServerContext* ctx, const v1::CacheDocumentRequest* req, v1::Document* doc);
+  // Runs `fn(key)` for an authenticated call (docs/design.md §9b): with keys on, the request's
+  // "authorization: Bearer <key>" must name a key with a free max_concurrent slot (held until the
+  // call ends); the outcome is counted and logged under the key's name. Without keys, key is null.
+  template <class Fn>
+  grpc::Status keyed(grpc::ServerContext* ctx, const char* rpc, const std::string& request_id, Fn fn);
+  grpc::Status score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp, KeyLease* key);
+  grpc::Status cache_document(grpc::ServerContext* ctx, const v1::CacheDocumentRequest* req, v1::Document* doc,
+                              KeyLease* key);
   // call_prefill_worker (router/documents.h), counted in the request metrics.
   template <class Req, class Resp, class Call>
   grpc::Status on_prefill_worker(grpc::ServerContext* ctx, const Req& req, Resp* resp, Call call,

@@ -85,9 +85,9 @@ int flag_fail(const Status& st) {
   return 2;
 }
 
-// Every cluster command takes --router, --deadline-ms and the TLS flags besides its own flags.
+// Every cluster command takes --router, --deadline-ms, the TLS flags and --api-key besides its own flags.
 Result<Flags> parse_flags(int argc, char** argv, std::set<std::string> known, const std::set<std::string>& booleans) {
-  known.insert({"router", "deadline-ms", "tls-ca", "tls-cert", "tls-key"});
+  known.insert({"router", "deadline-ms", "tls-ca", "tls-cert", "tls-key", "api-key"});
   auto f = Flags::parse(argc, argv, 2, known, booleans);
   if (!f.ok()) return f.status();
   if (!f->positional().empty()) return invalid_argument("unexpected argument \"" + f->positional()[0] + "\"");
@@ -168,9 +168,14 @@ Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const Flag
 struct Connection {
   std::unique_ptr<v1::Yoco::Stub> stub;
   std::optional<std::chrono::milliseconds> deadline;
+  std::string api_key;  // --api-key or $YOCO_API_KEY (docs/design.md §9b)
 
+  void authorize(grpc::ClientContext& ctx) const {
+    if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
+  }
   void prepare(grpc::ClientContext& ctx) const {
     if (deadline) ctx.set_deadline(std::chrono::system_clock::now() + *deadline);
+    authorize(ctx);
   }
 };
 
@@ -183,6 +188,8 @@ Result<Connection> connect(const Flags& f) {
   }
   auto creds = channel_credentials(f);
   if (!creds.ok()) return creds.status();
+  const char* env_key = std::getenv("YOCO_API_KEY");
+  c.api_key = f.has("api-key") ? f.get("api-key") : (env_key ? env_key : "");
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // Score with top-n alternatives over a long text is large
   c.stub = v1::Yoco::NewStub(grpc::CreateCustomChannel(f.get("router"), *creds, args));
@@ -576,6 +583,7 @@ int cmd_bench(int argc, char** argv) {
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    conn->authorize(ctx);
     v1::ModelInfo info;
     if (grpc::Status st = conn->stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info); !st.ok())
       return rpc_fail(st);
@@ -813,8 +821,9 @@ void cluster_usage() {
   std::fprintf(
       stderr,
       "With --router HOST:PORT the commands talk to a cluster (yoco.v1) instead of loading a model;\n"
-      "sampling flags left out take the server's defaults (temperature 1). Every one takes --deadline-ms MS\n"
-      "and, for a TLS router, --tls-ca FILE [--tls-cert FILE --tls-key FILE] (a client certificate).\n"
+      "sampling flags left out take the server's defaults (temperature 1). Every one takes --deadline-ms MS,\n"
+      "--api-key KEY (default $YOCO_API_KEY, sent as `authorization: Bearer KEY`) and, for a TLS router,\n"
+      "--tls-ca FILE [--tls-cert FILE --tls-key FILE] (a client certificate).\n"
       "  generate --router HOST:PORT (--prompt TEXT | --tokens 1,2,3) [--max-tokens N] [--temperature T]\n"
       "           [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--presence-penalty P]\n"
       "           [--frequency-penalty F] [--seed S] [--stop STR]... [--stop-token-ids 1,2] [--ignore-eos]\n"

@@ -18,6 +18,7 @@
 #if defined(YOCO_HAVE_TOKENIZER)
 #include "tokenizer/tokenizer.h"
 #endif
+#include "router/api_keys.h"
 #if defined(YOCO_HAVE_GRPC)
 #include "tools/cluster_client.h"
 #endif
@@ -44,6 +45,8 @@ void usage() {
                "           [--threads N] [--chunk-tokens N]\n"
                "  tokenize --model DIR --text TEXT [--allow-special] [--json]\n"
                "  detokenize --model DIR --tokens 1,2,3\n"
+               "  make-key --name NAME [--admin] [--max-concurrent N] [--tokens-per-minute N] [--max-context N]\n"
+               "                                        a new API key (line 1) and its key-file entry (line 2, JSON)\n"
                "Text needs the model directory's tokenizer (tokenizer.json or *.tiktoken).\n");
 #if defined(YOCO_HAVE_GRPC)
   cli::cluster_usage();
@@ -318,6 +321,32 @@ int cmd_detokenize(int argc, char** argv) {
 #endif
 }
 
+// A new API key and its entry for the router's --api-keys file (docs/design.md §9b). Only the
+// salted digest goes into the file; the key itself is shown once, here.
+int cmd_make_key(int argc, char** argv) {
+  auto f =
+      Flags::parse(argc, argv, 2, {"name", "admin", "max-concurrent", "tokens-per-minute", "max-context"}, {"admin"});
+  if (!f.ok()) return fail(f.status());
+  ApiKeyEntry k;
+  k.name = f->get("name");
+  if (k.name.empty()) return fail(invalid_argument("--name: required (the key's name in logs and metrics)"));
+  k.admin = f->has("admin");
+  for (auto [flag, dst] :
+       {std::pair{"max-concurrent", &k.max_concurrent}, std::pair{"tokens-per-minute", &k.tokens_per_minute},
+        std::pair{"max-context", &k.max_context}}) {
+    auto v = f->get_int(flag, 0);
+    if (!v.ok()) return fail(v.status());
+    if (*v < 0) return fail(invalid_argument(std::string("--") + flag + ": must be >= 0 (0: unlimited)"));
+    *dst = *v;
+  }
+  const std::string key = new_api_key();
+  const std::string entry = api_key_entry_json(k, key);
+  // The entry must load as the router would load it (the name's characters included).
+  if (auto check = parse_api_key_file("{\"keys\":[" + entry + "]}"); !check.ok()) return fail(check.status());
+  std::printf("%s\n%s\n", key.c_str(), entry.c_str());
+  return 0;
+}
+
 // `--router HOST:PORT` (or `--router=...`) sends the command to a cluster.
 bool has_router_flag(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
@@ -347,6 +376,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "make-random-model") return cmd_make_random_model(argc, argv);
   if (cmd == "presets") return cmd_presets();
+  if (cmd == "make-key") return cmd_make_key(argc, argv);
   if (cmd == "info") return cmd_info(argc, argv);
   if (cmd == "score") return cmd_score(argc, argv);
   if (cmd == "generate") return cmd_generate(argc, argv);

@@ -43,6 +43,24 @@ expect_error "--tokens" generate --model "$dir/m" --tokens 1,x
 expect_error "unknown flag --bogus" generate --model "$dir/m" --tokens 1 --bogus 3
 expect_error "--preset" make-random-model --preset nope --out "$dir/x"
 expect_error "scoring needs at least 2 tokens" score --model "$dir/m" --tokens 1
+expect_error "--name" make-key
+expect_error "keys[0].name" make-key --name "a b"
+expect_error "--max-context" make-key --name a --max-context -1
+
+# make-key: a fresh key (line 1) and its entry (line 2): SHA-256(salt bytes || key), limits as given.
+mk=$("$CLI" make-key --name team-a --max-concurrent 4 --tokens-per-minute 1000 --admin)
+mk2=$("$CLI" make-key --name team-a)
+python3 - "$mk" "$mk2" <<'PY' || fail "make-key output"
+import hashlib, json, sys
+key, entry = sys.argv[1].split("\n")
+e = json.loads(entry)
+assert key.startswith("yoco_") and len(key) == 69, key
+assert e["name"] == "team-a" and e["admin"] is True and e["max_concurrent"] == 4, e
+assert e["tokens_per_minute"] == 1000 and e["max_context"] == 0, e
+assert hashlib.sha256(bytes.fromhex(e["salt"]) + key.encode()).hexdigest() == e["sha256"], e
+assert key not in entry
+assert sys.argv[2].split("\n")[0] != key, "keys must be random"
+PY
 set +e
 "$CLI" info --model "$dir/missing" >/dev/null 2>&1
 [[ $? != 0 ]] || fail "loading a missing model should fail"

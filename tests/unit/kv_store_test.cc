@@ -27,6 +27,7 @@
 
 #include "common/checksum.h"
 #include "common/document_id.h"
+#include "common/json.h"
 #include "kv_store/cache.h"
 #include "kv_store/circuit_breaker.h"
 #include "kv_store/dir_store.h"
@@ -316,6 +317,39 @@ TEST(KvStoreChain, DocumentRecordRoundTripAndValidation) {
   EXPECT_FALSE(document_from_json("{\"id\": 3}", kFp).ok());
   EXPECT_FALSE(document_from_json("not json", kFp).ok());
   EXPECT_FALSE(document_from_json(json.substr(0, json.size() / 2), kFp).ok());
+}
+
+// Version 2 records carry the owner (an API key name, docs/design.md §9b), hashed into the id;
+// version 1 records (no "version", no "owner") read as owner "".
+TEST(KvStoreChain, DocumentRecordOwnerAndVersion1Records) {
+  auto t = iota_tokens(9);
+  EXPECT_EQ(document_id(t, kFp, ""), document_id(t, kFp));
+  EXPECT_NE(document_id(t, kFp, "team-a"), document_id(t, kFp));
+  EXPECT_NE(document_id(t, kFp, "team-a"), document_id(t, kFp, "team-b"));
+  DocumentRecord r;
+  r.owner = "team-a";
+  r.id = document_id(t, kFp, r.owner);
+  r.tokens = t;
+  r.block_tokens = 4;
+  r.block_keys = chain_keys(t, 4, kFp);
+  r.state_key = state_key_for(t, 4, kFp);
+  r.fingerprint = kFp;
+  auto back = document_from_json(document_to_json(r), kFp);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->owner, "team-a");
+  auto forged = r;
+  forged.owner = "team-b";  // another owner under the same id
+  EXPECT_EQ(document_from_json(document_to_json(forged), kFp).status().code(), StatusCode::kDataLoss);
+  // A version 1 record, as written before owners existed.
+  r.owner = "";
+  r.id = document_id(t, kFp);
+  auto v1 = Json::parse(document_to_json(r)).value();
+  v1.mutable_object().erase("version");
+  v1.mutable_object().erase("owner");
+  auto old = document_from_json(v1.dump(), kFp);
+  ASSERT_TRUE(old.ok()) << old.status().to_string();
+  EXPECT_EQ(old->owner, "");
+  EXPECT_EQ(old->id, r.id);
 }
 
 // ---- memory backend -------------------------------------------------------------------------
