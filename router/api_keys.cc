@@ -5,6 +5,7 @@
 #include <openssl/rand.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <sstream>
@@ -82,6 +83,18 @@ Result<ApiKeyEntry> parse_entry(const Json& e, const std::string& at) {
     if (!a->is_bool()) return invalid_argument(at + ".admin: must be true or false");
     k.admin = a->as_bool();
   }
+  if (const Json* sc = e.find("scopes")) {
+    if (!sc->is_array()) return invalid_argument(at + ".scopes: must be an array of scope names");
+    for (size_t j = 0; j < sc->as_array().size(); ++j) {
+      const Json& v = sc->as_array()[j];
+      const std::string where = at + ".scopes[" + std::to_string(j) + "]";
+      if (!v.is_string() ||
+          std::find(std::begin(kApiScopes), std::end(kApiScopes), v.as_string()) == std::end(kApiScopes))
+        return invalid_argument(where + ": must be one of generate, score, documents");
+      k.scopes.push_back(v.as_string());
+    }
+    if (k.scopes.empty()) return invalid_argument(at + ".scopes: empty (leave it out to grant every scope)");
+  }
   return k;
 }
 
@@ -133,7 +146,25 @@ std::string api_key_entry_json(const ApiKeyEntry& k, std::string_view key) {
                  {"tokens_per_minute", k.tokens_per_minute},
                  {"max_context", k.max_context},
                  {"admin", k.admin}};
+  if (!k.scopes.empty()) {
+    Json::Array a;
+    for (const auto& s : k.scopes) a.emplace_back(s);
+    o.emplace("scopes", Json(std::move(a)));
+  }
   return Json(std::move(o)).dump();
+}
+
+bool KeyLease::allows(std::string_view scope) const {
+  return scope.empty() || key_.scopes.empty() ||
+         std::find(key_.scopes.begin(), key_.scopes.end(), scope) != key_.scopes.end();
+}
+
+std::string KeyLease::scope_denial(std::string_view scope, std::string_view rpc) const {
+  if (allows(scope)) return {};
+  std::string granted;
+  for (const auto& s : key_.scopes) granted += (granted.empty() ? "" : ", ") + s;
+  return "authorization: key " + key_.name + " may not call " + std::string(rpc) + " (needs scope \"" +
+         std::string(scope) + "\"; granted: " + granted + ")";
 }
 
 KeyLease::~KeyLease() {

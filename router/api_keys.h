@@ -31,7 +31,14 @@ struct ApiKeyEntry {
   int64_t tokens_per_minute = 0;
   int64_t max_context = 0;
   bool admin = false;
+  // What the key may call (kApiScopes); empty: everything. Outside them: PERMISSION_DENIED.
+  std::vector<std::string> scopes;
 };
+
+// The scopes a key can be granted: "generate" (Generate), "score" (Score), "documents"
+// (CacheDocument, GetDocument, ListDocuments, DeleteDocument). Tokenize, Detokenize and
+// GetModelInfo need only a valid key.
+inline constexpr std::string_view kApiScopes[] = {"generate", "score", "documents"};
 
 // {"keys":[{"name":..,"salt":..,"sha256":..,"max_concurrent":..,"tokens_per_minute":..,
 // "max_context":..,"admin":..}]}; errors name the field (keys[1].salt).
@@ -59,6 +66,11 @@ class KeyLease {
 
   const std::string& name() const { return key_.name; }
   bool admin() const { return key_.admin; }
+  // Whether the key may use `scope` (one of kApiScopes).
+  bool allows(std::string_view scope) const;
+  // Why the key may not call `rpc` (it names the key, the scope and what was granted): the
+  // message of a PERMISSION_DENIED; empty when allowed.
+  std::string scope_denial(std::string_view scope, std::string_view rpc) const;
   // A request of `prompt_tokens` that may generate `max_tokens`: max_context, then the
   // sliding-minute tokens_per_minute budget (charged when it fits). RESOURCE_EXHAUSTED naming the limit.
   Status charge(int64_t prompt_tokens, int64_t max_tokens,

@@ -14,6 +14,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The API key scope an RPC needs (router/api_keys.h, kApiScopes); "" for those any valid key may call.
+std::string_view scope_of(std::string_view rpc) {
+  if (rpc == "Generate") return "generate";
+  if (rpc == "Score") return "score";
+  if (rpc == "CacheDocument" || rpc == "GetDocument" || rpc == "ListDocuments" || rpc == "DeleteDocument")
+    return "documents";
+  return "";
+}
+
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 grpc::Status no_tokenizer(const char* field) {
@@ -35,7 +44,9 @@ grpc::Status RouterService::keyed(grpc::ServerContext* ctx, const char* rpc, con
   grpc::Status st;
   switch (auth.error) {
     case AuthError::kNone:
-      st = fn(auth.lease.get());
+      if (const std::string denied = auth.lease->scope_denial(scope_of(rpc), rpc); !denied.empty())
+        st = {grpc::StatusCode::PERMISSION_DENIED, denied};
+      else st = fn(auth.lease.get());
       break;
     case AuthError::kConcurrency:
       st = {grpc::StatusCode::RESOURCE_EXHAUSTED, auth.message};

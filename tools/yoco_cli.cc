@@ -46,6 +46,7 @@ void usage() {
                "  tokenize --model DIR --text TEXT [--allow-special] [--json]\n"
                "  detokenize --model DIR --tokens 1,2,3\n"
                "  make-key --name NAME [--admin] [--max-concurrent N] [--tokens-per-minute N] [--max-context N]\n"
+               "           [--scopes generate,score,documents]\n"
                "                                        a new API key (line 1) and its key-file entry (line 2, JSON)\n"
                "Text needs the model directory's tokenizer (tokenizer.json or *.tiktoken).\n");
 #if defined(YOCO_HAVE_GRPC)
@@ -324,13 +325,21 @@ int cmd_detokenize(int argc, char** argv) {
 // A new API key and its entry for the router's --api-keys file (docs/design.md §9b). Only the
 // salted digest goes into the file; the key itself is shown once, here.
 int cmd_make_key(int argc, char** argv) {
-  auto f =
-      Flags::parse(argc, argv, 2, {"name", "admin", "max-concurrent", "tokens-per-minute", "max-context"}, {"admin"});
+  auto f = Flags::parse(argc, argv, 2,
+                        {"name", "admin", "max-concurrent", "tokens-per-minute", "max-context", "scopes"}, {"admin"});
   if (!f.ok()) return fail(f.status());
   ApiKeyEntry k;
   k.name = f->get("name");
   if (k.name.empty()) return fail(invalid_argument("--name: required (the key's name in logs and metrics)"));
   k.admin = f->has("admin");
+  if (f->has("scopes")) {  // comma-separated; checked below as the router checks the file
+    std::string s = f->get("scopes");
+    for (size_t a = 0; a <= s.size();) {
+      const size_t b = std::min(s.find(',', a), s.size());
+      k.scopes.push_back(s.substr(a, b - a));
+      a = b + 1;
+    }
+  }
   for (auto [flag, dst] :
        {std::pair{"max-concurrent", &k.max_concurrent}, std::pair{"tokens-per-minute", &k.tokens_per_minute},
         std::pair{"max-context", &k.max_context}}) {

@@ -54,11 +54,15 @@ struct Keyed {
 class ApiKeysCluster : public ::testing::Test {
  protected:
   test::TempDir tmp;
-  const std::string a = new_api_key(), b = new_api_key(), admin = new_api_key(), late = new_api_key();
+  const std::string a = new_api_key(), b = new_api_key(), admin = new_api_key(), late = new_api_key(),
+                    reader = new_api_key();
   std::string file() const { return tmp.path() + "/keys.json"; }
   std::vector<std::string> entries() const {
+    ApiKeyEntry gen_only;
+    gen_only.name = "gen-only";
+    gen_only.scopes = {"generate"};
     return {entry("team-a", a, 1, 0, 0, false), entry("team-b", b, 0, 200, 100, false),
-            entry("ops", admin, 0, 0, 0, true)};
+            entry("ops", admin, 0, 0, 0, true), api_key_entry_json(gen_only, reader)};
   }
 };
 
@@ -110,6 +114,27 @@ TEST_F(ApiKeysCluster, AuthenticatesLimitsSeparatesDocumentsAndNeverShowsTheKey)
   }
   EXPECT_TRUE(model_info(*stub, A).ok());
   EXPECT_TRUE(model_info(*stub, Admin).ok());
+
+  // A key granted only "generate": Generate and GetModelInfo work, Score and the document RPCs
+  // are PERMISSION_DENIED naming the key and the scope.
+  {
+    const Keyed R{reader};
+    EXPECT_TRUE(model_info(*stub, R).ok());
+    EXPECT_TRUE(generate(*stub, R, greedy(tokens(5, 1), 4)).status.ok());
+    grpc::ClientContext sc;
+    R.apply(sc);
+    v1::ScoreRequest sr;
+    for (int32_t t : tokens(6, 2)) sr.mutable_tokens()->add_ids(t);
+    v1::ScoreResponse sresp;
+    st = stub->Score(&sc, sr, &sresp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(st.error_message(),
+              "authorization: key gen-only may not call Score (needs scope \"score\"; granted: generate)");
+    grpc::ClientContext lc;
+    R.apply(lc);
+    v1::ListDocumentsResponse lresp;
+    EXPECT_EQ(stub->ListDocuments(&lc, {}, &lresp).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
 
   // Documents: team-a's are invisible to team-b (NOT_FOUND, as an unknown id); the admin sees all.
   v1::Document doc;

@@ -81,6 +81,41 @@ TEST(ApiKeyFile, DigestIsSaltedSha256) {
   EXPECT_EQ(k1.size(), 5u + 64u);
 }
 
+TEST(ApiKeys, ScopesLimitWhatAKeyMayCall) {
+  TempFile f;
+  const std::string all = new_api_key(), gen = new_api_key();
+  ApiKeyEntry g;
+  g.name = "gen";
+  g.scopes = {"generate", "documents"};
+  f.write(file_of({entry("all", all), api_key_entry_json(g, gen)}));
+  auto keys = ApiKeys::open(f.path, 0ms);
+  ASSERT_TRUE(keys.ok()) << keys.status().message();
+  auto a = (*keys)->authenticate("Bearer " + all);
+  ASSERT_EQ(a.error, AuthError::kNone);
+  for (std::string_view s : kApiScopes) EXPECT_TRUE(a.lease->allows(s)) << s;  // no scopes: all
+  auto r = (*keys)->authenticate("Bearer " + gen);
+  ASSERT_EQ(r.error, AuthError::kNone);
+  EXPECT_TRUE(r.lease->allows("generate"));
+  EXPECT_TRUE(r.lease->allows("documents"));
+  EXPECT_TRUE(r.lease->allows(""));  // Tokenize, GetModelInfo: any valid key
+  EXPECT_FALSE(r.lease->allows("score"));
+  EXPECT_EQ(r.lease->scope_denial("generate", "Generate"), "");
+  EXPECT_EQ(r.lease->scope_denial("score", "Score"),
+            "authorization: key gen may not call Score (needs scope \"score\"; granted: generate, documents)");
+  // Bad scope lists name the field.
+  const std::string base = R"({"keys":[{"name":"x","salt":"00000000000000000000000000000000","sha256":")" +
+                           std::string(64, '0') + R"(","scopes":)";
+  auto bad = parse_api_key_file(base + R"(["generate","admin"]}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "keys[0].scopes[1]: must be one of generate, score, documents");
+  bad = parse_api_key_file(base + R"([]}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "keys[0].scopes: empty (leave it out to grant every scope)");
+  bad = parse_api_key_file(base + R"("generate"}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "keys[0].scopes: must be an array of scope names");
+}
+
 TEST(ApiKeys, AuthenticatesWithoutEchoingTheKey) {
   TempFile f;
   const std::string key = new_api_key();
