@@ -1,6 +1,8 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # The three TLS Secrets the manifests mount (deploy/README.md, TLS), from a throwaway CA made with
-# openssl: for trying the cluster out. For production use components/cert-manager or your own PKI.
+# openssl, and the API keys Secret with one admin key (DIR/admin.key; deploy/README.md, API keys):
+# for trying the cluster out. For production use components/cert-manager or your own PKI, and
+# `yoco-cli make-key` for the keys.
 #   deploy/k8s/make-secrets.sh DIR [NAMESPACE]   (DIR keeps the CA; clients use DIR/ca.crt)
 # Re-running it issues new certificates from the same CA and updates the Secrets in place: the
 # processes pick them up within --tls-reload-seconds (certificate rotation, without a restart).
@@ -36,4 +38,13 @@ secret() {
 secret yoco-router-tls yoco-router
 secret yoco-router-client-tls yoco-router-client
 secret yoco-worker-tls yoco-worker
-echo "Secrets in namespace $ns; clients: --tls-ca $dir/ca.crt"
+# One admin API key, minted once: keys.json holds only its salted SHA-256 (docs/design.md §9b).
+if [ ! -f keys.json ]; then
+  key="yoco_$(openssl rand -hex 32)"
+  salt=$(openssl rand -hex 16)
+  digest=$( (printf "$(printf '%s' "$salt" | sed 's/../\\x&/g')"; printf '%s' "$key") | openssl dgst -sha256 -r | cut -c1-64)
+  printf '{"keys": [{"name": "admin", "salt": "%s", "sha256": "%s", "admin": true}]}\n' "$salt" "$digest" > keys.json
+  (umask 077 && printf '%s\n' "$key" > admin.key)
+fi
+kubectl -n "$ns" create secret generic yoco-api-keys --from-file=keys.json --dry-run=client -o yaml | kubectl apply -f -
+echo "Secrets in namespace $ns; clients: --tls-ca $dir/ca.crt --api-key \"\$(cat $dir/admin.key)\""

@@ -423,10 +423,11 @@ def check_containers(pods):
     return errors
 
 
-# TLS everywhere, mTLS inside (docs/design.md §9b): the flags each binary needs, every file on a
-# Secret volume mounted without subPath (a subPath mount never sees a rotated Secret).
+# TLS everywhere, mTLS inside, API keys on the router (docs/design.md §9b): the flags each binary
+# needs, every file on a Secret volume mounted without subPath (a subPath mount never sees a
+# rotated Secret).
 TLS_FLAGS = {
-    "yoco-router": ("tls-cert", "tls-key", "worker-tls-ca", "worker-tls-cert", "worker-tls-key"),
+    "yoco-router": ("tls-cert", "tls-key", "worker-tls-ca", "worker-tls-cert", "worker-tls-key", "api-keys"),
     "yoco-prefill": ("tls-cert", "tls-key", "tls-client-ca"),
     "yoco-decode": ("tls-cert", "tls-key", "tls-client-ca"),
 }
@@ -437,7 +438,7 @@ def check_tls(c, w):
     for flag in TLS_FLAGS.get(c.program, ()):
         path = c.values.get(flag)
         if not path:
-            errors.append("%s: no --%s (TLS on every listener, mTLS to the workers)" % (w, flag))
+            errors.append("%s: no --%s (TLS on every listener, mTLS to the workers, API keys)" % (w, flag))
             continue
         mount = None
         for vm in c.spec.get("volumeMounts") or []:
