@@ -60,6 +60,10 @@ export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_retur
 export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp:log_path=$logs/ubsan"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp:log_path=$logs/tsan"
+# UCX's memory hooks (libucm) patch mmap/madvise/malloc; under a sanitizer its madvise hook runs in
+# thread exit after the sanitizer's per-thread state is gone (a crash in TSan's MutexPreReadLock from
+# ucm_event_enter). The transfer tests use tcp/shm without registration-cache events: hooks off.
+export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no
 if [[ "$stage" == tsan ]]; then
   # libgomp is not TSan-instrumented: its barriers are invisible to TSan, so every OpenMP region
   # would report false races. One OpenMP thread keeps the compute serial; the threads under test
