@@ -11,8 +11,9 @@
 #                              cluster_test anyway (for a gRPC built with -fsanitize=thread).
 # CPU code only: both dirs are configured with YOCO_CUDA=OFF (CUDA code is not sanitized). Each
 # stage builds only the targets its suites need. A finding fails the stage: the runtime options
-# halt on the first report, and every report (also from a server process a test started) goes to
-# BUILD/sanitizer-logs/, which must be empty at the end. Suppressions (third-party code only):
+# halt on the first report (the process exits non-zero, its test fails), and ASan/LSan/TSan reports
+# (also from a server process a test started) go to BUILD/sanitizer-logs/, which must be empty at
+# the end; UBSan's report is in the failing test's output. Suppressions (third-party code only):
 # tests/sanitizers/{lsan,ubsan,tsan}.supp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
