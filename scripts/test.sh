@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: set-up, build, every ctest suite (labels unit, cli, fuzz, model, integration,
 # redis, deploy, cluster; gpu skips without a device), then a time-boxed libFuzzer run of each fuzz
-# target (safetensors header, tokenizer, KV store objects).
+# target (safetensors header, tokenizer, KV store objects), then the sanitizer stages
+# (scripts/sanitize.sh: ASan+UBSan over labels unit, integration and cluster; TSan over the
+# concurrent parts). YOCO_SANITIZERS picks the stages ("asan tsan" by default, "none" skips them);
+# YOCO_FUZZ_SECONDS=0 skips the fuzz run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -25,3 +28,8 @@ if command -v clang++ >/dev/null && [[ "$FUZZ_SECONDS" -gt 0 ]]; then
     echo "libFuzzer: ${target}_fuzz ran ${FUZZ_SECONDS}s with no crash"
   done
 fi
+
+# Sanitizer stages, each in its own build dir (build-asan/, build-tsan/; CPU code only).
+for stage in ${YOCO_SANITIZERS:-asan tsan}; do
+  [[ "$stage" == none ]] || scripts/sanitize.sh "$stage"
+done

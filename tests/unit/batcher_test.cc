@@ -30,7 +30,12 @@ struct Outcome {
 class Collector {
  public:
   DecodeRequest wire(DecodeRequest r, Outcome* o) {
-    r.on_token = [o](int32_t t) { o->tokens.push_back(t); };
+    // Callbacks run on the batcher's thread; the test thread reads an Outcome only under mu_
+    // (tokens_seen, done) or after wait_all.
+    r.on_token = [this, o](int32_t t) {
+      std::lock_guard<std::mutex> lock(mu_);
+      o->tokens.push_back(t);
+    };
     r.on_finish = [this, o](const FinishInfo& f) {
       std::lock_guard<std::mutex> lock(mu_);
       o->info = f;
@@ -38,6 +43,14 @@ class Collector {
       cv_.notify_all();
     };
     return r;
+  }
+  size_t tokens_seen(const Outcome& o) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return o.tokens.size();
+  }
+  bool done(const Outcome& o) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return o.done;
   }
   bool wait_all(const std::vector<Outcome>& outs, std::chrono::seconds limit) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -314,7 +327,7 @@ TEST_P(BatcherTest, CancellationAndDeadlinesFreeBlocks) {
   DecodeRequest past = request(4, 10, 5);
   past.deadline = Clock::now() - std::chrono::seconds(1);
   ASSERT_TRUE(b.submit(c.wire(past, &outs[2])).ok());
-  while (outs[0].tokens.size() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (c.tokens_seen(outs[0]) < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   b.cancel(id.value());
   ASSERT_TRUE(c.wait_all(outs, std::chrono::seconds(30)));
   EXPECT_EQ(outs[0].info.reason, "cancelled");
@@ -383,8 +396,9 @@ TEST_P(BatcherTest, BoundedQueueAndBadRequests) {
   // A request the whole pool cannot hold fails instead of waiting forever.
   b.start();
   std::vector<Outcome*> first = {&o[0], &o[1]};
-  for (int i = 0; i < 600 && !(o[0].done && o[1].done); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_TRUE(o[0].done && o[1].done);
+  for (int i = 0; i < 600 && !(c.done(o[0]) && c.done(o[1])); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(c.done(o[0]) && c.done(o[1]));
   std::vector<Outcome> big(1);
   ASSERT_TRUE(b.submit(c.wire(request(5, 200, 5), &big[0])).ok());
   ASSERT_TRUE(c.wait_all(big, std::chrono::seconds(30)));

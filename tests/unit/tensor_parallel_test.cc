@@ -421,6 +421,7 @@ TEST(LocalCommunicator, AllReduceSumsInRankOrderAndEveryRankGetsTheSameBits) {
       for (int r = 1; r < kWorld; ++r) acc += in[s][r][i];
       want[i] = acc;
     }
+    if (sizes[s] == 0) continue;  // an empty vector's data() may be null: memcmp(null, null, 0) is UB
     for (int r = 0; r < kWorld; ++r)
       EXPECT_EQ(0, std::memcmp(out[s][r].data(), want.data(), sizes[s] * 4)) << "size " << sizes[s] << " rank " << r;
   }

@@ -37,6 +37,14 @@ constexpr uint64_t kFp = 0xfeedbeef12345678ull;
 
 Clock::time_point in(milliseconds d) { return Clock::now() + d; }
 
+// Rows land in the pool on the receiver's progress thread, which then takes the receiver's lock
+// to record them. A test that looks into the pool directly takes that lock first (a zero-wait
+// wait_committed on an open reservation changes nothing), so the rows written before are ordered
+// before its read (what TSan checks: sleeping is no ordering).
+void sync_with_receiver(KvReceiver& r, uint64_t reservation_id) {
+  (void)r.wait_committed(reservation_id, in(milliseconds(0)));
+}
+
 // The transports of one engine: UCX_TLS for this engine only.
 const char* kTcp = "tcp";
 
@@ -521,6 +529,7 @@ TEST_P(TransferValidation, CorruptedRowsAreDetected) {
   // Wait until the puts have surely landed (the commit below flushes them anyway), then corrupt
   // one value in the decode worker's pool, as a broken link or a stray write would.
   std::this_thread::sleep_for(milliseconds(100));
+  sync_with_receiver(*e.receiver, d.reservation_id);
   e.pool->k_data()[(static_cast<int64_t>(d.blocks[1]) * d.block_size + 5) * d.kv_dim + 3] += 1.0f;
   Status st = e.sender->commit(d, rows, in(seconds(10)));
   EXPECT_EQ(transfer_error_of(st), TransferError::kBadChecksum) << st.to_string();
@@ -930,9 +939,13 @@ TEST_P(TransferTwoProcess, KilledSenderFreesTheBlocksAndTheReceiverKeepsServing)
     const int kv_dim = cfg.kv_dim();
     const auto last = test::kv_rows(5, 1, 99, 1, kv_dim);
     const float* landed = pool->v_data() + d->row_offset(99) / 4;
-    for (auto t = in(seconds(10)); std::memcmp(landed, last.data(), kv_dim * 4) != 0 && Clock::now() < t;)
-      std::this_thread::sleep_for(milliseconds(2));
-    ASSERT_EQ(0, std::memcmp(landed, last.data(), kv_dim * 4));
+    const auto arrived = [&] {
+      sync_with_receiver(*receiver, d->reservation_id);
+      return std::memcmp(landed, last.data(), kv_dim * 4) == 0;
+    };
+    std::this_thread::sleep_for(milliseconds(50));  // STALLED: the chunk is sent; let it be recorded
+    for (auto t = in(seconds(10)); !arrived() && Clock::now() < t;) std::this_thread::sleep_for(milliseconds(2));
+    ASSERT_TRUE(arrived());
     std::this_thread::sleep_for(milliseconds(50));  // and its kBegin has been handled
     EXPECT_LT(pool->free_blocks(), pool->total_blocks());
     peer.sigkill();
