@@ -50,7 +50,7 @@ case "$stage" in
       labels='^(unit|integration|cluster)$'
     fi
     # Only what is built here runs: a test executable not built leaves an unlabelled *_NOT_BUILT entry.
-    exclude='^(layers_check|layers_check_self_test|format_check|tokenizer_reference_data|cluster_cli_test|cluster_cli_colocated_test)$'
+    exclude='^(layers_check|layers_check_self_test|format_check|tokenizer_reference_data|cluster_cli_test|cluster_cli_colocated_test|openai_sdk_test|openai_sse_curl_test)$'
     ;;
   *)
     echo "sanitize.sh: unknown stage '$stage' (asan or tsan)" >&2

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""The Markdown table of bench/aiperf.sh: aiperf's figures (HTTP) next to yoco-cli bench's (gRPC) per rate.
+
+    python3 bench/aiperf_table.py bench/results/aiperf 2 8
+"""
+
+import json
+import os
+import sys
+
+
+def aiperf_row(d):
+    g = lambda k, p: d[k][p]  # noqa: E731
+    return {
+        "completed": int(d["request_count"]["avg"]),
+        "errors": len(d.get("error_summary") or []),
+        "req_s": d["request_throughput"]["avg"],
+        "tok_s": d["output_token_throughput"]["avg"],
+        "ttft": (g("time_to_first_token", "p50"), g("time_to_first_token", "p99")),
+        "itl": (g("inter_token_latency", "p50"), g("inter_token_latency", "p99")),
+        "e2e": (g("request_latency", "p50"), g("request_latency", "p99")),
+        "osl": d["output_sequence_length"]["avg"],
+        "isl": d["input_sequence_length"]["avg"],
+    }
+
+
+def cli_row(d):
+    return {
+        "completed": d["completed"],
+        "errors": sum(d["errors"].values()),
+        "req_s": d["request_throughput"],
+        "tok_s": d["output_tokens_per_second"],
+        "ttft": (d["ttft_ms"]["p50"], d["ttft_ms"]["p99"]),
+        "itl": (d["itl_ms"]["p50"], d["itl_ms"]["p99"]),
+        "e2e": (d["e2e_ms"]["p50"], d["e2e_ms"]["p99"]),
+        "osl": d["output_tokens"] / max(1, d["completed"]),
+        "isl": d["config"]["prompt_tokens"],
+    }
+
+
+def main():
+    out, rates = sys.argv[1], sys.argv[2:]
+    print("| client (protocol) | rate (req/s) | done / errors | req/s | out tok/s | prompt / output tokens "
+          "| TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) | E2E p50 / p99 (ms) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for rate in rates:
+        rows = [("aiperf (HTTP, SSE)", aiperf_row(json.load(open(os.path.join(out, "aiperf-rate%s" % rate,
+                                                                              "profile_export_aiperf.json"))))),
+                ("yoco-cli bench (gRPC)", cli_row(json.load(open(os.path.join(out, "yoco-cli-rate%s.json" % rate)))))]
+        for name, r in rows:
+            print("| %s | %s | %d / %d | %.2f | %.1f | %.0f / %.1f | %.1f / %.1f | %.2f / %.2f | %.1f / %.1f |"
+                  % (name, rate, r["completed"], r["errors"], r["req_s"], r["tok_s"], r["isl"], r["osl"], *r["ttft"],
+                     *r["itl"], *r["e2e"]))
+
+
+if __name__ == "__main__":
+    main()

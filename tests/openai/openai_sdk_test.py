@@ -1,0 +1,363 @@
+"""The router's OpenAI-compatible HTTP API (docs/design.md, HTTP API) driven by the official `openai` Python
+SDK, a client nobody here wrote: completions and chat, streaming and not, n, logprobs, echo scoring
+against the gRPC Score, stop strings, our extension fields, usage, and errors raised as the SDK's own
+exception types with our messages. Greedy completions are compared token by token with the gRPC
+Generate path (yoco-cli --json). One local cluster on 127.0.0.1 (tests/openai/harness.py) for all.
+
+    build/.venv/bin/python3 tests/openai/openai_sdk_test.py --source-dir . --bin-dir build
+"""
+
+import argparse
+import json
+import math
+import sys
+import threading
+import unittest
+
+import openai
+
+import harness
+
+PROMPT = "In the beginning God created"
+DOC = ("And God said, Let there be light: and there was light. And God saw the light, that it was good: "
+       "and God divided the light from the darkness.")
+TOL = 1e-4  # logprobs: the same float32 numbers, printed and parsed by two paths
+
+ARGS = None
+C = None  # the harness.Cluster
+
+
+def setUpModule():
+    global C
+    C = harness.Cluster(ARGS.source_dir, ARGS.bin_dir)
+
+
+def stop_cluster(failed):
+    if C is not None:
+        C.stop(failed=failed)  # with the processes' last log lines when a case failed
+
+
+def client(key="admin", base=None):
+    k = C.keys[key] if key in C.keys else key
+    return openai.OpenAI(base_url=(base or C.http) + "/v1", api_key=k, max_retries=0, timeout=120)
+
+
+def model_id():
+    return client().models.list().data[0].id
+
+
+def grpc_generate(*flags, key=None):
+    return C.cli_json("generate", *flags, "--json", key=key)
+
+
+class Completions(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = model_id()
+
+    def test_models_lists_the_served_model(self):
+        models = client().models.list().data
+        self.assertEqual(len(models), 1)
+        self.assertEqual(models[0].object, "model")
+        self.assertTrue(models[0].id)
+
+    def test_greedy_is_token_identical_to_grpc(self):
+        r = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=24, temperature=0, logprobs=1)
+        g = grpc_generate("--prompt", PROMPT, "--max-tokens", "24", "--temperature", "0", "--logprobs", "1")
+        ch = r.choices[0]
+        self.assertEqual(ch.text, g["text"])
+        self.assertEqual(r.usage.completion_tokens, len(g["token_ids"]))
+        self.assertEqual(ch.logprobs.tokens, [e["text"] for e in g["logprobs"]])
+        for got, want in zip(ch.logprobs.token_logprobs, g["logprobs"]):
+            self.assertAlmostEqual(got, want["logprob"], delta=TOL)
+        self.assertEqual(ch.finish_reason, g["finish_reason"] if g["finish_reason"] != "eos" else "stop")
+        self.assertEqual(r.object, "text_completion")
+        self.assertEqual(r.usage.prompt_tokens, g["usage"]["prompt_tokens"])
+        self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens)
+        # The ids themselves: the text tokenized by the router is the prompt + the gRPC path's ids.
+        tok = C.post("/tokenize", {"prompt": PROMPT + ch.text})
+        self.assertEqual(tok[0], 200, tok[1])
+        prompt_ids = C.post("/tokenize", {"prompt": PROMPT})[1]["tokens"]
+        self.assertEqual(tok[1]["tokens"][:len(prompt_ids)], prompt_ids)
+
+    def test_prompt_as_token_ids_and_a_batch(self):
+        ids = C.post("/tokenize", {"prompt": PROMPT})[1]["tokens"]
+        g = grpc_generate("--tokens", ",".join(map(str, ids)), "--max-tokens", "12", "--temperature", "0")
+        r = client().completions.create(model=self.model, prompt=ids, max_tokens=12, temperature=0)
+        self.assertEqual(r.choices[0].text, g["text"])
+        batch = client().completions.create(model=self.model, prompt=[PROMPT, "And the earth"], max_tokens=12,
+                                            temperature=0)
+        self.assertEqual([c.index for c in batch.choices], [0, 1])
+        self.assertEqual(batch.choices[0].text, g["text"])
+        self.assertEqual(batch.usage.completion_tokens, 24)
+
+    def test_streaming_equals_non_streaming_and_usage_comes_last(self):
+        full = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=20, temperature=0)
+        chunks = list(client().completions.create(model=self.model, prompt=PROMPT, max_tokens=20, temperature=0,
+                                                  stream=True, stream_options={"include_usage": True}))
+        self.assertGreater(len(chunks), 2)
+        text = "".join(c.choices[0].text for c in chunks if c.choices)
+        self.assertEqual(text, full.choices[0].text)
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        self.assertEqual(finishes, [full.choices[0].finish_reason])
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, full.usage.completion_tokens)
+        self.assertEqual(chunks[-1].usage.prompt_tokens, full.usage.prompt_tokens)
+        self.assertTrue(all(c.usage is None for c in chunks[:-1]))
+        self.assertEqual(len({c.id for c in chunks}), 1)
+
+    def test_n_choices(self):
+        r = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=10, temperature=1.0, seed=7, n=3)
+        self.assertEqual(sorted(c.index for c in r.choices), [0, 1, 2])
+        self.assertEqual(r.usage.completion_tokens, 30)
+        self.assertEqual(r.usage.prompt_tokens, C.post("/tokenize", {"prompt": PROMPT})[1]["count"])
+        g = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=10, temperature=0, n=2)
+        self.assertEqual(g.choices[0].text, g.choices[1].text)  # greedy: the same twice
+        s = list(client().completions.create(model=self.model, prompt=PROMPT, max_tokens=6, temperature=1.0, seed=3,
+                                             n=2, stream=True))
+        self.assertEqual({c.choices[0].index for c in s if c.choices}, {0, 1})
+
+    def test_seeded_sampling_is_reproducible(self):
+        kw = dict(model=self.model, prompt=PROMPT, max_tokens=16, temperature=0.9, top_p=0.95, seed=1234,
+                  extra_body={"top_k": 40, "min_p": 0.01, "repetition_penalty": 1.1})
+        a = client().completions.create(**kw)
+        b = client().completions.create(**kw)
+        self.assertEqual(a.choices[0].text, b.choices[0].text)
+        self.assertEqual(a.usage.completion_tokens, b.usage.completion_tokens)
+
+    def test_top_logprobs(self):
+        r = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=5, temperature=0, logprobs=3)
+        lp = r.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), 5)
+        self.assertEqual(len(lp.top_logprobs), 5)
+        for tok, chosen, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+            self.assertEqual(len(top), 3)
+            self.assertIn(tok, top)  # greedy: the chosen token is the most likely one
+            self.assertAlmostEqual(max(top.values()), chosen, delta=TOL)
+            self.assertLessEqual(chosen, 0.0)
+        self.assertEqual(lp.text_offset[0], 0)
+
+    def test_echo_scoring_equals_grpc_score(self):
+        r = client().completions.create(model=self.model, prompt=DOC, echo=True, logprobs=1, max_tokens=0)
+        s = C.cli_json("score", "--text", DOC, "--json")
+        ch = r.choices[0]
+        self.assertEqual(ch.text, DOC)
+        lp = ch.logprobs
+        self.assertEqual(len(lp.tokens), len(s["token_ids"]))
+        self.assertIsNone(lp.token_logprobs[0])  # the first token has no context to be scored in
+        self.assertEqual(len(lp.token_logprobs) - 1, len(s["token_logprobs"]))
+        for got, want in zip(lp.token_logprobs[1:], s["token_logprobs"]):
+            self.assertAlmostEqual(got, want, delta=TOL)
+        self.assertAlmostEqual(sum(lp.token_logprobs[1:]), s["sum_logprob"], delta=TOL * len(lp.tokens))
+        self.assertEqual("".join(lp.tokens), DOC)
+        self.assertEqual(r.usage.completion_tokens, 0)
+        self.assertEqual(r.usage.prompt_tokens, len(s["token_ids"]))
+
+    def test_echo_with_generation_prefixes_the_prompt(self):
+        r = client().completions.create(model=self.model, prompt=PROMPT, echo=True, max_tokens=8, temperature=0)
+        g = grpc_generate("--prompt", PROMPT, "--max-tokens", "8", "--temperature", "0")
+        self.assertEqual(r.choices[0].text, PROMPT + g["text"])
+
+    def test_stop_string(self):
+        full = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=40, temperature=0).choices[0]
+        words = full.text.split()
+        self.assertGreater(len(words), 4, full.text)
+        stop = " " + words[3]
+        cut = full.text.index(stop)
+        r = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=40, temperature=0,
+                                        stop=[stop, "\x00never"])
+        self.assertEqual(r.choices[0].text, full.text[:cut])
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        # The same through the stream.
+        chunks = list(client().completions.create(model=self.model, prompt=PROMPT, max_tokens=40, temperature=0,
+                                                  stop=stop, stream=True))
+        self.assertEqual("".join(c.choices[0].text for c in chunks if c.choices), full.text[:cut])
+
+    def test_ignore_eos_and_priority_extension_fields(self):
+        r = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=30, temperature=0,
+                                        extra_body={"ignore_eos": True, "priority": 5})
+        g = grpc_generate("--prompt", PROMPT, "--max-tokens", "30", "--temperature", "0", "--ignore-eos",
+                          "--priority", "5")
+        self.assertEqual(r.usage.completion_tokens, 30)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        self.assertEqual(r.choices[0].text, g["text"])
+
+    def test_document_ids_reuse_a_cached_document(self):
+        doc = C.cli_json("cache-doc", "--text", DOC)
+        q = " And the evening and the morning"
+        r = client().completions.create(model=self.model, prompt=q, max_tokens=12, temperature=0,
+                                        extra_body={"document_ids": [doc["id"]]})
+        g = grpc_generate("--prompt", q, "--max-tokens", "12", "--temperature", "0", "--document-ids", doc["id"])
+        self.assertEqual(r.choices[0].text, g["text"])
+        self.assertEqual(r.usage.prompt_tokens, g["usage"]["prompt_tokens"])
+        self.assertGreaterEqual(r.usage.prompt_tokens_details.cached_tokens, doc["token_count"] - 1)
+        self.assertEqual(r.usage.prompt_tokens_details.cached_tokens, g["usage"]["cached_tokens"])
+        # The same text as a plain prompt: the document's text + the question.
+        plain = client().completions.create(model=self.model, prompt=DOC + q, max_tokens=12, temperature=0)
+        self.assertEqual(plain.choices[0].text, r.choices[0].text)
+
+
+class Chat(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = model_id()
+
+    MESSAGES = [{"role": "system", "content": "Thou art a scribe."},
+                {"role": "user", "content": "Who created the heaven and the earth?"}]
+
+    @staticmethod
+    def rendered(messages):
+        """tests/openai/chatml.jinja by hand, with the generation prompt."""
+        return "".join("<|im_start|>%s\n%s<|im_end|>\n" % (m["role"], m["content"]) for m in messages) + \
+            "<|im_start|>assistant\n"
+
+    def test_chat_is_the_completion_of_the_rendered_template(self):
+        r = client().chat.completions.create(model=self.model, messages=self.MESSAGES, max_tokens=16, temperature=0)
+        p = client().completions.create(model=self.model, prompt=self.rendered(self.MESSAGES), max_tokens=16,
+                                        temperature=0)
+        self.assertEqual(r.object, "chat.completion")
+        msg = r.choices[0].message
+        self.assertEqual(msg.role, "assistant")
+        self.assertEqual(msg.content, p.choices[0].text)
+        self.assertEqual(r.usage.prompt_tokens, p.usage.prompt_tokens)
+        self.assertEqual(r.usage.completion_tokens, 16)
+        self.assertEqual(r.choices[0].finish_reason, p.choices[0].finish_reason)
+
+    def test_chat_streaming_deltas(self):
+        full = client().chat.completions.create(model=self.model, messages=self.MESSAGES, max_tokens=16,
+                                                temperature=0)
+        chunks = list(client().chat.completions.create(model=self.model, messages=self.MESSAGES, max_tokens=16,
+                                                       temperature=0, stream=True,
+                                                       stream_options={"include_usage": True}))
+        self.assertTrue(all(c.object == "chat.completion.chunk" for c in chunks))
+        with_choices = [c for c in chunks if c.choices]
+        self.assertEqual(with_choices[0].choices[0].delta.role, "assistant")
+        self.assertEqual("".join(c.choices[0].delta.content or "" for c in with_choices),
+                         full.choices[0].message.content)
+        self.assertEqual(with_choices[-1].choices[0].finish_reason, full.choices[0].finish_reason)
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, full.usage.completion_tokens)
+
+    def test_chat_n_and_logprobs(self):
+        r = client().chat.completions.create(model=self.model, messages=self.MESSAGES, max_tokens=6, temperature=0,
+                                             n=2, logprobs=True, top_logprobs=2)
+        self.assertEqual(sorted(c.index for c in r.choices), [0, 1])
+        self.assertEqual(r.choices[0].message.content, r.choices[1].message.content)
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), 6)
+        for e in content:
+            self.assertEqual(len(e.top_logprobs), 2)
+            self.assertAlmostEqual(e.top_logprobs[0].logprob, e.logprob, delta=TOL)
+        self.assertEqual("".join(e.token for e in content), r.choices[0].message.content)
+
+    def test_chat_without_a_template_is_a_400_naming_it(self):
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client(key="none", base=C.bare_http).chat.completions.create(model=self.model, messages=self.MESSAGES,
+                                                                         max_tokens=4)
+        self.assertIn("chat template", str(cm.exception.message).replace("_", " ").lower())
+        # Completions still work there.
+        r = client(key="none", base=C.bare_http).completions.create(model=self.model, prompt=PROMPT, max_tokens=4,
+                                                                    temperature=0)
+        self.assertEqual(r.usage.completion_tokens, 4)
+
+
+class Errors(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.model = model_id()
+
+    def bad_request(self, param, **kw):
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client().completions.create(model=self.model, **kw)
+        e = cm.exception
+        self.assertEqual(e.status_code, 400)
+        self.assertEqual(e.param, param, e.body)
+        self.assertIn(param, e.message)
+        self.assertEqual(e.type, "invalid_request_error", e.body)
+        return e
+
+    def test_bad_parameters_name_the_parameter(self):
+        self.bad_request("temperature", prompt=PROMPT, max_tokens=4, temperature=-1)
+        self.bad_request("top_p", prompt=PROMPT, max_tokens=4, top_p=1.5)
+        self.bad_request("n", prompt=PROMPT, max_tokens=4, n=0)
+        self.bad_request("max_tokens", prompt=PROMPT, max_tokens=-3)
+        self.bad_request("logprobs", prompt=PROMPT, max_tokens=4, logprobs=100000)
+        self.bad_request("prompt", prompt=[[1, 2], [10 ** 9]], max_tokens=4)
+
+    def test_bad_extension_field_types(self):
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client().completions.create(model=self.model, prompt=PROMPT, max_tokens=4, extra_body={"priority": "high"})
+        self.assertIn("priority", cm.exception.message)
+
+    def test_chat_bad_messages(self):
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client().chat.completions.create(model=self.model, messages=[], max_tokens=4)
+        self.assertIn("messages", cm.exception.message)
+
+    def test_missing_or_unknown_key_is_an_authentication_error(self):
+        for key in ("yoco-not-a-key", ""):
+            with self.assertRaises(openai.AuthenticationError) as cm:
+                openai.OpenAI(base_url=C.http + "/v1", api_key=key, max_retries=0).completions.create(
+                    model=self.model, prompt=PROMPT, max_tokens=2)
+            self.assertEqual(cm.exception.status_code, 401)
+            self.assertNotIn("yoco-not-a-key", cm.exception.message)  # never echoes the key
+
+    def test_a_key_without_the_scope_is_permission_denied(self):
+        with self.assertRaises(openai.PermissionDeniedError) as cm:
+            client("scorer").completions.create(model=self.model, prompt=PROMPT, max_tokens=2)
+        self.assertIn("scorer", cm.exception.message)
+        self.assertIn("generate", cm.exception.message)
+
+    def test_an_unknown_document_is_not_found(self):
+        with self.assertRaises(openai.NotFoundError) as cm:
+            client().completions.create(model=self.model, prompt=PROMPT, max_tokens=2,
+                                        extra_body={"document_ids": ["doc-does-not-exist"]})
+        self.assertIn("doc-does-not-exist", cm.exception.message)
+
+    def test_over_the_keys_context_is_a_rate_limit_error(self):
+        with self.assertRaises(openai.RateLimitError) as cm:
+            client("small").completions.create(model=self.model, prompt=PROMPT, max_tokens=64)
+        self.assertIn("max_context", cm.exception.message)
+        ok = client("small").completions.create(model=self.model, prompt=PROMPT, max_tokens=4, temperature=0)
+        self.assertEqual(ok.usage.completion_tokens, 4)
+
+    def test_error_body_has_the_openai_shape(self):
+        status, body, _ = C.post("/v1/completions", {"model": self.model, "prompt": PROMPT, "max_tokens": 2,
+                                                     "temperature": "hot"})
+        self.assertEqual(status, 400)
+        self.assertEqual(set(body), {"error"})
+        self.assertTrue({"message", "type", "param", "code"} <= set(body["error"]), body)
+        self.assertEqual(body["error"]["param"], "temperature")
+
+    def test_concurrent_requests_through_one_client(self):
+        c = client()
+        out, errs = [None] * 4, []
+
+        def one(i):
+            try:
+                out[i] = c.completions.create(model=self.model, prompt=PROMPT, max_tokens=8, temperature=0)
+            except Exception as e:  # noqa: BLE001  (reported below)
+                errs.append(e)
+
+        th = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        self.assertEqual(errs, [])
+        self.assertEqual(len({o.choices[0].text for o in out}), 1)
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--source-dir", required=True)
+    p.add_argument("--bin-dir", required=True)
+    ARGS, rest = p.parse_known_args()
+    prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)
+    stop_cluster(failed=not prog.result.wasSuccessful())
+    sys.exit(0 if prog.result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    main()
