@@ -41,7 +41,7 @@ stop_cluster() {  # on any exit: the cluster must not outlive this script
 }
 trap stop_cluster EXIT
 python3 deploy/local/cluster.py --bin-dir build --model "$MODEL" --prefill 1 --decode 1 --threads 1 \
-  --state-dir "$state" --router-arg=--http-port=0 >"$state/out" 2>"$state/err" &
+  --state-dir "$state" --http-port 0 >"$state/out" 2>"$state/err" &
 launcher=$!
 for ((i = 0; i < 1200; i++)); do
   [[ -f "$state/cluster.json" ]] && break
@@ -50,8 +50,7 @@ for ((i = 0; i < 1200; i++)); do
 done
 [[ -f "$state/cluster.json" ]] || { echo "aiperf.sh: the cluster was not ready" >&2; exit 1; }
 grpc=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["router"]["grpc"])' "$state/cluster.json")
-http=http://127.0.0.1:$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["http_port"])' \
-  "$state/router.port.json")
+http=http://$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["router"]["http"])' "$state/cluster.json")
 model=$(curl -sS "$http/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')
 
 rm -rf "$OUT"

@@ -122,6 +122,8 @@ class Child:
         }
         if self.role == "decode":
             d["ucx"] = self.ports.get("ucx_address")
+        if "http_port" in self.ports:  # the router's OpenAI-compatible HTTP API (--http-port)
+            d["http"] = "%s:%d" % (self.listen_host, self.ports["http_port"])
         return d
 
     def exit_text(self):
@@ -242,6 +244,8 @@ class Launcher:
                 args += ["--prefill", ",".join(c.describe()["grpc"] for c in prefill)]
             if decode:
                 args += ["--decode", ",".join(c.describe()["grpc"] for c in decode)]
+            if o.http_port is not None:
+                args += ["--http-port", str(o.http_port)]
             if self.secure:
                 args += tls("router", False) + self.secure.router_worker_args()
                 # API keys where this router has them (the flag arrived with key support).
@@ -315,7 +319,10 @@ class Launcher:
                 return 0 if stopping else 1
             state = self.write_state()
             if state["router"]:
-                print("cluster ready: router %s" % state["router"]["grpc"], flush=True)
+                http = state["router"].get("http")
+                scheme = "https" if self.secure else "http"
+                print("cluster ready: router %s%s" % (state["router"]["grpc"],
+                                                      "; HTTP API %s://%s/v1" % (scheme, http) if http else ""), flush=True)
             else:
                 print("cluster ready: no router; decode %s; prefill %s"
                       % (",".join(d["grpc"] for d in state["decode"]) or "-",
@@ -376,6 +383,8 @@ def parse_start(argv):
     p.add_argument("--decode", type=int, default=1, help="decode workers (default %(default)s)")
     p.add_argument("--state-dir", help="logs, port files, cluster.json, launcher.pid (default: a new temp dir)")
     p.add_argument("--router-listen", default="127.0.0.1:0", help="the router's gRPC address (default %(default)s)")
+    p.add_argument("--http-port", type=int, metavar="PORT",
+                   help="the router's OpenAI-compatible HTTP API on this port (0: any free one; default: none)")
     p.add_argument("--threads", type=int, default=1, help="compute threads per process (default %(default)s)")
     p.add_argument("--ucx-tls", default="tcp", help="UCX_TLS for the workers (default %(default)s)")
     p.add_argument("--kv-blocks", type=int, default=1024, help="KV pool blocks per decode worker (default %(default)s)")

@@ -8,7 +8,8 @@
 2. The rendered objects, against the binaries: every flag in a container's args and every key of
    the JSON config it reads (--config, from a ConfigMap) is in that binary's --help; every port a
    probe, Service, NetworkPolicy, PodMonitor or scrape annotation names is one the container
-   listens on (--listen, --metrics-listen, --ucx-listen; UCX's tcp lanes in UCX_TCP_PORT_RANGE);
+   listens on (--listen, --metrics-listen, --ucx-listen, the router's --http-port; UCX's tcp lanes
+   in UCX_TCP_PORT_RANGE);
    containerPorts are exactly the listening ports; the router's dns: targets are headless
    Services of the right pods and port; the NetworkPolicies allow the flows the cluster needs and
    deny others; grace periods cover the drain; HPAs scale on metrics their target exports;
@@ -213,6 +214,13 @@ class Container:
                         errors.append("%s: --%s %r: a fixed port is needed in a pod" % (where, flag, self.values[flag]))
                     else:
                         self.listen[flag] = p
+            # The router's OpenAI-compatible HTTP API: a bare port number, 0 for any (not in a pod).
+            if "http-port" in self.values:
+                v = str(self.values["http-port"])
+                if not v.isdigit() or int(v) == 0:
+                    errors.append("%s: --http-port %r: a fixed port is needed in a pod" % (where, v))
+                else:
+                    self.listen["http-port"] = int(v)
             for flag in ("listen", "metrics-listen"):
                 if flag not in self.listen:
                     errors.append("%s: no --%s (probes and scraping need a fixed port)" % (where, flag))
@@ -374,8 +382,15 @@ def check_containers(pods):
             tls = "tls-cert" in c.values
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 p = c.spec.get(probe)
+                get = (p or {}).get("httpGet") or {}
                 if not p:
                     errors.append("%s: no %s" % (w, probe))
+                elif get.get("path") == "/health" and "http-port" in c.listen:
+                    # The HTTP API's own /health (503 while draining), over TLS when the API has it.
+                    scheme = "HTTPS" if tls else "HTTP"
+                    if c.resolve(get.get("port")) != c.listen["http-port"] or get.get("scheme", "HTTP") != scheme:
+                        errors.append("%s: %s /health must be %s on the --http-port port %s"
+                                      % (w, probe, scheme, c.listen["http-port"]))
                 elif tls:  # kubelet's gRPC probe is plaintext: /healthz on the metrics port instead
                     get = p.get("httpGet") or {}
                     if get.get("path") != "/healthz" or c.resolve(get.get("port")) != c.listen.get("metrics-listen"):
@@ -481,6 +496,22 @@ def check_services(objects, pods):
                                   % (name, sp["port"], tp))
         if spec.get("type") in ("LoadBalancer", "NodePort") and any(p.component != "router" for p in targets):
             errors.append("Service %s exposes %s outside the cluster: only the router may be" % (name, [p.name for p in targets]))
+    # The router's HTTP API, when it has one, is reachable through a Service that is not headless.
+    for pod in pods:
+        for c in pod.containers:
+            if c.program != "yoco-router" or "http-port" not in c.listen:
+                continue
+            exposed = False
+            for (kind, ns, name), svc in objects.items():
+                spec = svc.get("spec") or {}
+                if kind != "Service" or ns != pod.namespace or spec.get("clusterIP") == "None" or not spec.get("selector"):
+                    continue
+                if not selector_matches({"matchLabels": spec["selector"]}, pod.labels):
+                    continue
+                exposed |= any(c.resolve(sp.get("targetPort", sp["port"])) == c.listen["http-port"]
+                               for sp in spec.get("ports") or [])
+            if not exposed:
+                errors.append("%s: no Service exposes its --http-port %d" % (c.where, c.listen["http-port"]))
     # The router's worker targets: dns:NAME:PORT must be a headless Service of the right pods.
     for pod in pods:
         for c in pod.containers:
@@ -630,6 +661,9 @@ def check_network_policies(objects, pods):
         rc = primary(r)
         if not np_allows(policies, "Ingress", who(r), external, rc.listen["listen"], "TCP", rc):
             errors.append("clients cannot reach the router's gRPC port %s" % rc.listen["listen"])
+        if "http-port" in rc.listen and not np_allows(policies, "Ingress", who(r), external, rc.listen["http-port"],
+                                                      "TCP", rc):
+            errors.append("clients cannot reach the router's HTTP port %s" % rc.listen["http-port"])
         for role in ("prefill", "decode"):
             for w in by_comp.get(role, []):
                 errors.append(flow(who(r), w, primary(w).listen["listen"], "router -> %s gRPC" % role))

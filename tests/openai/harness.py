@@ -82,7 +82,7 @@ class Cluster:
     # ---- start ----
 
     def _start(self, keys, chat_template, second_router, threads):
-        router_args = ["--router-arg=--http-port=0"]
+        router_args = ["--http-port", "0"]
         if chat_template:
             router_args.append("--router-arg=--chat-template=" + CHATML)
         if keys:
@@ -113,7 +113,9 @@ class Cluster:
             time.sleep(0.1)
         self.info = read_json(cluster_json)
         self.grpc = self.info["router"]["grpc"]
-        self.http = "http://127.0.0.1:%d" % self._http_port(os.path.join(self.state, "router.port.json"))
+        if "http" not in self.info["router"]:
+            raise RuntimeError("cluster.json has no router HTTP address: %r" % self.info["router"])
+        self.http = "http://" + self.info["router"]["http"]
         if second_router:
             self._start_bare(deadline)
 
