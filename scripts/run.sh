@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the system on the bundled model: set-up, build the four binaries, start the local cluster
 # (router + 1 prefill + 1 decode worker on loopback: deploy/local/cluster.py), stream a greedy
-# continuation of a KJV-style prompt through the router with yoco-cli, and stop the cluster.
+# continuation of a KJV-style prompt through the router with yoco-cli (gRPC), ask for the same
+# through the router's OpenAI-compatible HTTP API with curl, and stop the cluster.
 # YOCO_MODEL and YOCO_PROMPT override the defaults; extra arguments go to `yoco-cli generate`
 # (e.g. --temperature 0.8 --seed 1).
 set -euo pipefail
@@ -29,7 +30,7 @@ stop_cluster() {  # on any exit: the cluster must not outlive this script
 trap stop_cluster EXIT
 
 python3 deploy/local/cluster.py --bin-dir build --model "$MODEL" --prefill 1 --decode 1 --state-dir "$state" \
-  >"$state/launcher.out" 2>"$state/launcher.err" &
+  --http-port 0 >"$state/launcher.out" 2>"$state/launcher.err" &
 launcher=$!
 for ((i = 0; i < READY_SECONDS * 10; i++)); do
   [[ -f "$state/cluster.json" ]] && break
@@ -45,8 +46,14 @@ if [[ ! -f "$state/cluster.json" ]]; then
   exit 1
 fi
 router=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["router"]["grpc"])' "$state/cluster.json")
+http=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["router"]["http"])' "$state/cluster.json")
 
-echo "model: $MODEL (models/README.md); cluster: router $router, 1 prefill + 1 decode worker"
+echo "model: $MODEL (models/README.md); cluster: router $router (gRPC), http://$http/v1 (OpenAI HTTP API),"
+echo "1 prefill + 1 decode worker"
 echo "greedy continuation of \"$PROMPT\" through the router:"
 printf '%s' "$PROMPT"
 build/tools/yoco-cli generate --router "$router" --prompt "$PROMPT" --max-tokens 48 --temperature 0 "$@"
+echo "the same prompt over HTTP (curl http://$http/v1/completions, 16 tokens):"
+body=$(python3 -c 'import json, sys; print(json.dumps({"prompt": sys.argv[1], "max_tokens": 16, "temperature": 0}))' "$PROMPT")
+curl -sS --max-time 60 "http://$http/v1/completions" -H 'Content-Type: application/json' -d "$body" |
+  python3 -c 'import json, sys; r = json.load(sys.stdin); print(repr(r["choices"][0]["text"]), r["usage"])'

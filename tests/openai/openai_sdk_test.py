@@ -314,6 +314,12 @@ class Errors(unittest.TestCase):
                                         extra_body={"document_ids": ["doc-does-not-exist"]})
         self.assertIn("doc-does-not-exist", cm.exception.message)
 
+    def test_an_unknown_model_is_not_found(self):
+        with self.assertRaises(openai.NotFoundError) as cm:
+            client().completions.create(model="gpt-nothing", prompt=PROMPT, max_tokens=2)
+        self.assertIn("gpt-nothing", cm.exception.message)
+        self.assertEqual(cm.exception.code, "model_not_found")
+
     def test_over_the_keys_context_is_a_rate_limit_error(self):
         with self.assertRaises(openai.RateLimitError) as cm:
             client("small").completions.create(model=self.model, prompt=PROMPT, max_tokens=64)
