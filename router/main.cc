@@ -2,9 +2,14 @@
 // decode workers (static lists or DNS names of Kubernetes headless Services), checks their
 // health and load, learns the model from the decode workers (DecodeWorker.Describe), and drives
 // every request through them (router/service.h). With no --prefill it runs colocated: decode
-// workers prefill locally.
+// workers prefill locally. With --http-port it also serves the OpenAI-compatible HTTP API
+// (router/openai_server.h) over the same service.
+#include <filesystem>
+
 #include "common/log.h"
 #include "router/core.h"
+#include "router/openai_chat.h"
+#include "router/openai_server.h"
 #include "router/service.h"
 #include "router/workers.h"
 #include "server/server.h"
@@ -48,12 +53,50 @@ std::vector<Target> read_targets(ServerFlags& f, const std::string& name, bool r
   return t.ok() ? std::move(t).value() : std::vector<Target>{};
 }
 
+// The name clients put in "model" (vLLM's --served-model-name): the flag, else the model
+// directory's name.
+std::string served_model_name(ServerFlags& f, const std::string& model_dir) {
+  std::string name = f.str("served-model-name");
+  if (f.has("served-model-name") && name.empty()) f.fail("--served-model-name: empty");
+  if (!name.empty()) return name;
+  std::filesystem::path p = std::filesystem::path(model_dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "models/kjv-yoco/"
+  return p.filename().empty() ? model_dir : p.filename().string();
+}
+
+// The HTTP listener is bound before the gRPC server starts, so its port goes into --port-file;
+// it serves once the router's service is up. Its host is --listen's; TLS is the router's.
+Result<std::unique_ptr<HttpStreamServer>> bind_http(ServerFlags& f, const ServerOptions& so, int port) {
+  HttpStreamServerOptions o;
+  o.tls_cert = so.tls.cert;
+  o.tls_key = so.tls.key;
+  o.tls_client_ca = so.tls.client_ca;
+  return HttpStreamServer::bind(f.listen_address("listen").host, static_cast<uint16_t>(port), o);
+}
+
 int run(int argc, char** argv) {
-  ServerFlags f(
-      kProgram, argc, argv,
-      {"model", "prefill", "decode", "max-in-flight", "max-queued-tokens", "prefill-attempts", "migrations", "lease-ms",
-       "stall-timeout-ms", "health-interval-ms", "dns-refresh-seconds", "affinity-tokens", "affinity-max-extra-tokens",
-       "worker-tls-ca", "worker-tls-cert", "worker-tls-key", "worker-tls-server-name", "api-keys"});
+  ServerFlags f(kProgram, argc, argv,
+                {"model",
+                 "prefill",
+                 "decode",
+                 "max-in-flight",
+                 "max-queued-tokens",
+                 "prefill-attempts",
+                 "migrations",
+                 "lease-ms",
+                 "stall-timeout-ms",
+                 "health-interval-ms",
+                 "dns-refresh-seconds",
+                 "affinity-tokens",
+                 "affinity-max-extra-tokens",
+                 "worker-tls-ca",
+                 "worker-tls-cert",
+                 "worker-tls-key",
+                 "worker-tls-server-name",
+                 "api-keys",
+                 "http-port",
+                 "chat-template",
+                 "served-model-name"});
   const ServerOptions so = server_options(f);
   const std::string model_dir = f.required("model", "a model directory: the router reads its tokenizer");
   const std::vector<Target> ptargets = read_targets(f, "prefill", /*required=*/false);
@@ -61,6 +104,10 @@ int run(int argc, char** argv) {
   const RouterLimits lim = read_limits(f);
   const WorkerGroupOptions wopt = read_worker_options(f);
   const std::string keys_path = f.str("api-keys");  // docs/design.md §9b
+  const int http_port = f.has("http-port") ? static_cast<int>(f.int_in("http-port", 0, 0, 65535)) : -1;
+  const std::string template_path = f.str("chat-template");
+  OpenAiConfig openai;
+  openai.served_model_name = served_model_name(f, model_dir);
   if (!f.ok()) return f.usage_error();
   std::unique_ptr<ApiKeys> keys;
   if (!keys_path.empty()) {
@@ -72,6 +119,17 @@ int run(int argc, char** argv) {
   }
   std::unique_ptr<Tokenizer> tok;  // optional: without one, requests carry token ids
   if (auto t = Tokenizer::load(model_dir); t.ok()) tok = std::move(t).value();
+  std::unique_ptr<HttpStreamServer> http;
+  Json::Object port_fields;
+  if (http_port >= 0) {
+    auto tmpl = load_chat_renderer(template_path, model_dir, tok.get());
+    if (!tmpl.ok()) return exit_with(kProgram, tmpl.status().message(), 2);
+    openai.chat_template = std::move(tmpl).value();
+    auto h = bind_http(f, so, http_port);
+    if (!h.ok()) return exit_with(kProgram, h.status().message(), 1);
+    http = std::move(h).value();
+    port_fields["http_port"] = Json(static_cast<int64_t>(http->port()));
+  }
   install_shutdown_signal_handlers();
 
   WorkerGroup prefill(WorkerRole::kPrefill, ptargets, wopt);
@@ -86,12 +144,23 @@ int run(int argc, char** argv) {
   RouterCore core(tok.get(), prefill, decode, model, lim, metrics, /*colocated=*/ptargets.empty());
   core.set_keys(keys.get());
   RouterService service(core);
-  auto server = Server::start(so, {&service}, registry, [&] {
-    metrics.set_healthy_workers("prefill", prefill.healthy_count());
-    metrics.set_healthy_workers("decode", decode.healthy_count());
-  });
+  auto server = Server::start(
+      so, {&service}, registry,
+      [&] {
+        metrics.set_healthy_workers("prefill", prefill.healthy_count());
+        metrics.set_healthy_workers("decode", decode.healthy_count());
+      },
+      port_fields);
   if (!server.ok()) return exit_with(kProgram, server.status().message(), 1);
+  std::unique_ptr<OpenAiServer> api;
+  if (http) {
+    api = std::make_unique<OpenAiServer>((*server)->grpc().InProcessChannel(grpc::ChannelArguments()), tok.get(),
+                                         std::move(openai), [&core] { return core.serving(); }, metrics);
+    http->serve([&api](HttpExchange& ex) { api->handle(ex); });
+  }
   (*server)->log_serving(LogFields()
+                             .kv("http_port", http ? static_cast<int64_t>(http->port()) : int64_t{-1})
+                             .kv("http_tls", http && http->tls())
                              .kv("prefill_healthy", prefill.healthy_count())
                              .kv("decode_healthy", decode.healthy_count())
                              .kv("colocated", ptargets.empty())
@@ -101,6 +170,7 @@ int run(int argc, char** argv) {
   const auto idle = [&] { return core.in_flight() == 0; };
   (*server)->wait_and_drain(
       {.refuse = [&] { core.set_serving(false); }, .finish = [&](auto until) { wait_until_idle(idle, until); }});
+  if (http) http->stop();
   prefill.stop();
   decode.stop();
   return 0;

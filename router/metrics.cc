@@ -32,6 +32,11 @@ RouterMetrics::RouterMetrics(MetricsRegistry& r)
                                       "Finished public calls under API keys, by key name and gRPC status.",
                                       {"key", "code"})
                          .value()),
+      http_requests_(
+          *r.counter_family(metric_name("yoco_http_requests_total"),
+                            "Finished requests of the OpenAI-compatible HTTP API, by endpoint and HTTP status.",
+                            {"endpoint", "code"})
+               .value()),
       running_(r.gauge(metric_name("yoco_requests_running"), "Admitted requests in flight.")),
       waiting_(r.gauge(metric_name("yoco_requests_waiting"), "Admitted requests that have not streamed a token yet.")),
       healthy_workers_(*r.gauge_family(metric_name("yoco_router_healthy_workers"),
@@ -45,6 +50,10 @@ void RouterMetrics::observe_finished(grpc::StatusCode code, double seconds) {
 
 void RouterMetrics::observe_key_request(const std::string& key, grpc::StatusCode code) {
   key_requests_.with({key, grpc_code_label(code)}).inc();
+}
+
+void RouterMetrics::observe_http(const std::string& endpoint, int status) {
+  http_requests_.with({endpoint, std::to_string(status)}).inc();
 }
 
 void RouterMetrics::observe_admitted(int64_t prompt_tokens) {

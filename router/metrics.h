@@ -35,6 +35,9 @@ class RouterMetrics {
   void set_healthy_workers(const char* role, int n);
   // A finished public call under API keys, by key name ("" when no key was recognised).
   void observe_key_request(const std::string& key, grpc::StatusCode code);
+  // A finished HTTP request of the OpenAI-compatible API, by endpoint ("/v1/completions") and
+  // HTTP status; the generation inside it is counted by the calls above like any gRPC one.
+  void observe_http(const std::string& endpoint, int status);
 
  private:
   Histogram &ttft_, &itl_, &e2e_, &queue_, &prefill_, &transfer_;
@@ -42,6 +45,7 @@ class RouterMetrics {
   Family<Counter>& requests_;
   Family<Counter>& retries_;
   Family<Counter>& key_requests_;
+  Family<Counter>& http_requests_;
   Gauge &running_, &waiting_;
   Family<Gauge>& healthy_workers_;
 };

@@ -6,7 +6,8 @@
 
 Workers start first (decode, then prefill), each on 127.0.0.1:0 ports that it reports in its port
 file; the router starts last, pointed at them. When all are ready, STATE_DIR/cluster.json holds
-every address and pid and one line `cluster ready: router 127.0.0.1:P` goes to stdout. A worker
+every address and pid and one line `cluster ready: router 127.0.0.1:P` goes to stdout (the router's
+OpenAI-compatible HTTP API, --http-port, is cluster.json's router "http", and one more line). A worker
 that dies later is reported, never restarted (tests kill workers on purpose). SIGINT/SIGTERM
 stops everything gracefully. Python 3 standard library only (--secure also needs the openssl CLI).
 
@@ -122,7 +123,7 @@ class Child:
         }
         if self.role == "decode":
             d["ucx"] = self.ports.get("ucx_address")
-        if "http_port" in self.ports:  # the router's OpenAI-compatible HTTP API (--http-port)
+        if "http_port" in self.ports:
             d["http"] = "%s:%d" % (self.listen_host, self.ports["http_port"])
         return d
 
@@ -244,14 +245,15 @@ class Launcher:
                 args += ["--prefill", ",".join(c.describe()["grpc"] for c in prefill)]
             if decode:
                 args += ["--decode", ",".join(c.describe()["grpc"] for c in decode)]
-            if o.http_port is not None:
-                args += ["--http-port", str(o.http_port)]
             if self.secure:
                 args += tls("router", False) + self.secure.router_worker_args()
                 # API keys where this router has them (the flag arrived with key support).
                 self.api_keys = "--api-keys" in self.help_text(bins["router"])
                 if self.api_keys:
                     args += ["--api-keys", self.secure.keys_file]
+            # The OpenAI-compatible HTTP API where this router has it (the flag arrived with it).
+            if o.http_port >= 0 and "--http-port" in self.help_text(bins["router"]):
+                args += ["--http-port", str(o.http_port)]
             router = Child("router", None, bins["router"], args + o.router_arg, o.state_dir, env,
                            loopback(o.router_listen))
             if not self.launch([router], deadline):
@@ -319,10 +321,10 @@ class Launcher:
                 return 0 if stopping else 1
             state = self.write_state()
             if state["router"]:
-                http = state["router"].get("http")
-                scheme = "https" if self.secure else "http"
-                print("cluster ready: router %s%s" % (state["router"]["grpc"],
-                                                      "; HTTP API %s://%s/v1" % (scheme, http) if http else ""), flush=True)
+                print("cluster ready: router %s" % state["router"]["grpc"], flush=True)
+                if "http" in state["router"]:
+                    print("openai http api: %s://%s/v1" % ("https" if self.secure else "http", state["router"]["http"]),
+                          flush=True)
             else:
                 print("cluster ready: no router; decode %s; prefill %s"
                       % (",".join(d["grpc"] for d in state["decode"]) or "-",
@@ -383,8 +385,8 @@ def parse_start(argv):
     p.add_argument("--decode", type=int, default=1, help="decode workers (default %(default)s)")
     p.add_argument("--state-dir", help="logs, port files, cluster.json, launcher.pid (default: a new temp dir)")
     p.add_argument("--router-listen", default="127.0.0.1:0", help="the router's gRPC address (default %(default)s)")
-    p.add_argument("--http-port", type=int, metavar="PORT",
-                   help="the router's OpenAI-compatible HTTP API on this port (0: any free one; default: none)")
+    p.add_argument("--http-port", type=int, default=0,
+                   help="the router's OpenAI-compatible HTTP port (default 0: any free port; -1: none)")
     p.add_argument("--threads", type=int, default=1, help="compute threads per process (default %(default)s)")
     p.add_argument("--ucx-tls", default="tcp", help="UCX_TLS for the workers (default %(default)s)")
     p.add_argument("--kv-blocks", type=int, default=1024, help="KV pool blocks per decode worker (default %(default)s)")

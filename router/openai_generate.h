@@ -1,0 +1,43 @@
+// The choices of one completions or chat request, run and answered (docs/design.md, OpenAI HTTP
+// API). Each choice is one Generate on the router's own service through its in-process channel,
+// so it passes the same API keys, validation, admission, routing, migration, stall watch and
+// metrics as a gRPC client's. Choices run side by side; the answer is one JSON object, or
+// server-sent events as tokens arrive. The client going away cancels every call (its decode
+// worker frees the blocks).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "router/openai_errors.h"
+#include "router/openai_response.h"
+#include "server/http_stream_server.h"
+#include "yoco/v1/yoco.grpc.pb.h"
+
+namespace yoco {
+
+struct ChoicePlan {
+  int prompt_index = 0;
+  v1::GenerateRequest req;
+  bool generate = true;  // false: echo with max_tokens 0 (the prompt scored, nothing generated)
+  std::string echo_text;  // echo: the prompt, before the completion
+  std::vector<LogprobItem> echo_logprobs;
+  int64_t prompt_tokens = 0;  // when known here (echo, chat); otherwise the router's usage tells
+};
+
+struct GenerationJob {
+  ResponseHead head;
+  bool chat = false, stream = false, include_usage = false;
+  int logprobs = -1;            // -1: none
+  std::string authorization;    // the client's header, passed on as the calls' metadata
+  std::vector<ChoicePlan> choices;  // index = position
+};
+
+// Answers `ex`; returns the HTTP status (499: the client went away).
+int run_generation(v1::Yoco::Stub& stub, const GenerationJob& job, HttpExchange& ex);
+
+// An error answer in OpenAI's shape (429 with Retry-After).
+int respond_error(HttpExchange& ex, const ApiError& e);
+
+}  // namespace yoco
