@@ -9,9 +9,9 @@ Generate path (yoco-cli --json). One local cluster on 127.0.0.1 (tests/openai/ha
 
 import argparse
 import json
-import math
 import sys
 import threading
+import time
 import unittest
 
 import openai
@@ -21,6 +21,7 @@ import harness
 PROMPT = "In the beginning God created"
 DOC = ("And God said, Let there be light: and there was light. And God saw the light, that it was good: "
        "and God divided the light from the darkness.")
+UNKNOWN_DOC = "doc-" + "0" * 32  # well formed, never cached
 TOL = 1e-4  # logprobs: the same float32 numbers, printed and parsed by two paths
 
 ARGS = None
@@ -295,12 +296,14 @@ class Errors(unittest.TestCase):
         self.assertIn("messages", cm.exception.message)
 
     def test_missing_or_unknown_key_is_an_authentication_error(self):
-        for key in ("yoco-not-a-key", ""):
-            with self.assertRaises(openai.AuthenticationError) as cm:
-                openai.OpenAI(base_url=C.http + "/v1", api_key=key, max_retries=0).completions.create(
-                    model=self.model, prompt=PROMPT, max_tokens=2)
-            self.assertEqual(cm.exception.status_code, 401)
-            self.assertNotIn("yoco-not-a-key", cm.exception.message)  # never echoes the key
+        with self.assertRaises(openai.AuthenticationError) as cm:
+            client("yoco-not-a-key").completions.create(model=self.model, prompt=PROMPT, max_tokens=2)
+        self.assertEqual(cm.exception.status_code, 401)
+        self.assertNotIn("yoco-not-a-key", cm.exception.message)  # never echoes the key
+        # No Authorization header at all (the SDK always sends one): 401 in the same shape.
+        status, body, _ = C.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 2}, key="")
+        self.assertEqual(status, 401, body)
+        self.assertEqual(body["error"]["type"], cm.exception.type)
 
     def test_a_key_without_the_scope_is_permission_denied(self):
         with self.assertRaises(openai.PermissionDeniedError) as cm:
@@ -311,8 +314,13 @@ class Errors(unittest.TestCase):
     def test_an_unknown_document_is_not_found(self):
         with self.assertRaises(openai.NotFoundError) as cm:
             client().completions.create(model=self.model, prompt=PROMPT, max_tokens=2,
-                                        extra_body={"document_ids": ["doc-does-not-exist"]})
-        self.assertIn("doc-does-not-exist", cm.exception.message)
+                                        extra_body={"document_ids": [UNKNOWN_DOC]})
+        self.assertIn(UNKNOWN_DOC, cm.exception.message)
+        # A malformed id is the caller's mistake: 400 naming the field.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client().completions.create(model=self.model, prompt=PROMPT, max_tokens=2,
+                                        extra_body={"document_ids": ["doc-nonsense"]})
+        self.assertEqual(cm.exception.param, "document_ids")
 
     def test_an_unknown_model_is_not_found(self):
         with self.assertRaises(openai.NotFoundError) as cm:
@@ -326,6 +334,29 @@ class Errors(unittest.TestCase):
         self.assertIn("max_context", cm.exception.message)
         ok = client("small").completions.create(model=self.model, prompt=PROMPT, max_tokens=4, temperature=0)
         self.assertEqual(ok.usage.completion_tokens, 4)
+
+    def test_admission_refusal_is_a_rate_limit_error_with_retry_after(self):
+        """The second router admits one request at a time (--max-in-flight 1)."""
+        bare = client(key="none", base=C.bare_http)
+        stream = bare.completions.create(model=self.model, prompt=PROMPT, max_tokens=3000, temperature=0, stream=True,
+                                         extra_body={"ignore_eos": True})
+        try:
+            next(iter(stream))  # admitted and generating
+            with self.assertRaises(openai.RateLimitError) as cm:
+                bare.completions.create(model=self.model, prompt=PROMPT, max_tokens=2)
+            self.assertIn("admission", cm.exception.message)
+            self.assertGreaterEqual(int(cm.exception.response.headers["retry-after"]), 1)
+        finally:
+            stream.close()  # the client goes away: the router cancels the request and admits again
+        for _ in range(200):
+            try:
+                r = bare.completions.create(model=self.model, prompt=PROMPT, max_tokens=2, temperature=0)
+                break
+            except openai.RateLimitError:
+                time.sleep(0.1)
+        else:
+            self.fail("a closed stream's request still holds the router's only admission slot after 20 s")
+        self.assertEqual(r.usage.completion_tokens, 2)
 
     def test_error_body_has_the_openai_shape(self):
         status, body, _ = C.post("/v1/completions", {"model": self.model, "prompt": PROMPT, "max_tokens": 2,

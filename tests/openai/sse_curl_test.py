@@ -107,6 +107,7 @@ class Sse(unittest.TestCase):
             running = p.poll() is None
             rest = p.stdout.read()
         finally:
+            p.stdout.close()
             p.wait(timeout=150)
         self.assertTrue(first.startswith(b"data: {"), first)
         self.assertTrue(running, "curl had already finished when the first event arrived: not streamed")
