@@ -8,14 +8,14 @@
 # tokenizer.json): nothing is downloaded. (HF_HUB_OFFLINE=1 would make aiperf look for the path in
 # the Hugging Face cache only, and fail.) Raw results go to bench/results/aiperf/, a Markdown
 # table of both to bench/results/aiperf/summary.md and stdout (bench/README.md, Serving over HTTP).
-# Usage: bench/aiperf.sh [requests] [prompt_tokens] [max_tokens] [rates...]   (defaults: 48 256 32 2 8)
+# Usage: bench/aiperf.sh [requests] [prompt_tokens] [max_tokens] [rates...]   (defaults: 64 512 64 4 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-N=${1:-48}
-PROMPT=${2:-256}
-MAXTOK=${3:-32}
+N=${1:-64}
+PROMPT=${2:-512}
+MAXTOK=${3:-64}
 shift 3 2>/dev/null || shift $#
-RATES=${*:-2 8}
+RATES=${*:-4 8}
 MODEL=models/kjv-yoco
 OUT=bench/results/aiperf
 AIPERF_VERSION=0.13.0
@@ -40,7 +40,9 @@ stop_cluster() {  # on any exit: the cluster must not outlive this script
   rm -rf "$state"
 }
 trap stop_cluster EXIT
-python3 deploy/local/cluster.py --bin-dir build --model "$MODEL" --prefill 1 --decode 1 --threads 1 \
+# No KV store: both clients send the same prompts at every rate (one seed), and a prompt prefix
+# cached by the first rate would make the second one's prefill nearly free.
+python3 deploy/local/cluster.py --bin-dir build --model "$MODEL" --prefill 1 --decode 1 --threads 1 --kv-store none \
   --state-dir "$state" --http-port 0 >"$state/out" 2>"$state/err" &
 launcher=$!
 for ((i = 0; i < 1200; i++)); do
@@ -72,7 +74,11 @@ for rate in $RATES; do
     --extra-inputs ignore_eos:true --extra-inputs temperature:0 \
     --ui-type none --no-server-metrics --no-gpu-telemetry --artifact-dir "$OUT/aiperf-rate$rate" \
     >"$OUT/aiperf-rate$rate.log" 2>&1 || { tail -40 "$OUT/aiperf-rate$rate.log" >&2; exit 1; }
-  rm -rf "$OUT/aiperf-rate$rate/logs"  # its debug log; the console output is aiperf-rate$rate.log
+  # Kept: the summary (profile_export_aiperf.{json,csv}) and one record per request
+  # (profile_export.jsonl); its debug log, the console copy (aiperf-rate$rate.log has it) and the
+  # prompts (inputs.json: --random-seed makes them again) are not.
+  rm -rf "$OUT/aiperf-rate$rate/logs" "$OUT/aiperf-rate$rate/inputs.json" \
+    "$OUT/aiperf-rate$rate/profile_export_console.txt" "$OUT/aiperf-rate$rate/.aiperf_results_ready.json"
   echo "== yoco-cli bench: $N requests at $rate req/s over gRPC ($grpc)"
   build/tools/yoco-cli bench --router "$grpc" --requests "$N" --rate "$rate" --prompt-tokens "$PROMPT" \
     --max-tokens "$MAXTOK" --seed 1 --json >"$OUT/yoco-cli-rate$rate.json"

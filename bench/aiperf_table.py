@@ -38,6 +38,19 @@ def cli_row(d):
     }
 
 
+def token_counts_agree(path):
+    """(requests, how many of them the server counted the same prompt and output tokens as aiperf did)."""
+    n = same = 0
+    with open(path) as f:
+        for line in f:
+            m = json.loads(line).get("metrics") or {}
+            v = lambda k: (m.get(k) or {}).get("value")  # noqa: E731
+            n += 1
+            same += v("usage_prompt_tokens") == v("input_sequence_length") and \
+                v("usage_completion_tokens") == v("output_sequence_length")
+    return n, same
+
+
 def main():
     out, rates = sys.argv[1], sys.argv[2:]
     print("| client (protocol) | rate (req/s) | done / errors | req/s | out tok/s | prompt / output tokens "
@@ -51,6 +64,11 @@ def main():
             print("| %s | %s | %d / %d | %.2f | %.1f | %.0f / %.1f | %.1f / %.1f | %.2f / %.2f | %.1f / %.1f |"
                   % (name, rate, r["completed"], r["errors"], r["req_s"], r["tok_s"], r["isl"], r["osl"], *r["ttft"],
                      *r["itl"], *r["e2e"]))
+    print()
+    for rate in rates:
+        n, same = token_counts_agree(os.path.join(out, "aiperf-rate%s" % rate, "profile_export.jsonl"))
+        print("rate %s: the router's usage counted the same prompt and output tokens as aiperf's tokenizer in %d of %d "
+              "requests" % (rate, same, n))
 
 
 if __name__ == "__main__":
