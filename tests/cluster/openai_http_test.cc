@@ -16,8 +16,8 @@
 namespace yoco {
 namespace {
 
-using test::LocalCluster;
 using std::chrono::milliseconds;
+using test::LocalCluster;
 
 const std::string kModel = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco";
 constexpr int kBlocks = 256;
@@ -238,12 +238,11 @@ TEST_F(OpenAiHttpCluster, CompletionsStreamingErrorsAndDisconnect) {
   const std::string rm = test::http_get_body(router_metrics, "/metrics");
   EXPECT_NE(rm.find("yoco_requests_total{status=\"cancelled\"} 1"), std::string::npos) << rm;
   EXPECT_LT(metric(router_metrics, "yoco_generation_tokens_total"), 3000);  // it did not run to the end
-  EXPECT_NE(rm.find("yoco_http_requests_total{endpoint=\"/v1/completions\",code=\"429\"} 1"), std::string::npos)
-      << rm;
+  EXPECT_NE(rm.find("yoco_http_requests_total{endpoint=\"/v1/completions\",code=\"429\"} 1"), std::string::npos) << rm;
 
   // The other endpoints.
-  const std::string models = test::http_raw(
-      port, "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + auth + "\r\n");
+  const std::string models =
+      test::http_raw(port, "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + auth + "\r\n");
   ASSERT_EQ(test::http_status(models), 200) << models;
   EXPECT_EQ(json_body(models).find("data")->as_array().at(0).find("id")->as_string(), "kjv-yoco");
   const std::string tk = test::http_post(port, "/tokenize", R"({"prompt":")" + prompt + R"("})", auth);
@@ -251,8 +250,8 @@ TEST_F(OpenAiHttpCluster, CompletionsStreamingErrorsAndDisconnect) {
   EXPECT_EQ(json_body(tk).find("count")->as_int(), score.token_ids_size());
   const std::string health = test::http_raw(port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(test::http_status(health), 200) << health;
-  const std::string chat = test::http_post(port, "/v1/chat/completions",
-                                           R"({"messages":[{"role":"user","content":"Hello"}]})", auth);
+  const std::string chat =
+      test::http_post(port, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hello"}]})", auth);
   EXPECT_EQ(test::http_status(chat), 400) << chat;  // kjv-yoco has no chat template
   EXPECT_NE(chat.find("--chat-template"), std::string::npos) << chat;
 }

@@ -29,7 +29,8 @@ void send_and_hang_up(int port, const std::string& request) {
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) EXPECT_GT(write(fd, request.data(), request.size()), 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0)
+    EXPECT_GT(write(fd, request.data(), request.size()), 0);
   close(fd);
 }
 
@@ -41,7 +42,8 @@ int count(const std::string& text, const std::string& what) {
 
 TEST(HttpStreamServer, AnswersAndKeepsConnectionsAlive) {
   auto s = serve([](HttpExchange& ex) {
-    ex.respond(200, "application/json", "{\"path\":\"" + ex.request().path + "\",\"body\":\"" + ex.request().body + "\"}",
+    ex.respond(200, "application/json",
+               "{\"path\":\"" + ex.request().path + "\",\"body\":\"" + ex.request().body + "\"}",
                {{"X-Test", ex.request().header("x-test")}});
   });
   const std::string r = test::http_post(s->port(), "/v1/x?q=1", "hi", "X-Test: yes\r\n");
