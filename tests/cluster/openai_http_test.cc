@@ -187,7 +187,8 @@ TEST_F(OpenAiHttpCluster, CompletionsStreamingErrorsAndDisconnect) {
   grpc::ClientContext sctx;
   sctx.AddMetadata("authorization", "Bearer " + full);
   ASSERT_TRUE(stub->Score(&sctx, sq, &score).ok());
-  const Json echo = json_body(er).find("choices")->as_array().at(0);
+  const Json ej = json_body(er);
+  const Json echo = ej.find("choices")->as_array().at(0);
   EXPECT_EQ(echo.find("text")->as_string(), prompt);
   const Json::Array& lps = echo.find("logprobs")->find("token_logprobs")->as_array();
   ASSERT_EQ(lps.size(), static_cast<size_t>(score.token_ids_size()));
@@ -254,6 +255,64 @@ TEST_F(OpenAiHttpCluster, CompletionsStreamingErrorsAndDisconnect) {
       test::http_post(port, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hello"}]})", auth);
   EXPECT_EQ(test::http_status(chat), 400) << chat;  // kjv-yoco has no chat template
   EXPECT_NE(chat.find("--chat-template"), std::string::npos) << chat;
+}
+
+// Chat through a real template (--chat-template, Llama 3's): the template writes the BOS and the
+// router adds none; a greedy chat completion is the completion of the rendered prompt's tokens;
+// the stream starts with the assistant role and ends with finish_reason.
+TEST(OpenAiHttpChat, TemplateTokensAndStream) {
+  LocalCluster c(
+      {.model = kModel,
+       .prefill = 0,
+       .decode = 1,
+       .kv_blocks = kBlocks,
+       .router_args = {"--chat-template=" + std::string(YOCO_SOURCE_DIR) + "/tests/data/chat_templates/llama3.jinja"},
+       .secure = false});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  const int port = test::port_of(c.router().http);
+  const std::string messages = R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Who?"}])";
+
+  const std::string tk = test::http_post(port, "/tokenize", R"({"messages":)" + messages + "}");
+  ASSERT_EQ(test::http_status(tk), 200) << tk;
+  const Json tkj = json_body(tk);
+  const Json::Array& ids = tkj.find("tokens")->as_array();
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids[0].as_int(), 0);  // kjv-yoco's BOS (<|endoftext|>), written by the template once
+  EXPECT_NE(ids[1].as_int(), 0);
+  std::string id_list;
+  for (const Json& t : ids) id_list += (id_list.empty() ? "" : ",") + std::to_string(t.as_int());
+
+  const std::string chat = test::http_post(
+      port, "/v1/chat/completions",
+      R"({"messages":)" + messages + R"(,"max_tokens":10,"temperature":0,"ignore_eos":true,"logprobs":true})");
+  ASSERT_EQ(test::http_status(chat), 200) << chat;
+  const Json cj = json_body(chat);
+  EXPECT_EQ(cj.find("object")->as_string(), "chat.completion");
+  const Json& choice = cj.find("choices")->as_array().at(0);
+  EXPECT_EQ(choice.find("message")->find("role")->as_string(), "assistant");
+  EXPECT_EQ(choice.find("finish_reason")->as_string(), "length");
+  EXPECT_EQ(choice.find("logprobs")->find("content")->as_array().size(), 10u);
+  EXPECT_EQ(cj.find("usage")->find("prompt_tokens")->as_int(), static_cast<int64_t>(ids.size()));
+  const std::string completion = test::http_post(
+      port, "/v1/completions", R"({"prompt":[)" + id_list + R"(],"max_tokens":10,"temperature":0,"ignore_eos":true})");
+  ASSERT_EQ(test::http_status(completion), 200) << completion;
+  EXPECT_EQ(choice.find("message")->find("content")->as_string(),
+            json_body(completion).find("choices")->as_array().at(0).find("text")->as_string());
+
+  const std::string stream = test::http_post(
+      port, "/v1/chat/completions",
+      R"({"messages":)" + messages + R"(,"max_tokens":5,"temperature":0,"ignore_eos":true,"stream":true})");
+  ASSERT_EQ(test::http_status(stream), 200) << stream;
+  const std::vector<std::string> events = sse_payloads(test::http_body(stream));
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  auto first = Json::parse(events.front());
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->find("object")->as_string(), "chat.completion.chunk");
+  EXPECT_EQ(first->find("choices")->as_array().at(0).find("delta")->find("role")->as_string(), "assistant");
+  auto last = Json::parse(events[events.size() - 2]);
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->find("choices")->as_array().at(0).find("finish_reason")->as_string(), "length");
 }
 
 }  // namespace
