@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "tests/unit/http_get.h"
+#include "tests/unit/test_pki.h"
+#include "tests/unit/test_util.h"
 
 namespace yoco {
 namespace {
@@ -127,6 +129,39 @@ TEST(HttpStreamServer, ABlockedHandlerHoldsUpNoOtherConnection) {
   cv.notify_all();
   t.join();
   EXPECT_EQ(test::http_status(slow), 200) << slow;
+}
+
+// `curl` (its exit code: 0 fetched, 35/56/60 TLS failures) over HTTPS with `args`.
+int curl(const std::string& args) {
+  return WEXITSTATUS(std::system(("curl -s -o /dev/null --max-time 10 " + args + " 2>/dev/null").c_str()));
+}
+
+TEST(HttpStreamServer, TlsAndClientCertificates) {
+  if (std::system("command -v curl >/dev/null 2>&1") != 0) GTEST_SKIP() << "no curl";
+  test::TempDir dir;
+  auto pki = test::TestPki::make(dir.path());
+  if (!pki) GTEST_SKIP() << "no openssl";
+  HttpStreamServerOptions o;
+  o.tls_cert = pki->server_cert;
+  o.tls_key = pki->server_key;
+  auto s = serve([](HttpExchange& ex) { ex.respond(200, "text/plain", "ok", {}); }, o);
+  EXPECT_TRUE(s->tls());
+  const std::string url = " https://127.0.0.1:" + std::to_string(s->port()) + "/x";
+  EXPECT_EQ(curl("--cacert " + pki->ca + url), 0);
+  EXPECT_NE(curl("--cacert " + pki->rogue_ca + url), 0);  // a client that trusts another CA refuses it
+  EXPECT_NE(curl("http://127.0.0.1:" + std::to_string(s->port()) + "/x"), 0);  // no plaintext on a TLS port
+  s->stop();
+
+  o.tls_client_ca = pki->ca;  // mTLS: a client certificate from the CA is required
+  auto m = serve([](HttpExchange& ex) { ex.respond(200, "text/plain", "ok", {}); }, o);
+  const std::string murl = " https://127.0.0.1:" + std::to_string(m->port()) + "/x";
+  EXPECT_NE(curl("--cacert " + pki->ca + murl), 0);
+  EXPECT_EQ(curl("--cacert " + pki->ca + " --cert " + pki->client_cert + " --key " + pki->client_key + murl), 0);
+
+  o.tls_cert = dir.path() + "/missing.pem";
+  auto bad = HttpStreamServer::bind("127.0.0.1", 0, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--tls-cert"), std::string::npos) << bad.status().message();
 }
 
 }  // namespace
