@@ -105,7 +105,8 @@ Result<std::optional<ChatTemplate>> load_model_chat_template(const std::filesyst
           const Json* name = e.is_object() ? e.find("name") : nullptr;
           const Json* tpl = e.is_object() ? e.find("template") : nullptr;
           if (!name || !tpl || !name->is_string() || !tpl->is_string())
-            return invalid_argument(where + ": each entry of the list must be {\"name\": string, \"template\": string}");
+            return invalid_argument(where +
+                                    ": each entry of the list must be {\"name\": string, \"template\": string}");
           if (name->as_string() == "default") {
             source = tpl->as_string();
             found = true;

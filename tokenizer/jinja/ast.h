@@ -50,16 +50,16 @@ struct Stmt {
   enum class Kind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro, kBreak, kContinue, kBlock };
   Kind kind;
   int line = 0, col = 0;
-  std::string text;                  // kText; kSet/kSetBlock/kMacro: the name
-  std::string attr;                  // kSet on a namespace: ns.attr
-  std::vector<std::string> targets;  // kFor loop variables; kMacro parameter names
-  std::vector<ExprPtr> defaults;     // kMacro parameter defaults (null: none)
-  ExprPtr expr;                      // kOutput, kSet value, kFor iterable
-  ExprPtr cond;                      // kFor filter
+  std::string text;                                // kText; kSet/kSetBlock/kMacro: the name
+  std::string attr;                                // kSet on a namespace: ns.attr
+  std::vector<std::string> targets;                // kFor loop variables; kMacro parameter names
+  std::vector<ExprPtr> defaults;                   // kMacro parameter defaults (null: none)
+  ExprPtr expr;                                    // kOutput, kSet value, kFor iterable
+  ExprPtr cond;                                    // kFor filter
   std::vector<std::pair<ExprPtr, Body>> branches;  // kIf: condition and body
-  Body body;                         // kFor, kSetBlock, kMacro, kBlock, kIf else
-  Body else_body;                    // kFor else
-  ExprPtr filter;                    // kSetBlock: optional filter chain applied to the body
+  Body body;                                       // kFor, kSetBlock, kMacro, kBlock, kIf else
+  Body else_body;                                  // kFor else
+  ExprPtr filter;                                  // kSetBlock: optional filter chain applied to the body
 };
 
 struct Template {

@@ -82,8 +82,10 @@ std::string replace_all(const std::string& s, const std::string& from, const std
 
 std::vector<Value> to_items(const Value& v, const char* what) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return {};
-    case Value::Kind::kList: return v.list();
+    case Value::Kind::kUndefined:
+      return {};
+    case Value::Kind::kList:
+      return v.list();
     case Value::Kind::kDict: {
       std::vector<Value> keys;
       for (const auto& kv : v.dict().items) keys.emplace_back(kv.first);
@@ -94,7 +96,8 @@ std::vector<Value> to_items(const Value& v, const char* what) {
       for (std::string_view c : code_points(v.str())) out.emplace_back(std::string(c));
       return out;
     }
-    default: throw Error(std::string("'") + v.type_name() + "' object is not iterable (" + what + ")");
+    default:
+      throw Error(std::string("'") + v.type_name() + "' object is not iterable (" + what + ")");
   }
 }
 
@@ -117,11 +120,16 @@ Value attr_path(const Value& v, const Value& attribute) {
 
 int64_t length_of(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return 0;
-    case Value::Kind::kString: return static_cast<int64_t>(code_point_count(v.str()));
-    case Value::Kind::kList: return static_cast<int64_t>(v.list().size());
-    case Value::Kind::kDict: return static_cast<int64_t>(v.dict().items.size());
-    default: throw Error(std::string("object of type '") + v.type_name() + "' has no len()");
+    case Value::Kind::kUndefined:
+      return 0;
+    case Value::Kind::kString:
+      return static_cast<int64_t>(code_point_count(v.str()));
+    case Value::Kind::kList:
+      return static_cast<int64_t>(v.list().size());
+    case Value::Kind::kDict:
+      return static_cast<int64_t>(v.dict().items.size());
+    default:
+      throw Error(std::string("object of type '") + v.type_name() + "' has no len()");
   }
 }
 
@@ -150,12 +158,23 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -207,7 +226,8 @@ std::string py_title(const std::string& s) {
 Value to_int(const Value& v, const Value& dflt) {
   Value d = dflt.is_undefined() ? Value(int64_t{0}) : dflt;
   if (v.is_int()) return Value(v.as_int());
-  if (v.kind() == Value::Kind::kFloat) return std::isfinite(v.as_double()) ? Value(static_cast<int64_t>(v.as_double())) : d;
+  if (v.kind() == Value::Kind::kFloat)
+    return std::isfinite(v.as_double()) ? Value(static_cast<int64_t>(v.as_double())) : d;
   if (v.is_string()) {
     std::string s = py_strip(v.str(), Value(), true, true);
     s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
@@ -236,7 +256,10 @@ Value to_float(const Value& v, const Value& dflt) {
 }
 
 std::string indent(const std::string& s, const Value& width, bool first, bool blank) {
-  std::string ind = width.is_string() ? width.str() : std::string(static_cast<size_t>(std::max<int64_t>(0, width.is_undefined() ? 4 : need_int(width, "indent width"))), ' ');
+  std::string ind = width.is_string() ? width.str()
+                                      : std::string(static_cast<size_t>(std::max<int64_t>(
+                                                        0, width.is_undefined() ? 4 : need_int(width, "indent width"))),
+                                                    ' ');
   std::vector<std::string> lines = splitlines(s + "\n");
   std::string rv;
   if (blank) {
@@ -297,14 +320,17 @@ using FilterFn = std::function<Value(const Value&, Args&)>;
 
 const std::map<std::string, FilterFn, std::less<>>& filters() {
   static const auto* table = new std::map<std::string, FilterFn, std::less<>>{
-      {"abs", [](const Value& v, Args&) -> Value {
+      {"abs",
+       [](const Value& v, Args&) -> Value {
          if (v.kind() == Value::Kind::kFloat) return Value(std::fabs(v.as_double()));
          return Value(static_cast<int64_t>(std::llabs(need_int(v, "abs() argument"))));
        }},
-      {"attr", [](const Value& v, Args& a) { return get_attr(v, need_string(a.get(0, "name"), "attr name"), "value is undefined"); }},
+      {"attr", [](const Value& v,
+                  Args& a) { return get_attr(v, need_string(a.get(0, "name"), "attr name"), "value is undefined"); }},
       {"capitalize", [](const Value& v, Args&) { return Value(capitalize(v.to_str())); }},
       {"count", [](const Value& v, Args&) { return Value(length_of(v)); }},
-      {"default", [](const Value& v, Args& a) {
+      {"default",
+       [](const Value& v, Args& a) {
          bool boolean = a.get(1, "boolean").truthy();
          if (v.is_undefined() || (boolean && !v.truthy())) {
            Value d = a.get(0, "default_value");
@@ -312,7 +338,8 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
          }
          return v;
        }},
-      {"dictsort", [](const Value& v, Args& a) {
+      {"dictsort",
+       [](const Value& v, Args& a) {
          if (!v.is_dict()) throw Error("dictsort needs a dict");
          bool by_value = a.get(1, "by").is_string() && a.get(1, "by").str() == "value";
          auto items = v.dict().items;
@@ -326,23 +353,27 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
          return Value(std::move(out));
        }},
       {"escape", [](const Value& v, Args&) { return Value(html_escape(v.to_str())); }},
-      {"first", [](const Value& v, Args&) {
+      {"first",
+       [](const Value& v, Args&) {
          auto items = to_items(v, "first");
          return items.empty() ? Value() : items.front();
        }},
       {"float", [](const Value& v, Args& a) { return to_float(v, a.get(0, "default")); }},
-      {"indent", [](const Value& v, Args& a) {
+      {"indent",
+       [](const Value& v, Args& a) {
          return Value(indent(v.to_str(), a.get(0, "width"), a.get(1, "first").truthy(), a.get(2, "blank").truthy()));
        }},
       {"int", [](const Value& v, Args& a) { return to_int(v, a.get(0, "default")); }},
-      {"items", [](const Value& v, Args&) -> Value {
+      {"items",
+       [](const Value& v, Args&) -> Value {
          if (v.is_undefined()) return Value(List{});
          if (!v.is_dict()) throw Error("Can only get item pairs from a mapping.");
          List out;
          for (const auto& [k, e] : v.dict().items) out.push_back(Value::tuple(List{Value(k), e}));
          return Value(std::move(out));
        }},
-      {"join", [](const Value& v, Args& a) {
+      {"join",
+       [](const Value& v, Args& a) {
          std::string sep = a.get(0, "d").is_undefined() ? "" : a.get(0, "d").to_str();
          Value attribute = a.get(1, "attribute");
          std::string out;
@@ -355,14 +386,16 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
          }
          return Value(std::move(out));
        }},
-      {"last", [](const Value& v, Args&) {
+      {"last",
+       [](const Value& v, Args&) {
          auto items = to_items(v, "last");
          return items.empty() ? Value() : items.back();
        }},
       {"length", [](const Value& v, Args&) { return Value(length_of(v)); }},
       {"list", [](const Value& v, Args&) { return Value(to_items(v, "list")); }},
       {"lower", [](const Value& v, Args&) { return Value(ascii_lower(v.to_str())); }},
-      {"map", [](const Value& v, Args& a) {
+      {"map",
+       [](const Value& v, Args& a) {
          List out;
          Value attribute = a.get(99, "attribute");
          if (!attribute.is_undefined()) {
@@ -384,12 +417,14 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
        }},
       {"reject", [](const Value& v, Args& a) { return select(v, a, false, false); }},
       {"rejectattr", [](const Value& v, Args& a) { return select(v, a, true, false); }},
-      {"replace", [](const Value& v, Args& a) {
+      {"replace",
+       [](const Value& v, Args& a) {
          Value count = a.get(2, "count");
          return Value(replace_all(v.to_str(), a.get(0, "old").to_str(), a.get(1, "new").to_str(),
                                   count.is_undefined() || count.is_none() ? -1 : need_int(count, "count")));
        }},
-      {"reverse", [](const Value& v, Args&) -> Value {
+      {"reverse",
+       [](const Value& v, Args&) -> Value {
          if (v.is_string()) {
            auto cps = code_points(v.str());
            std::string out;
@@ -400,12 +435,13 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
          std::reverse(items.begin(), items.end());
          return Value(std::move(items));
        }},
-      {"round", [](const Value& v, Args& a) {
+      {"round",
+       [](const Value& v, Args& a) {
          int64_t p = a.get(0, "precision").is_undefined() ? 0 : need_int(a.get(0, "precision"), "precision");
          std::string method = a.get(1, "method").is_undefined() ? "common" : a.get(1, "method").to_str();
          double x = v.as_double(), m = std::pow(10.0, static_cast<double>(p));
          if (!v.is_number()) throw Error("round needs a number");
-         double r = method == "ceil" ? std::ceil(x * m) / m
+         double r = method == "ceil"    ? std::ceil(x * m) / m
                     : method == "floor" ? std::floor(x * m) / m
                                         : std::nearbyint(x * m) / m;  // Python round: half to even
          return Value(r);
@@ -414,18 +450,21 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       {"select", [](const Value& v, Args& a) { return select(v, a, false, true); }},
       {"selectattr", [](const Value& v, Args& a) { return select(v, a, true, true); }},
       {"string", [](const Value& v, Args&) { return Value(v.to_str()); }},
-      {"sum", [](const Value& v, Args& a) {
+      {"sum",
+       [](const Value& v, Args& a) {
          Value attribute = a.get(0, "attribute");
          Value total = a.get(1, "start").is_undefined() ? Value(int64_t{0}) : a.get(1, "start");
          for (const Value& e : to_items(v, "sum")) {
            Value x = attribute.is_undefined() ? e : attr_path(e, attribute);
            if (!x.is_number() || !total.is_number()) throw Error("sum needs numbers");
-           total = (x.is_int() && total.is_int()) ? Value(total.as_int() + x.as_int()) : Value(total.as_double() + x.as_double());
+           total = (x.is_int() && total.is_int()) ? Value(total.as_int() + x.as_int())
+                                                  : Value(total.as_double() + x.as_double());
          }
          return total;
        }},
       {"title", [](const Value& v, Args&) { return Value(title(v.to_str())); }},
-      {"tojson", [](const Value& v, Args& a) {
+      {"tojson",
+       [](const Value& v, Args& a) {
          Value ind = a.get(1, "indent");
          int indent = ind.is_undefined() || ind.is_none() ? -1 : static_cast<int>(need_int(ind, "indent"));
          Value x = a.get(4, "sort_keys").truthy() ? sort_keys(v) : v;
@@ -435,7 +474,8 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
          return Value(std::move(out));
        }},
       {"trim", [](const Value& v, Args& a) { return Value(py_strip(v.to_str(), a.get(0, "chars"), true, true)); }},
-      {"unique", [](const Value& v, Args& a) {
+      {"unique",
+       [](const Value& v, Args& a) {
          bool cs = a.get(0, "case_sensitive").truthy();
          Value attribute = a.get(1, "attribute");
          List out;
@@ -453,11 +493,13 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
          return Value(std::move(out));
        }},
       {"upper", [](const Value& v, Args&) { return Value(ascii_upper(v.to_str())); }},
-      {"wordcount", [](const Value& v, Args&) {
+      {"wordcount",
+       [](const Value& v, Args&) {
          int64_t n = 0;
          bool in = false;
          for (char c : v.to_str()) {
-           bool w = is_lower_ascii(c) || is_upper_ascii(c) || (c >= '0' && c <= '9') || c == '_' || static_cast<unsigned char>(c) >= 0x80;
+           bool w = is_lower_ascii(c) || is_upper_ascii(c) || (c >= '0' && c <= '9') || c == '_' ||
+                    static_cast<unsigned char>(c) >= 0x80;
            if (w && !in) ++n;
            in = w;
          }
@@ -476,7 +518,10 @@ bool num_cmp(const Value& v, Args& a, const char* op) {
   if (s == "!=") return !values_equal(v, o);
   if (!(v.is_number() && o.is_number()) && !(v.is_string() && o.is_string()))
     throw Error("'" + s + "' not supported between instances of '" + v.type_name() + "' and '" + o.type_name() + "'");
-  int c = v.is_string() ? v.str().compare(o.str()) : (v.as_double() < o.as_double() ? -1 : v.as_double() > o.as_double() ? 1 : 0);
+  int c = v.is_string() ? v.str().compare(o.str())
+                        : (v.as_double() < o.as_double()   ? -1
+                           : v.as_double() > o.as_double() ? 1
+                                                           : 0);
   if (s == "<") return c < 0;
   if (s == "<=") return c <= 0;
   if (s == ">") return c > 0;
@@ -488,7 +533,8 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       {"boolean", [](const Value& v, Args&) { return v.is_bool(); }},
       {"callable", [](const Value& v, Args&) { return v.is_function(); }},
       {"defined", [](const Value& v, Args&) { return !v.is_undefined(); }},
-      {"divisibleby", [](const Value& v, Args& a) {
+      {"divisibleby",
+       [](const Value& v, Args& a) {
          int64_t d = need_int(a.get(0, "num"), "divisor");
          if (d == 0) throw Error("integer division or modulo by zero");
          return need_int(v, "value") % d == 0;
@@ -512,21 +558,26 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       {"integer", [](const Value& v, Args&) { return v.kind() == Value::Kind::kInt; }},
       {"number", [](const Value& v, Args&) { return v.is_number(); }},
       {"in", [](const Value& v, Args& a) { return contains(a.get(0, "seq"), v); }},
-      {"iterable", [](const Value& v, Args&) { return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict(); }},
-      {"sequence", [](const Value& v, Args&) { return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict(); }},
+      {"iterable",
+       [](const Value& v, Args&) { return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict(); }},
+      {"sequence",
+       [](const Value& v, Args&) { return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict(); }},
       {"mapping", [](const Value& v, Args&) { return v.is_dict(); }},
       {"none", [](const Value& v, Args&) { return v.is_none(); }},
       {"string", [](const Value& v, Args&) { return v.is_string(); }},
       {"undefined", [](const Value& v, Args&) { return v.is_undefined(); }},
-      {"lower", [](const Value& v, Args&) {
+      {"lower",
+       [](const Value& v, Args&) {
          std::string s = v.to_str();
          return std::any_of(s.begin(), s.end(), is_lower_ascii) && !std::any_of(s.begin(), s.end(), is_upper_ascii);
        }},
-      {"upper", [](const Value& v, Args&) {
+      {"upper",
+       [](const Value& v, Args&) {
          std::string s = v.to_str();
          return std::any_of(s.begin(), s.end(), is_upper_ascii) && !std::any_of(s.begin(), s.end(), is_lower_ascii);
        }},
-      {"sameas", [](const Value& v, Args& a) {
+      {"sameas",
+       [](const Value& v, Args& a) {
          Value o = a.get(0, "other");
          if (v.kind() != o.kind()) return false;
          if (v.is_none() || v.is_undefined()) return true;
@@ -593,7 +644,8 @@ Value string_method(const std::string& s, std::string_view name, Args& a) {
   if (name == "split") {
     Value m = a.get(1, "maxsplit");
     List out;
-    for (auto& p : py_split(s, a.get(0, "sep"), m.is_undefined() ? -1 : need_int(m, "maxsplit"))) out.emplace_back(std::move(p));
+    for (auto& p : py_split(s, a.get(0, "sep"), m.is_undefined() ? -1 : need_int(m, "maxsplit")))
+      out.emplace_back(std::move(p));
     return Value(std::move(out));
   }
   if (name == "splitlines") {
@@ -643,7 +695,10 @@ Value string_method(const std::string& s, std::string_view name, Args& a) {
     if (s.empty()) return Value(false);
     for (char c : s) {
       bool digit = c >= '0' && c <= '9', alpha = is_lower_ascii(c) || is_upper_ascii(c);
-      bool ok = name == "isdigit" ? digit : name == "isalpha" ? alpha : name == "isalnum" ? digit || alpha : py_isspace(static_cast<unsigned char>(c));
+      bool ok = name == "isdigit"   ? digit
+                : name == "isalpha" ? alpha
+                : name == "isalnum" ? digit || alpha
+                                    : py_isspace(static_cast<unsigned char>(c));
       if (!ok) return Value(false);
     }
     return Value(true);
@@ -689,9 +744,7 @@ std::string py_strip(std::string_view s, const Value& chars, bool left, bool rig
   return out;
 }
 
-bool is_known_filter(std::string_view name) {
-  return filters().count(name) || name == "d" || name == "e";
-}
+bool is_known_filter(std::string_view name) { return filters().count(name) || name == "d" || name == "e"; }
 
 bool is_known_test(std::string_view name) { return tests().count(name) > 0; }
 
@@ -783,7 +836,8 @@ Value get_item(const Value& obj, const Value& key, const std::string& what) {
 bool contains(const Value& container, const Value& item) {
   switch (container.kind()) {
     case Value::Kind::kString:
-      if (!item.is_string()) throw Error("'in <string>' requires string as left operand, not " + std::string(item.type_name()));
+      if (!item.is_string())
+        throw Error("'in <string>' requires string as left operand, not " + std::string(item.type_name()));
       return container.str().find(item.str()) != std::string::npos;
     case Value::Kind::kList:
       return std::any_of(container.list().begin(), container.list().end(),

@@ -55,19 +55,34 @@ class Interpreter {
   Flow exec(const Stmt& s) {
     step(s.line, s.col);
     switch (s.kind) {
-      case Stmt::Kind::kText: emit(s.text, s.line, s.col); return Flow::kNormal;
-      case Stmt::Kind::kOutput: emit(eval(*s.expr).to_str(), s.line, s.col); return Flow::kNormal;
+      case Stmt::Kind::kText:
+        emit(s.text, s.line, s.col);
+        return Flow::kNormal;
+      case Stmt::Kind::kOutput:
+        emit(eval(*s.expr).to_str(), s.line, s.col);
+        return Flow::kNormal;
       case Stmt::Kind::kIf:
         for (const auto& [cond, body] : s.branches)
           if (eval(*cond).truthy()) return exec_body(body);
         return exec_body(s.body);
-      case Stmt::Kind::kFor: exec_for(s); return Flow::kNormal;
-      case Stmt::Kind::kSet: exec_set(s); return Flow::kNormal;
-      case Stmt::Kind::kSetBlock: exec_set_block(s); return Flow::kNormal;
-      case Stmt::Kind::kMacro: define_macro(s); return Flow::kNormal;
-      case Stmt::Kind::kBreak: return Flow::kBreak;
-      case Stmt::Kind::kContinue: return Flow::kContinue;
-      case Stmt::Kind::kBlock: return exec_body(s.body);
+      case Stmt::Kind::kFor:
+        exec_for(s);
+        return Flow::kNormal;
+      case Stmt::Kind::kSet:
+        exec_set(s);
+        return Flow::kNormal;
+      case Stmt::Kind::kSetBlock:
+        exec_set_block(s);
+        return Flow::kNormal;
+      case Stmt::Kind::kMacro:
+        define_macro(s);
+        return Flow::kNormal;
+      case Stmt::Kind::kBreak:
+        return Flow::kBreak;
+      case Stmt::Kind::kContinue:
+        return Flow::kContinue;
+      case Stmt::Kind::kBlock:
+        return exec_body(s.body);
     }
     return Flow::kNormal;
   }
@@ -121,8 +136,10 @@ class Interpreter {
 
   static std::vector<Value> iterate(const Value& v, const Stmt& s) {
     switch (v.kind()) {
-      case Value::Kind::kUndefined: return {};
-      case Value::Kind::kList: return v.list();
+      case Value::Kind::kUndefined:
+        return {};
+      case Value::Kind::kList:
+        return v.list();
       case Value::Kind::kDict: {
         std::vector<Value> keys;
         for (const auto& kv : v.dict().items) keys.emplace_back(kv.first);
@@ -179,31 +196,42 @@ class Interpreter {
       exec_body(s.else_body);
       return;
     }
-    auto loop = std::make_shared<Dict>();
+    // One loop object per loop, its fields updated in place (the order is fixed by make_loop).
+    auto index = std::make_shared<int64_t>(0);
+    auto loop = make_loop(index);
     Value loop_value = Value::dict(loop);
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
       step(s.line, s.col);
-      loop->items.clear();
-      loop->set("index0", Value(i));
-      loop->set("index", Value(i + 1));
-      loop->set("revindex", Value(n - i));
-      loop->set("revindex0", Value(n - i - 1));
-      loop->set("first", Value(i == 0));
-      loop->set("last", Value(i == n - 1));
-      loop->set("length", Value(n));
-      loop->set("depth", Value(int64_t{1}));
-      loop->set("depth0", Value(int64_t{0}));
-      loop->set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value());
-      loop->set("nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value());
-      loop->set("cycle", Value::function([i](Args& a) -> Value {
-        if (a.positional.empty()) throw Error("no items for cycling given");
-        return a.positional[static_cast<size_t>(i) % a.positional.size()];
-      }));
+      *index = i;
+      auto& f = loop->items;
+      f[0].second = Value(i);
+      f[1].second = Value(i + 1);
+      f[2].second = Value(n - i);
+      f[3].second = Value(n - i - 1);
+      f[4].second = Value(i == 0);
+      f[5].second = Value(i == n - 1);
+      f[6].second = Value(n);
+      f[7].second = i > 0 ? items[static_cast<size_t>(i - 1)] : Value();
+      f[8].second = i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value();
       assign("loop", loop_value);
       bind_targets(s, items[static_cast<size_t>(i)]);
       if (exec_body(s.body) == Flow::kBreak) break;
     }
+  }
+
+  static std::shared_ptr<Dict> make_loop(const std::shared_ptr<int64_t>& index) {
+    auto loop = std::make_shared<Dict>();
+    for (const char* k :
+         {"index0", "index", "revindex", "revindex0", "first", "last", "length", "previtem", "nextitem"})
+      loop->items.emplace_back(k, Value());
+    loop->items.emplace_back("depth", Value(int64_t{1}));
+    loop->items.emplace_back("depth0", Value(int64_t{0}));
+    loop->items.emplace_back("cycle", Value::function([index](Args& a) -> Value {
+                               if (a.positional.empty()) throw Error("no items for cycling given");
+                               return a.positional[static_cast<size_t>(*index) % a.positional.size()];
+                             }));
+    return loop;
   }
 
   void define_macro(const Stmt& s) {
@@ -290,8 +318,10 @@ class Interpreter {
 
   Value eval_inner(const Expr& e) {
     switch (e.kind) {
-      case Expr::Kind::kLiteral: return e.literal;
-      case Expr::Kind::kName: return lookup(e.name);
+      case Expr::Kind::kLiteral:
+        return e.literal;
+      case Expr::Kind::kName:
+        return lookup(e.name);
       case Expr::Kind::kList: {
         List l;
         for (const auto& x : e.items) l.push_back(eval(*x));
@@ -306,10 +336,14 @@ class Interpreter {
         }
         return Value::dict(std::move(d));
       }
-      case Expr::Kind::kAttr: return get_attr(eval(*e.a), e.name, describe(*e.a));
-      case Expr::Kind::kItem: return get_item(eval(*e.a), eval(*e.b), describe(*e.a));
-      case Expr::Kind::kSlice: return eval_slice(e);
-      case Expr::Kind::kCall: return eval_call(e);
+      case Expr::Kind::kAttr:
+        return get_attr(eval(*e.a), e.name, describe(*e.a));
+      case Expr::Kind::kItem:
+        return get_item(eval(*e.a), eval(*e.b), describe(*e.a));
+      case Expr::Kind::kSlice:
+        return eval_slice(e);
+      case Expr::Kind::kCall:
+        return eval_call(e);
       case Expr::Kind::kFilter: {
         Value v = eval(*e.a);
         Args args = eval_args(e);
@@ -327,7 +361,8 @@ class Interpreter {
         if (v.is_int()) return Value(e.name == "-" ? -v.as_int() : v.as_int());
         throw Error(std::string("bad operand type for unary ") + e.name + ": '" + v.type_name() + "'");
       }
-      case Expr::Kind::kBinary: return eval_binary(e);
+      case Expr::Kind::kBinary:
+        return eval_binary(e);
       case Expr::Kind::kCompare: {
         Value left = eval(*e.a);
         for (size_t i = 0; i < e.ops.size(); ++i) {
@@ -426,7 +461,8 @@ class Interpreter {
     } else if (a.is_string() && b.is_string()) {
       c = a.str().compare(b.str());
     } else {
-      throw Error("'" + op + "' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
+      throw Error("'" + op + "' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() +
+                  "'");
     }
     if (op == "<") return c < 0;
     if (op == "<=") return c <= 0;
@@ -519,58 +555,58 @@ class Interpreter {
     auto set_default = [&](const char* name, Value v) {
       if (!root_->count(name)) (*root_)[name] = std::move(v);
     };
-    set_default("raise_exception", Value::function([](Args& a) -> Value {
-      throw Error(a.get(0, "message").to_str(), /*raised=*/true);
-    }));
+    set_default("raise_exception",
+                Value::function([](Args& a) -> Value { throw Error(a.get(0, "message").to_str(), /*raised=*/true); }));
     set_default("strftime_now", Value::function([](Args& a) -> Value {
-      Value fmt = a.get(0, "format");
-      if (!fmt.is_string()) throw Error("strftime_now() needs a format string");
-      std::time_t t = std::time(nullptr);
-      std::tm tm{};
-      localtime_r(&t, &tm);
-      char buf[256];
-      size_t n = std::strftime(buf, sizeof(buf), fmt.str().c_str(), &tm);
-      return Value(std::string(buf, n));
-    }));
+                  Value fmt = a.get(0, "format");
+                  if (!fmt.is_string()) throw Error("strftime_now() needs a format string");
+                  std::time_t t = std::time(nullptr);
+                  std::tm tm{};
+                  localtime_r(&t, &tm);
+                  char buf[256];
+                  size_t n = std::strftime(buf, sizeof(buf), fmt.str().c_str(), &tm);
+                  return Value(std::string(buf, n));
+                }));
     set_default("namespace", Value::function([](Args& a) -> Value {
-      auto d = std::make_shared<Dict>();
-      for (const Value& p : a.positional) {
-        if (!p.is_dict()) throw Error("namespace() takes keyword arguments or a dict");
-        for (const auto& kv : p.dict().items) d->set(kv.first, kv.second);
-      }
-      for (const auto& [k, v] : a.keyword) d->set(k, v);
-      return Value::name_space(std::move(d));
-    }));
+                  auto d = std::make_shared<Dict>();
+                  for (const Value& p : a.positional) {
+                    if (!p.is_dict()) throw Error("namespace() takes keyword arguments or a dict");
+                    for (const auto& kv : p.dict().items) d->set(kv.first, kv.second);
+                  }
+                  for (const auto& [k, v] : a.keyword) d->set(k, v);
+                  return Value::name_space(std::move(d));
+                }));
     set_default("dict", Value::function([](Args& a) -> Value {
-      auto d = std::make_shared<Dict>();
-      for (const Value& p : a.positional) {
-        if (!p.is_dict()) throw Error("dict() takes keyword arguments or a dict");
-        for (const auto& kv : p.dict().items) d->set(kv.first, kv.second);
-      }
-      for (const auto& [k, v] : a.keyword) d->set(k, v);
-      return Value::dict(std::move(d));
-    }));
+                  auto d = std::make_shared<Dict>();
+                  for (const Value& p : a.positional) {
+                    if (!p.is_dict()) throw Error("dict() takes keyword arguments or a dict");
+                    for (const auto& kv : p.dict().items) d->set(kv.first, kv.second);
+                  }
+                  for (const auto& [k, v] : a.keyword) d->set(k, v);
+                  return Value::dict(std::move(d));
+                }));
     set_default("range", Value::function([](Args& a) -> Value {
-      for (const Value& v : a.positional)
-        if (!v.is_int()) throw Error("range() arguments must be integers");
-      int64_t start = 0, stop = 0, st = 1;
-      if (a.positional.size() == 1) {
-        stop = a.positional[0].as_int();
-      } else if (a.positional.size() >= 2) {
-        start = a.positional[0].as_int();
-        stop = a.positional[1].as_int();
-        if (a.positional.size() >= 3) st = a.positional[2].as_int();
-      } else {
-        throw Error("range expected at least 1 argument");
-      }
-      if (st == 0) throw Error("range() arg 3 must not be zero");
-      List out;
-      for (int64_t i = start; st > 0 ? i < stop : i > stop; i += st) {
-        if (out.size() >= 100000) throw Error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-        out.emplace_back(i);
-      }
-      return Value(std::move(out));
-    }));
+                  for (const Value& v : a.positional)
+                    if (!v.is_int()) throw Error("range() arguments must be integers");
+                  int64_t start = 0, stop = 0, st = 1;
+                  if (a.positional.size() == 1) {
+                    stop = a.positional[0].as_int();
+                  } else if (a.positional.size() >= 2) {
+                    start = a.positional[0].as_int();
+                    stop = a.positional[1].as_int();
+                    if (a.positional.size() >= 3) st = a.positional[2].as_int();
+                  } else {
+                    throw Error("range expected at least 1 argument");
+                  }
+                  if (st == 0) throw Error("range() arg 3 must not be zero");
+                  List out;
+                  for (int64_t i = start; st > 0 ? i < stop : i > stop; i += st) {
+                    if (out.size() >= 100000)
+                      throw Error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+                    out.emplace_back(i);
+                  }
+                  return Value(std::move(out));
+                }));
   }
 
   const RenderLimits& limits_;

@@ -13,8 +13,8 @@ namespace yoco::jinja {
 
 struct RenderLimits {
   size_t max_output_bytes = 16u << 20;
-  size_t max_steps = 20'000'000;  // statements, loop iterations and calls
-  int max_call_depth = 100;       // macro recursion
+  size_t max_steps = 5'000'000;  // statements, loop iterations and calls
+  int max_call_depth = 100;      // macro recursion
 };
 
 // Renders `tpl` with the given top-level variables. Throws jinja::Error.

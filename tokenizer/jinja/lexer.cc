@@ -167,8 +167,8 @@ class Lexer {
     }
     if (is_digit(c)) return lex_number();
     if (c == '\'' || c == '"') return lex_string();
-    static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "[", "]", "(",
-                                 ")", "{", "}", "|", "=", "<", ">", ".", ",", ":", ";"};
+    static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "[",
+                                 "]",  "(",  ")",  "{",  "}",  "|",  "=", "<", ">", ".", ",", ":", ";"};
     for (const char* op : kOps) {
       size_t n = std::strlen(op);
       if (s_.compare(pos_, n, op) == 0) {
@@ -186,7 +186,8 @@ class Lexer {
     size_t at = pos_;
     std::string digits;
     auto run = [&] {
-      while (pos_ < s_.size() && (is_digit(s_[pos_]) || (s_[pos_] == '_' && pos_ + 1 < s_.size() && is_digit(s_[pos_ + 1])))) {
+      while (pos_ < s_.size() &&
+             (is_digit(s_[pos_]) || (s_[pos_] == '_' && pos_ + 1 < s_.size() && is_digit(s_[pos_ + 1])))) {
         if (s_[pos_] != '_') digits += s_[pos_];
         ++pos_;
       }
@@ -245,17 +246,38 @@ class Lexer {
       if (pos_ >= s_.size()) fail(at, "unterminated string literal");
       char e = s_[pos_++];
       switch (e) {
-        case 'n': v += '\n'; break;
-        case 't': v += '\t'; break;
-        case 'r': v += '\r'; break;
-        case '\\': v += '\\'; break;
-        case '\'': v += '\''; break;
-        case '"': v += '"'; break;
-        case 'a': v += '\a'; break;
-        case 'b': v += '\b'; break;
-        case 'f': v += '\f'; break;
-        case 'v': v += '\v'; break;
-        case '\n': break;
+        case 'n':
+          v += '\n';
+          break;
+        case 't':
+          v += '\t';
+          break;
+        case 'r':
+          v += '\r';
+          break;
+        case '\\':
+          v += '\\';
+          break;
+        case '\'':
+          v += '\'';
+          break;
+        case '"':
+          v += '"';
+          break;
+        case 'a':
+          v += '\a';
+          break;
+        case 'b':
+          v += '\b';
+          break;
+        case 'f':
+          v += '\f';
+          break;
+        case 'v':
+          v += '\v';
+          break;
+        case '\n':
+          break;
         case 'x':
         case 'u':
         case 'U': {

@@ -4,6 +4,7 @@
 
 #include <initializer_list>
 
+#include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/lexer.h"
 
 namespace yoco::jinja {
@@ -31,16 +32,19 @@ class Parser {
     if (i_ + 1 < t_.size()) ++i_;
     return t;
   }
-  [[noreturn]] void fail(const Token& t, const std::string& msg) const {
-    throw Error(location(t.line, t.col) + msg);
-  }
+  [[noreturn]] void fail(const Token& t, const std::string& msg) const { throw Error(location(t.line, t.col) + msg); }
   static std::string describe(const Token& t) {
     switch (t.type) {
-      case Type::kEof: return "end of template";
-      case Type::kBlockEnd: return "end of statement block";
-      case Type::kVarEnd: return "end of print statement";
-      case Type::kString: return "string";
-      default: return "'" + t.text + "'";
+      case Type::kEof:
+        return "end of template";
+      case Type::kBlockEnd:
+        return "end of statement block";
+      case Type::kVarEnd:
+        return "end of print statement";
+      case Type::kString:
+        return "string";
+      default:
+        return "'" + t.text + "'";
     }
   }
   bool is_op(const char* op, size_t k = 0) const { return peek(k).type == Type::kOp && peek(k).text == op; }
@@ -146,8 +150,8 @@ class Parser {
       expect(Type::kBlockEnd, "'%}'");
       return s;  // a kSetBlock without a name outputs its filtered body
     }
-    static const char* kEnds[] = {"endif", "endfor", "endset", "endmacro", "else", "elif", "endgeneration",
-                                  "endfilter", "endraw"};
+    static const char* kEnds[] = {"endif", "endfor",        "endset",    "endmacro", "else",
+                                  "elif",  "endgeneration", "endfilter", "endraw"};
     for (const char* e : kEnds)
       if (n == e) fail(tag, "unexpected '" + n + "'");
     fail(tag, "unsupported tag '" + n + "'");
@@ -316,8 +320,8 @@ class Parser {
     while (true) {
       std::string op;
       const Token& at = peek();
-      if (at.type == Type::kOp &&
-          (at.text == "==" || at.text == "!=" || at.text == "<" || at.text == "<=" || at.text == ">" || at.text == ">=")) {
+      if (at.type == Type::kOp && (at.text == "==" || at.text == "!=" || at.text == "<" || at.text == "<=" ||
+                                   at.text == ">" || at.text == ">=")) {
         op = next().text;
       } else if (is_name("in")) {
         next();
@@ -560,6 +564,7 @@ class Parser {
         f->name += '.';
         f->name += expect_name();
       }
+      if (!is_known_filter(f->name)) fail(at, "no filter named '" + f->name + "'");
       if (is_op("(")) parse_args(*f);
       f->a = std::move(obj);
       obj = std::move(f);
@@ -578,7 +583,9 @@ class Parser {
           next();
           t->negated = true;
         }
+        const Token& name_at = peek();
         t->name = expect_name();
+        if (!is_known_test(t->name)) fail(name_at, "no test named '" + t->name + "'");
         if (is_op("(")) {
           parse_args(*t);
         } else if (starts_test_arg()) {

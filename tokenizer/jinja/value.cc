@@ -86,16 +86,26 @@ bool Value::truthy() const {
 
 const char* Value::type_name() const {
   switch (kind_) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return "list";
-    case Kind::kDict: return "dict";
-    case Kind::kNamespace: return "Namespace";
-    case Kind::kFunction: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kFunction:
+      return "function";
   }
   return "?";
 }
@@ -161,13 +171,27 @@ void json_string(std::string& out, const std::string& s) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           char b[8];
@@ -187,9 +211,15 @@ void json_dump(std::string& out, const Value& v, int indent, int level) {
     out.append(static_cast<size_t>(indent * lvl), ' ');
   };
   switch (v.kind()) {
-    case Value::Kind::kNone: out += "null"; return;
-    case Value::Kind::kBool: out += v.as_bool() ? "true" : "false"; return;
-    case Value::Kind::kInt: out += std::to_string(v.as_int()); return;
+    case Value::Kind::kNone:
+      out += "null";
+      return;
+    case Value::Kind::kBool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Value::Kind::kInt:
+      out += std::to_string(v.as_int());
+      return;
     case Value::Kind::kFloat: {
       double d = v.as_double();
       if (std::isnan(d)) out += "NaN";
@@ -197,7 +227,9 @@ void json_dump(std::string& out, const Value& v, int indent, int level) {
       else out += py_float_repr(d);
       return;
     }
-    case Value::Kind::kString: json_string(out, v.str()); return;
+    case Value::Kind::kString:
+      json_string(out, v.str());
+      return;
     case Value::Kind::kList: {
       const List& l = v.list();
       if (l.empty()) {
@@ -252,12 +284,18 @@ std::string Value::repr() const {
 
 std::string Value::to_str() const {
   switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return int_ ? "True" : "False";
-    case Kind::kInt: return std::to_string(int_);
-    case Kind::kFloat: return py_float_repr(float_);
-    case Kind::kString: return *str_;
+    case Kind::kUndefined:
+      return "";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return int_ ? "True" : "False";
+    case Kind::kInt:
+      return std::to_string(int_);
+    case Kind::kFloat:
+      return py_float_repr(float_);
+    case Kind::kString:
+      return *str_;
     case Kind::kList: {
       std::string out = tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
@@ -275,8 +313,10 @@ std::string Value::to_str() const {
       }
       return out + "}";
     }
-    case Kind::kNamespace: return "<Namespace>";
-    case Kind::kFunction: return "<function>";
+    case Kind::kNamespace:
+      return "<Namespace>";
+    case Kind::kFunction:
+      return "<function>";
   }
   return "";
 }
@@ -315,10 +355,14 @@ bool values_equal(const Value& a, const Value& b) {
 
 Value Value::from_json(const Json& j) {
   switch (j.type()) {
-    case Json::Type::kNull: return none();
-    case Json::Type::kBool: return Value(j.as_bool());
-    case Json::Type::kNumber: return j.is_integer() ? Value(j.as_int()) : Value(j.as_double());
-    case Json::Type::kString: return Value(j.as_string());
+    case Json::Type::kNull:
+      return none();
+    case Json::Type::kBool:
+      return Value(j.as_bool());
+    case Json::Type::kNumber:
+      return j.is_integer() ? Value(j.as_int()) : Value(j.as_double());
+    case Json::Type::kString:
+      return Value(j.as_string());
     case Json::Type::kArray: {
       List l;
       l.reserve(j.as_array().size());
@@ -345,8 +389,8 @@ std::string location(int line, int col) {
 
 bool py_isspace(uint32_t cp) {
   if (cp == ' ' || (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x1f)) return true;
-  return cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 ||
-         cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
+  return cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202f || cp == 0x205f || cp == 0x3000;
 }
 
 std::vector<std::string_view> code_points(std::string_view s) {
