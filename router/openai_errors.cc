@@ -5,7 +5,9 @@
 namespace yoco {
 
 Json ApiError::json() const {
-  Json::Object e{{"message", message}, {"type", type}, {"param", param.empty() ? Json() : Json(param)},
+  Json::Object e{{"message", message},
+                 {"type", type},
+                 {"param", param.empty() ? Json() : Json(param)},
                  {"code", code.empty() ? Json() : Json(code)}};
   return Json::Object{{"error", std::move(e)}};
 }

@@ -130,8 +130,8 @@ class Generation {
     ChoiceState& s = st_[i];
     const int index = static_cast<int>(i);
     if (job_.chat && !s.began)
-      write_locked(sse_event(chunk(chat_delta_choice(index, Json::Object{{"role", "assistant"}, {"content", ""}},
-                                                     Json(), Json()))));
+      write_locked(sse_event(
+          chunk(chat_delta_choice(index, Json::Object{{"role", "assistant"}, {"content", ""}}, Json(), Json()))));
     s.began = true;
     Json lp;
     if (!lps.empty()) lp = job_.chat ? chat_logprobs(lps) : completion_logprobs(lps, s.offset);
@@ -144,8 +144,8 @@ class Generation {
     const int index = static_cast<int>(i);
     const Json reason(finish_reason_name(st_[i].finish));
     if (job_.chat && !st_[i].began)
-      write_locked(sse_event(chunk(chat_delta_choice(index, Json::Object{{"role", "assistant"}, {"content", ""}},
-                                                     Json(), Json()))));
+      write_locked(sse_event(
+          chunk(chat_delta_choice(index, Json::Object{{"role", "assistant"}, {"content", ""}}, Json(), Json()))));
     write_locked(sse_event(chunk(job_.chat ? chat_delta_choice(index, Json::Object{}, Json(), reason)
                                            : completion_choice(index, "", Json(), reason))));
   }
@@ -185,8 +185,8 @@ class Generation {
       const int index = static_cast<int>(i);
       const Json reason(finish_reason_name(s.finish));
       if (job_.chat) {
-        choices.push_back(chat_message_choice(index, s.text, job_.logprobs >= 0 ? chat_logprobs(s.logprobs) : Json(),
-                                              reason));
+        choices.push_back(
+            chat_message_choice(index, s.text, job_.logprobs >= 0 ? chat_logprobs(s.logprobs) : Json(), reason));
         continue;
       }
       Json lp;

@@ -20,7 +20,7 @@ namespace yoco {
 struct ChoicePlan {
   int prompt_index = 0;
   v1::GenerateRequest req;
-  bool generate = true;  // false: echo with max_tokens 0 (the prompt scored, nothing generated)
+  bool generate = true;   // false: echo with max_tokens 0 (the prompt scored, nothing generated)
   std::string echo_text;  // echo: the prompt, before the completion
   std::vector<LogprobItem> echo_logprobs;
   int64_t prompt_tokens = 0;  // when known here (echo, chat); otherwise the router's usage tells
@@ -29,8 +29,8 @@ struct ChoicePlan {
 struct GenerationJob {
   ResponseHead head;
   bool chat = false, stream = false, include_usage = false;
-  int logprobs = -1;            // -1: none
-  std::string authorization;    // the client's header, passed on as the calls' metadata
+  int logprobs = -1;                // -1: none
+  std::string authorization;        // the client's header, passed on as the calls' metadata
   std::vector<ChoicePlan> choices;  // index = position
 };
 

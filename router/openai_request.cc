@@ -37,7 +37,8 @@ class Fields {
     if (!v->is_number() || std::floor(d) != d) return fail(name, "must be an integer"), false;
     const int64_t i = v->is_integer() ? v->as_int() : static_cast<int64_t>(d);
     if (i < lo || i > hi)
-      return fail(name, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(i)),
+      return fail(name,
+                  "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(i)),
              false;
     *out = i;
     return true;
@@ -113,7 +114,8 @@ void read_prompt(Fields& f, OpenAiRequest& r) {
   for (size_t i = 0; i < a.size(); ++i) {
     PromptInput in;
     if (a[i].is_string()) in.text = a[i].as_string();
-    else if (!a[i].is_array() || !token_ids(a[i], &in.ids)) return f.fail("prompt", "[" + std::to_string(i) + "] " + kShape);
+    else if (!a[i].is_array() || !token_ids(a[i], &in.ids))
+      return f.fail("prompt", "[" + std::to_string(i) + "] " + kShape);
     r.prompts.push_back(std::move(in));
   }
 }

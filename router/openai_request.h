@@ -35,7 +35,7 @@ struct OpenAiRequest {
   int logprobs = -1;  // completions: top-n (0 = the chosen token only); chat: top_logprobs; -1 = none
 };
 
-inline constexpr int kMaxChoices = 64;     // n x prompts: one router call each
+inline constexpr int kMaxChoices = 64;      // n x prompts: one router call each
 inline constexpr int kMaxTopLogprobs = 20;  // chat's top_logprobs, as OpenAI
 
 // POST /v1/completions and /v1/chat/completions bodies; an error names the field.

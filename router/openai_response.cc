@@ -104,11 +104,8 @@ Json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached
 }
 
 Json response_json(const ResponseHead& h, Json::Array choices, std::optional<Json> usage) {
-  Json::Object o{{"id", h.id},
-                 {"object", h.object},
-                 {"created", h.created},
-                 {"model", h.model},
-                 {"choices", std::move(choices)}};
+  Json::Object o{
+      {"id", h.id}, {"object", h.object}, {"created", h.created}, {"model", h.model}, {"choices", std::move(choices)}};
   if (usage) o["usage"] = std::move(*usage);
   return o;
 }
@@ -137,8 +134,14 @@ Json chat_delta_choice(int index, Json delta, Json logprobs, Json finish_reason)
 std::string sse_event(const Json& j) { return "data: " + j.dump() + "\n\n"; }
 
 Json models_json(const std::string& name, int64_t created, int64_t max_model_len) {
-  Json::Object m{{"id", name},     {"object", "model"}, {"created", created},           {"owned_by", "yoco"},
-                 {"root", name},   {"parent", Json()},  {"max_model_len", max_model_len}, {"permission", Json::Array{}}};
+  Json::Object m{{"id", name},
+                 {"object", "model"},
+                 {"created", created},
+                 {"owned_by", "yoco"},
+                 {"root", name},
+                 {"parent", Json()},
+                 {"max_model_len", max_model_len},
+                 {"permission", Json::Array{}}};
   return Json::Object{{"object", "list"}, {"data", Json::Array{Json(std::move(m))}}};
 }
 

@@ -141,8 +141,8 @@ int OpenAiServer::completions(HttpExchange& ex, bool chat) {
                                                  config_.served_model_name + "\")",
                                              "model", "model_not_found"));
   GenerationJob job;
-  job.head = {new_id(chat ? "chatcmpl-" : "cmpl-"), chat ? (r.stream ? "chat.completion.chunk" : "chat.completion")
-                                                         : "text_completion",
+  job.head = {new_id(chat ? "chatcmpl-" : "cmpl-"),
+              chat ? (r.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion",
               static_cast<int64_t>(std::time(nullptr)), config_.served_model_name};
   job.chat = chat;
   job.stream = r.stream;

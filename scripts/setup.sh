@@ -49,14 +49,15 @@ if ((${#missing[@]} > 0)); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The tokenizer test compares with the real `tokenizers` and `tiktoken` (PyPI), the deploy test
-# validates the Kubernetes manifests with `kubernetes-validate` (the API's JSON schemas, bundled),
-# and the HTTP API test drives the router with the official `openai` SDK: a virtualenv in
-# build/.venv (with --system-site-packages). Quick when it is already there.
+# The tokenizer test compares with the real `tokenizers` and `tiktoken` (PyPI), the chat-template
+# test with `jinja2` (what transformers renders chat templates with), the deploy test validates the
+# Kubernetes manifests with `kubernetes-validate` (the API's JSON schemas, bundled), and the HTTP
+# API test drives the router with the official `openai` SDK: a virtualenv in build/.venv (with
+# --system-site-packages). Quick when it is already there.
 venv="$(cd "$(dirname "$0")/.." && pwd)/build/.venv"
-if ! "$venv/bin/python3" -c "import tokenizers, tiktoken, kubernetes_validate, openai" 2>/dev/null; then
-  echo "setup.sh: creating $venv with tokenizers, tiktoken, kubernetes-validate and openai"
+if ! "$venv/bin/python3" -c "import tokenizers, tiktoken, kubernetes_validate, jinja2, openai; assert jinja2.__version__ == '3.1.6'" 2>/dev/null; then
+  echo "setup.sh: creating $venv with tokenizers, tiktoken, jinja2, kubernetes-validate and openai"
   python3 -m venv --system-site-packages "$venv"
   "$venv/bin/python3" -m pip install -q --disable-pip-version-check "tokenizers==0.23.3" "tiktoken==0.14.0" \
-    "kubernetes-validate==1.37.0" "openai==3.51.0"
+    "kubernetes-validate==1.37.0" "jinja2==3.1.6" "openai==3.51.0"
 fi

@@ -67,7 +67,9 @@ class TlsFiles {
     if (now != stamp_) {
       stamp_ = now;
       if (auto ctx = build(); ctx.ok()) ctx_ = std::move(ctx).value();
-      else YOCO_LOG(LogLevel::kWarn, "http tls: keeping the old certificate", LogFields().kv("error", ctx.status().message()));
+      else
+        YOCO_LOG(LogLevel::kWarn, "http tls: keeping the old certificate",
+                 LogFields().kv("error", ctx.status().message()));
     }
     return ctx_;
   }
@@ -143,7 +145,10 @@ class Connection final : public HttpExchange {
     res.keep_alive(keep_alive_);
     res.body() = std::move(body);
     res.prepare_payload();
-    return done(run_op(io_, [&](auto h) { timed_write(); http::async_write(stream_, res, std::move(h)); }));
+    return done(run_op(io_, [&](auto h) {
+      timed_write();
+      http::async_write(stream_, res, std::move(h));
+    }));
   }
 
   bool start_stream(int status, std::string_view content_type, const HttpHeaders& extra) override {
@@ -155,7 +160,10 @@ class Connection final : public HttpExchange {
     res.keep_alive(keep_alive_);
     res.chunked(true);
     http::response_serializer<http::empty_body> sr{res};
-    return done(run_op(io_, [&](auto h) { timed_write(); http::async_write_header(stream_, sr, std::move(h)); }));
+    return done(run_op(io_, [&](auto h) {
+      timed_write();
+      http::async_write_header(stream_, sr, std::move(h));
+    }));
   }
 
   bool write(std::string_view data) override {
@@ -189,7 +197,10 @@ class Connection final : public HttpExchange {
   }
 
   void finish_chunks() {
-    done(run_op(io_, [&](auto h) { timed_write(); asio::async_write(stream_, http::make_chunk_last(), std::move(h)); }));
+    done(run_op(io_, [&](auto h) {
+      timed_write();
+      asio::async_write(stream_, http::make_chunk_last(), std::move(h));
+    }));
   }
 
   // A request whose header and body arrive within the read timeout; answers 413 / 400 itself.
@@ -233,8 +244,8 @@ class Connection final : public HttpExchange {
               plain_error(413, "request body larger than " + std::to_string(opt_.max_body_bytes) + " bytes"), {});
     else if (ec == http::error::header_limit)
       respond(431, "application/json", plain_error(431, "request header too large"), {});
-    else if (ec.category() == beast::error_code(http::error::bad_method).category() && ec != http::error::end_of_stream &&
-             ec != http::error::partial_message)
+    else if (ec.category() == beast::error_code(http::error::bad_method).category() &&
+             ec != http::error::end_of_stream && ec != http::error::partial_message)
       respond(400, "application/json", plain_error(400, "malformed HTTP request: " + ec.message()), {});
     return false;
   }
@@ -313,7 +324,7 @@ HttpStreamServer::HttpStreamServer(std::unique_ptr<Impl> impl) : impl_(std::move
 HttpStreamServer::~HttpStreamServer() { stop(); }
 
 Result<std::unique_ptr<HttpStreamServer>> HttpStreamServer::bind(const std::string& host, uint16_t port,
-                                                                  HttpStreamServerOptions options) {
+                                                                 HttpStreamServerOptions options) {
   auto impl = std::make_unique<Impl>();
   if (!options.tls_cert.empty()) {
     impl->shared->tls = std::make_unique<TlsFiles>(options);

@@ -22,8 +22,8 @@
 namespace yoco {
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string path;    // the target without its query
+  std::string method;                                       // "GET", "POST", ...
+  std::string path;                                         // the target without its query
   std::map<std::string, std::string, std::less<>> headers;  // names lower-cased
   std::string body;
   std::string header(std::string_view name) const {

@@ -32,6 +32,7 @@ namespace yoco::test {
 
 struct ProcInfo {
   std::string grpc, metrics, ucx;
+  std::string http;  // the router's OpenAI-compatible HTTP API (--http-port), when it has one
   pid_t pid = -1;
 };
 
@@ -122,6 +123,7 @@ class LocalCluster {
       x.grpc = p.find("grpc")->as_string();
       x.metrics = p.find("metrics")->as_string();
       if (const Json* u = p.find("ucx")) x.ucx = u->as_string();
+      if (const Json* h = p.find("http")) x.http = h->as_string();
       x.pid = static_cast<pid_t>(p.find("pid")->as_int());
       return x;
     };

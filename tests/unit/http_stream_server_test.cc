@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "tests/unit/http_get.h"
+#include "tests/unit/test_pki.h"
+#include "tests/unit/test_util.h"
 
 namespace yoco {
 namespace {
@@ -29,7 +31,8 @@ void send_and_hang_up(int port, const std::string& request) {
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) EXPECT_GT(write(fd, request.data(), request.size()), 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0)
+    EXPECT_GT(write(fd, request.data(), request.size()), 0);
   close(fd);
 }
 
@@ -41,7 +44,8 @@ int count(const std::string& text, const std::string& what) {
 
 TEST(HttpStreamServer, AnswersAndKeepsConnectionsAlive) {
   auto s = serve([](HttpExchange& ex) {
-    ex.respond(200, "application/json", "{\"path\":\"" + ex.request().path + "\",\"body\":\"" + ex.request().body + "\"}",
+    ex.respond(200, "application/json",
+               "{\"path\":\"" + ex.request().path + "\",\"body\":\"" + ex.request().body + "\"}",
                {{"X-Test", ex.request().header("x-test")}});
   });
   const std::string r = test::http_post(s->port(), "/v1/x?q=1", "hi", "X-Test: yes\r\n");
@@ -125,6 +129,39 @@ TEST(HttpStreamServer, ABlockedHandlerHoldsUpNoOtherConnection) {
   cv.notify_all();
   t.join();
   EXPECT_EQ(test::http_status(slow), 200) << slow;
+}
+
+// `curl` (its exit code: 0 fetched, 35/56/60 TLS failures) over HTTPS with `args`.
+int curl(const std::string& args) {
+  return WEXITSTATUS(std::system(("curl -s -o /dev/null --max-time 10 " + args + " 2>/dev/null").c_str()));
+}
+
+TEST(HttpStreamServer, TlsAndClientCertificates) {
+  if (std::system("command -v curl >/dev/null 2>&1") != 0) GTEST_SKIP() << "no curl";
+  test::TempDir dir;
+  auto pki = test::TestPki::make(dir.path());
+  if (!pki) GTEST_SKIP() << "no openssl";
+  HttpStreamServerOptions o;
+  o.tls_cert = pki->server_cert;
+  o.tls_key = pki->server_key;
+  auto s = serve([](HttpExchange& ex) { ex.respond(200, "text/plain", "ok", {}); }, o);
+  EXPECT_TRUE(s->tls());
+  const std::string url = " https://127.0.0.1:" + std::to_string(s->port()) + "/x";
+  EXPECT_EQ(curl("--cacert " + pki->ca + url), 0);
+  EXPECT_NE(curl("--cacert " + pki->rogue_ca + url), 0);  // a client that trusts another CA refuses it
+  EXPECT_NE(curl("http://127.0.0.1:" + std::to_string(s->port()) + "/x"), 0);  // no plaintext on a TLS port
+  s->stop();
+
+  o.tls_client_ca = pki->ca;  // mTLS: a client certificate from the CA is required
+  auto m = serve([](HttpExchange& ex) { ex.respond(200, "text/plain", "ok", {}); }, o);
+  const std::string murl = " https://127.0.0.1:" + std::to_string(m->port()) + "/x";
+  EXPECT_NE(curl("--cacert " + pki->ca + murl), 0);
+  EXPECT_EQ(curl("--cacert " + pki->ca + " --cert " + pki->client_cert + " --key " + pki->client_key + murl), 0);
+
+  o.tls_cert = dir.path() + "/missing.pem";
+  auto bad = HttpStreamServer::bind("127.0.0.1", 0, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--tls-cert"), std::string::npos) << bad.status().message();
 }
 
 }  // namespace

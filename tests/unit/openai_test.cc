@@ -131,9 +131,9 @@ TEST(OpenAiRequest, Chat) {
   EXPECT_EQ(q.messages.as_array()[2].find("content")->as_string(), "");
   EXPECT_FALSE(std::get<OpenAiRequest>(parse_chat_request(body_of(R"({"messages":[{"role":"user","content":"x"}]})")))
                    .max_tokens_given);
-  EXPECT_EQ(std::get<OpenAiRequest>(parse_chat_request(body_of(R"({"messages":[{"role":"user","content":"x"}]})")))
-                .logprobs,
-            -1);
+  EXPECT_EQ(
+      std::get<OpenAiRequest>(parse_chat_request(body_of(R"({"messages":[{"role":"user","content":"x"}]})"))).logprobs,
+      -1);
 
   auto chat = [&](const std::string& t) { return parse_chat_request(body_of(t)); };
   EXPECT_EQ(bad(chat(R"({})")), "messages");
@@ -191,9 +191,8 @@ TEST(OpenAiErrors, ParamFromTheRoutersMessage) {
   EXPECT_EQ(param_of_message("no decode worker has KV room: for 5 rows"), "");
   const ApiError e = from_grpc({grpc::StatusCode::INVALID_ARGUMENT, "sampling.temperature: must be >= 0"});
   EXPECT_EQ(e.param, "temperature");
-  EXPECT_EQ(e.body(),
-            R"({"error":{"code":null,"message":"sampling.temperature: must be >= 0","param":"temperature",)"
-            R"("type":"invalid_request_error"}})");
+  EXPECT_EQ(e.body(), R"({"error":{"code":null,"message":"sampling.temperature: must be >= 0","param":"temperature",)"
+                      R"("type":"invalid_request_error"}})");
 }
 
 v1::LogprobEntry entry(const std::string& text, float lp, std::vector<std::pair<std::string, float>> top) {
@@ -213,9 +212,8 @@ TEST(OpenAiResponse, CompletionLogprobsShape) {
   items.push_back(logprob_item(entry(" the", -0.5f, {{" the", -0.5f}, {" a", -1.5f}}), 1, true));
   items.push_back(logprob_item(entry(" é", -INFINITY, {}), 0, true));
   const Json j = completion_logprobs(items, 0);
-  EXPECT_EQ(j.dump(),
-            R"({"text_offset":[0,2,6],"token_logprobs":[null,-0.5,-9999],"tokens":["In"," the"," é"],)"
-            R"("top_logprobs":[null,{" the":-0.5},{" é":-9999}]})");
+  EXPECT_EQ(j.dump(), R"({"text_offset":[0,2,6],"token_logprobs":[null,-0.5,-9999],"tokens":["In"," the"," é"],)"
+                      R"("top_logprobs":[null,{" the":-0.5},{" é":-9999}]})");
   EXPECT_EQ(logprob_text_length(items), 8);
 }
 
