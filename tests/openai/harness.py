@@ -21,7 +21,7 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CHATML = os.path.join(HERE, "chatml.jinja")
+CHATML = os.path.join(HERE, "..", "data", "chat_templates", "chatml.jinja")
 READY_SECONDS = 180
 PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -83,7 +83,7 @@ class Cluster:
 
     def _start(self, keys, chat_template, second_router, threads):
         router_args = ["--http-port", "0"]
-        if chat_template and not os.environ.get("TMP_NO_CHAT"):  # TMP: until i15 has templates
+        if chat_template:
             router_args.append("--router-arg=--chat-template=" + CHATML)
         if keys:
             self.keys = {"admin": new_key(), "tenant": new_key(), "scorer": new_key(), "small": new_key()}

@@ -208,7 +208,7 @@ class Chat(unittest.TestCase):
 
     @staticmethod
     def rendered(messages):
-        """tests/openai/chatml.jinja by hand, with the generation prompt."""
+        """tests/data/chat_templates/chatml.jinja by hand, with the generation prompt."""
         return "".join("<|im_start|>%s\n%s<|im_end|>\n" % (m["role"], m["content"]) for m in messages) + \
             "<|im_start|>assistant\n"
 
