@@ -92,6 +92,31 @@ class Completions(unittest.TestCase):
         self.assertEqual(batch.choices[0].text, g["text"])
         self.assertEqual(batch.usage.completion_tokens, 24)
 
+    def test_batch_times_n_indexes_and_counts(self):
+        r = client().completions.create(model=self.model, prompt=["In the", "And God"], n=2, max_tokens=3,
+                                        temperature=0)
+        self.assertEqual([c.index for c in r.choices], [0, 1, 2, 3])  # prompt i, choice j: index i * n + j
+        self.assertEqual(r.choices[0].text, r.choices[1].text)
+        self.assertEqual(r.choices[2].text, r.choices[3].text)
+        counts = [C.post("/tokenize", {"prompt": p})[1]["count"] for p in ("In the", "And God")]
+        self.assertEqual(r.usage.prompt_tokens, sum(counts))  # each prompt once, whatever n
+        self.assertEqual(r.usage.completion_tokens, 12)
+
+    def test_non_ascii_text_round_trips(self):
+        text = "Und Gott sprach: Es werde Licht \u2014 na\u00efve caf\u00e9 \u65e5\u672c\u8a9e \U0001F642"
+        r = client().completions.create(model=self.model, prompt=text, echo=True, logprobs=1, max_tokens=0)
+        self.assertEqual(r.choices[0].text, text)
+        full = client().completions.create(model=self.model, prompt=text, max_tokens=30, temperature=0)
+        streamed = "".join(c.choices[0].text for c in client().completions.create(
+            model=self.model, prompt=text, max_tokens=30, temperature=0, stream=True) if c.choices)
+        self.assertEqual(streamed, full.choices[0].text)
+
+    def test_echo_in_a_stream(self):
+        full = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=5, temperature=0)
+        chunks = list(client().completions.create(model=self.model, prompt=PROMPT, echo=True, max_tokens=5,
+                                                  temperature=0, stream=True))
+        self.assertEqual("".join(c.choices[0].text for c in chunks if c.choices), PROMPT + full.choices[0].text)
+
     def test_streaming_equals_non_streaming_and_usage_comes_last(self):
         full = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=20, temperature=0)
         chunks = list(client().completions.create(model=self.model, prompt=PROMPT, max_tokens=20, temperature=0,
@@ -125,6 +150,40 @@ class Completions(unittest.TestCase):
         b = client().completions.create(**kw)
         self.assertEqual(a.choices[0].text, b.choices[0].text)
         self.assertEqual(a.usage.completion_tokens, b.usage.completion_tokens)
+
+    def test_every_sampling_parameter_means_what_grpc_means(self):
+        """The same seeded sampled request through both APIs: the same tokens, so each field maps the same."""
+        r = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=24, temperature=0.8, top_p=0.9,
+                                        seed=42, presence_penalty=0.5, frequency_penalty=0.3,
+                                        extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.2})
+        g = grpc_generate("--prompt", PROMPT, "--max-tokens", "24", "--temperature", "0.8", "--top-p", "0.9", "--seed",
+                          "42", "--presence-penalty", "0.5", "--frequency-penalty", "0.3", "--top-k", "20", "--min-p",
+                          "0.05", "--repetition-penalty", "1.2")
+        self.assertEqual(r.choices[0].text, g["text"])
+        self.assertEqual(r.usage.completion_tokens, len(g["token_ids"]))
+
+    def test_tokenize_and_detokenize_match_grpc(self):
+        text = "And God called the light Day, and the darkness he called Night."
+        status, tok, _ = C.post("/tokenize", {"prompt": text})
+        self.assertEqual(status, 200, tok)
+        self.assertEqual(tok["tokens"], C.cli_json("tokenize", "--text", text, "--json")["tokens"])
+        self.assertEqual(tok["count"], len(tok["tokens"]))
+        status, detok, _ = C.post("/detokenize", {"tokens": tok["tokens"]})
+        self.assertEqual(status, 200, detok)
+        self.assertEqual(detok["prompt"], text)
+
+    def test_streamed_logprobs(self):
+        full = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=8, temperature=0, logprobs=2)
+        chunks = list(client().completions.create(model=self.model, prompt=PROMPT, max_tokens=8, temperature=0,
+                                                  logprobs=2, stream=True))
+        tokens, lps = [], []
+        for c in chunks:
+            if c.choices and c.choices[0].logprobs:
+                tokens += c.choices[0].logprobs.tokens
+                lps += c.choices[0].logprobs.token_logprobs
+        self.assertEqual(tokens, full.choices[0].logprobs.tokens)
+        for a, b in zip(lps, full.choices[0].logprobs.token_logprobs):
+            self.assertAlmostEqual(a, b, delta=TOL)
 
     def test_top_logprobs(self):
         r = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=5, temperature=0, logprobs=3)
@@ -239,6 +298,22 @@ class Chat(unittest.TestCase):
         self.assertEqual(chunks[-1].choices, [])
         self.assertEqual(chunks[-1].usage.completion_tokens, full.usage.completion_tokens)
 
+    def test_chat_max_completion_tokens_stop_and_seed(self):
+        full = client().chat.completions.create(model=self.model, messages=self.MESSAGES, max_completion_tokens=24,
+                                                temperature=0)
+        self.assertEqual(full.usage.completion_tokens, 24)
+        words = full.choices[0].message.content.split()
+        self.assertGreater(len(words), 3, full.choices[0].message.content)
+        stop = " " + words[2]
+        r = client().chat.completions.create(model=self.model, messages=self.MESSAGES, max_completion_tokens=24,
+                                             temperature=0, stop=stop)
+        content = full.choices[0].message.content
+        self.assertEqual(r.choices[0].message.content, content[:content.index(stop)])
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        a, b = (client().chat.completions.create(model=self.model, messages=self.MESSAGES, max_tokens=12,
+                                                 temperature=1.0, seed=99) for _ in range(2))
+        self.assertEqual(a.choices[0].message.content, b.choices[0].message.content)
+
     def test_chat_n_and_logprobs(self):
         r = client().chat.completions.create(model=self.model, messages=self.MESSAGES, max_tokens=6, temperature=0,
                                              n=2, logprobs=True, top_logprobs=2)
@@ -284,6 +359,9 @@ class Errors(unittest.TestCase):
         self.bad_request("max_tokens", prompt=PROMPT, max_tokens=-3)
         self.bad_request("logprobs", prompt=PROMPT, max_tokens=4, logprobs=100000)
         self.bad_request("prompt", prompt=[[1, 2], [10 ** 9]], max_tokens=4)
+        self.bad_request("prompt", prompt=[1] * 5000, max_tokens=4)  # past the model's max_seq_len
+        self.bad_request("max_tokens", prompt=PROMPT, max_tokens=100000)
+        self.bad_request("logit_bias", prompt=PROMPT, max_tokens=4, logit_bias={"5": 100})  # refused, not ignored
 
     def test_bad_extension_field_types(self):
         with self.assertRaises(openai.BadRequestError) as cm:
