@@ -65,9 +65,20 @@ mkdir -p "$OUT"
   echo "aiperf: $("$venv/bin/aiperf" --version 2>&1 | tail -1)"
 } >"$OUT/run.txt"
 
+# The client's own CPU seconds (it shares the 2 cores with the cluster): its children's rusage.
+cpu_of() {
+  local out=$1
+  shift
+  python3 -c 'import resource, subprocess, sys
+rc = subprocess.run(sys.argv[2:]).returncode
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write("%.1f\n" % (r.ru_utime + r.ru_stime))
+sys.exit(rc)' "$out" "$@"
+}
+
 for rate in $RATES; do
   echo "== aiperf: $N requests at $rate req/s over HTTP ($http, /v1/completions, streaming)"
-  HF_HUB_DISABLE_TELEMETRY=1 "$venv/bin/aiperf" profile --model "$model" --url "$http" \
+  HF_HUB_DISABLE_TELEMETRY=1 cpu_of "$OUT/aiperf-rate$rate.cpu" "$venv/bin/aiperf" profile --model "$model" --url "$http" \
     --endpoint-type completions --streaming --tokenizer "$PWD/$MODEL" \
     --isl "$PROMPT" --isl-stddev 0 --osl "$MAXTOK" --osl-stddev 0 \
     --request-rate "$rate" --arrival-pattern poisson --request-count "$N" --random-seed 1 \
@@ -80,7 +91,8 @@ for rate in $RATES; do
   rm -rf "$OUT/aiperf-rate$rate/logs" "$OUT/aiperf-rate$rate/inputs.json" \
     "$OUT/aiperf-rate$rate/profile_export_console.txt" "$OUT/aiperf-rate$rate/.aiperf_results_ready.json"
   echo "== yoco-cli bench: $N requests at $rate req/s over gRPC ($grpc)"
-  build/tools/yoco-cli bench --router "$grpc" --requests "$N" --rate "$rate" --prompt-tokens "$PROMPT" \
+  cpu_of "$OUT/yoco-cli-rate$rate.cpu" build/tools/yoco-cli bench --router "$grpc" --requests "$N" --rate "$rate" --prompt-tokens "$PROMPT" \
     --max-tokens "$MAXTOK" --seed 1 --json >"$OUT/yoco-cli-rate$rate.json"
 done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/run.txt"
 python3 bench/aiperf_table.py "$OUT" $RATES | tee "$OUT/summary.md"

@@ -17,6 +17,9 @@ def aiperf_row(d):
         "req_s": d["request_throughput"]["avg"],
         "tok_s": d["output_token_throughput"]["avg"],
         "ttft": (g("time_to_first_token", "p50"), g("time_to_first_token", "p99")),
+        # Per token gap, pooled over requests (one token per SSE chunk here): yoco-cli's ITL.
+        "gap": (g("inter_chunk_latency", "p50"), g("inter_chunk_latency", "p99")),
+        # aiperf's ITL: per request, (latency - TTFT) / (output tokens - 1); percentiles over requests.
         "itl": (g("inter_token_latency", "p50"), g("inter_token_latency", "p99")),
         "e2e": (g("request_latency", "p50"), g("request_latency", "p99")),
         "osl": d["output_sequence_length"]["avg"],
@@ -31,7 +34,8 @@ def cli_row(d):
         "req_s": d["request_throughput"],
         "tok_s": d["output_tokens_per_second"],
         "ttft": (d["ttft_ms"]["p50"], d["ttft_ms"]["p99"]),
-        "itl": (d["itl_ms"]["p50"], d["itl_ms"]["p99"]),
+        "gap": (d["itl_ms"]["p50"], d["itl_ms"]["p99"]),
+        "itl": None,
         "e2e": (d["e2e_ms"]["p50"], d["e2e_ms"]["p99"]),
         "osl": d["output_tokens"] / max(1, d["completed"]),
         "isl": d["config"]["prompt_tokens"],
@@ -51,19 +55,30 @@ def token_counts_agree(path):
     return n, same
 
 
+def cpu_seconds(path):
+    try:
+        with open(path) as f:
+            return "%.1f" % float(f.read())
+    except (OSError, ValueError):
+        return "?"
+
+
 def main():
     out, rates = sys.argv[1], sys.argv[2:]
     print("| client (protocol) | rate (req/s) | done / errors | req/s | out tok/s | prompt / output tokens "
-          "| TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) | E2E p50 / p99 (ms) |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| TTFT p50 / p99 (ms) | token gap p50 / p99 (ms) | per-request ITL p50 / p99 (ms) | E2E p50 / p99 (ms) "
+          "| client CPU (s) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for rate in rates:
-        rows = [("aiperf (HTTP, SSE)", aiperf_row(json.load(open(os.path.join(out, "aiperf-rate%s" % rate,
-                                                                              "profile_export_aiperf.json"))))),
-                ("yoco-cli bench (gRPC)", cli_row(json.load(open(os.path.join(out, "yoco-cli-rate%s.json" % rate)))))]
-        for name, r in rows:
-            print("| %s | %s | %d / %d | %.2f | %.1f | %.0f / %.1f | %.1f / %.1f | %.2f / %.2f | %.1f / %.1f |"
+        rows = [("aiperf (HTTP, SSE)", "aiperf-rate%s" % rate,
+                 aiperf_row(json.load(open(os.path.join(out, "aiperf-rate%s" % rate, "profile_export_aiperf.json"))))),
+                ("yoco-cli bench (gRPC)", "yoco-cli-rate%s" % rate,
+                 cli_row(json.load(open(os.path.join(out, "yoco-cli-rate%s.json" % rate)))))]
+        for name, stem, r in rows:
+            itl = "%.2f / %.2f" % r["itl"] if r["itl"] else "-"
+            print("| %s | %s | %d / %d | %.2f | %.1f | %.0f / %.1f | %.1f / %.1f | %.2f / %.2f | %s | %.1f / %.1f | %s |"
                   % (name, rate, r["completed"], r["errors"], r["req_s"], r["tok_s"], r["isl"], r["osl"], *r["ttft"],
-                     *r["itl"], *r["e2e"]))
+                     *r["gap"], itl, *r["e2e"], cpu_seconds(os.path.join(out, stem + ".cpu"))))
     print()
     for rate in rates:
         n, same = token_counts_agree(os.path.join(out, "aiperf-rate%s" % rate, "profile_export.jsonl"))
