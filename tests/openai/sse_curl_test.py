@@ -1,7 +1,7 @@
 """Server-sent events on the router's HTTP API as `curl -N` sees them (docs/design.md, HTTP API): the
 Content-Type, one `data: ` line per event, events separated by a blank line, the usage chunk last
-with stream_options.include_usage, the closing `data: [DONE]`, and events arriving while the
-generation still runs. Plus /health and the JSON errors curl users get. One local cluster on
+with stream_options.include_usage, the closing `data: [DONE]`, events arriving while the
+generation still runs, and a killed curl freeing its request's KV blocks. Plus /health and the JSON errors curl users get. One local cluster on
 127.0.0.1 (tests/openai/harness.py), stopped whatever happens.
 
     python3 tests/openai/sse_curl_test.py --source-dir . --bin-dir build
@@ -11,7 +11,9 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 import unittest
+import urllib.request
 
 import harness
 
@@ -34,6 +36,13 @@ def curl(path, body=None, key="admin", extra=()):
     out = subprocess.run(cmd, capture_output=True, timeout=150)
     head, _, rest = out.stdout.partition(b"\r\n\r\n")
     return head.decode("latin-1").lower(), rest, out.returncode
+
+
+def free_blocks():
+    """yoco_kv_cache_blocks_free on the decode worker's /metrics."""
+    text = urllib.request.urlopen("http://%s/metrics" % C.info["decode"][0]["metrics"], timeout=30).read().decode()
+    return next(int(float(line.split()[1])) for line in text.splitlines()
+                if line.startswith("yoco_kv_cache_blocks_free"))
 
 
 def model():
@@ -112,6 +121,34 @@ class Sse(unittest.TestCase):
         self.assertTrue(first.startswith(b"data: {"), first)
         self.assertTrue(running, "curl had already finished when the first event arrived: not streamed")
         self.assertTrue(rest.endswith(b"data: [DONE]\n\n"))
+
+    def test_killing_curl_cancels_the_request_and_frees_its_blocks(self):
+        """The decode worker's free KV blocks drop while curl streams and come back once curl is killed."""
+        before = free_blocks()
+        body = {"model": model(), "prompt": "In the beginning " * 100, "max_tokens": 3500, "ignore_eos": True,
+                "stream": True}
+        p = subprocess.Popen(["curl", "-N", "-sS", "--max-time", "120", C.http + "/v1/completions", "-H",
+                              "Authorization: Bearer " + C.keys["admin"], "-H", "Content-Type: application/json",
+                              "-d", json.dumps(body)], stdout=subprocess.PIPE)
+        try:
+            self.assertTrue(p.stdout.readline().startswith(b"data: {"))
+            t0 = time.monotonic()
+            for _ in range(40):  # one event per token: the pace of this stream
+                p.stdout.readline()
+            per_token = (time.monotonic() - t0) / 40
+            self.assertLess(free_blocks(), before)
+        finally:
+            p.kill()
+            p.stdout.close()
+            p.wait()
+        # Freed in half the time the rest of the generation would take: cancelled, not finished.
+        rest = per_token * (3500 - 41)
+        wait = max(2.0, min(30.0, rest / 2))
+        deadline = time.monotonic() + wait
+        while free_blocks() != before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(free_blocks(), before, "not freed within %.1f s; the rest of the stream: %.1f s"
+                         % (wait, rest))
 
     def test_health_and_errors(self):
         head, body, rc = curl("/health", key=None)
