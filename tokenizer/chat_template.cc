@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "tokenizer/jinja/interpreter.h"
+#include "tokenizer/jinja/json_order.h"
 #include "tokenizer/jinja/parser.h"
 
 namespace yoco {
@@ -38,8 +39,18 @@ Result<std::string> ChatTemplate::render(const ChatTemplateContext& ctx) const {
   if (!ctx.extra.is_null() && !ctx.extra.is_object())
     return invalid_argument("chat_template: extra variables must be an object");
   // What transformers' apply_chat_template passes: tools and documents are None unless given.
+  std::optional<jinja::Value> order;
+  if (!ctx.request_json.empty()) {
+    order = jinja::parse_json_ordered(ctx.request_json);
+    if (order && !order->is_dict()) order.reset();
+  }
+  auto convert = [&](const std::string& key, const Json& j) {
+    jinja::Value v = jinja::Value::from_json(j);
+    const jinja::Value* hint = order ? order->dict().find(key) : nullptr;
+    return hint ? jinja::reorder_like(v, *hint) : v;
+  };
   std::vector<std::pair<std::string, jinja::Value>> globals;
-  globals.emplace_back("messages", jinja::Value::from_json(ctx.messages));
+  globals.emplace_back("messages", convert("messages", ctx.messages));
   globals.emplace_back("add_generation_prompt", jinja::Value(ctx.add_generation_prompt));
   globals.emplace_back("bos_token", jinja::Value(ctx.bos_token));
   globals.emplace_back("eos_token", jinja::Value(ctx.eos_token));
@@ -50,11 +61,11 @@ Result<std::string> ChatTemplate::render(const ChatTemplateContext& ctx) const {
       bool replaced = false;
       for (auto& g : globals) {
         if (g.first == k) {
-          g.second = jinja::Value::from_json(v);
+          g.second = convert(k, v);
           replaced = true;
         }
       }
-      if (!replaced) globals.emplace_back(k, jinja::Value::from_json(v));
+      if (!replaced) globals.emplace_back(k, convert(k, v));
     }
   }
   try {

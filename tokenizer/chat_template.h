@@ -26,6 +26,10 @@ struct ChatTemplateContext {
   bool add_generation_prompt = true;
   std::string bos_token, eos_token;
   Json extra;  // null, or an object of further top-level variables (e.g. "tools"), passed through
+  // Optional: the request body as received. Json sorts object keys; where this text has the same
+  // objects (at "messages" and at each key of `extra`), their keys take its order, as
+  // transformers would see them (tool schemas, tool-call arguments). Ignored when not JSON.
+  std::string request_json;
 };
 
 // Cheap to copy: the compiled form is shared and immutable; render() may run on many threads.

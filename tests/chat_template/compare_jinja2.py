@@ -7,7 +7,9 @@ refuses must be refused by ours too, with the same message when the template rai
 
   compare_jinja2.py --render-cases BUILD/render_cases --python VENV/bin/python3
 
-Our Json keeps object keys sorted, so the cases are given to jinja2 with sorted keys as well.
+Our Json keeps object keys sorted, so the cases are given to jinja2 with sorted keys as well;
+the "ordered" variant of each case also passes the request's JSON text (ChatTemplateContext::
+request_json), and jinja2 gets the objects in the client's order.
 """
 import argparse
 import json
@@ -61,10 +63,14 @@ for c in cases:
     try:
         src = c["source"] if "source" in c else open(sys.argv[2] + "/" + c["template"], encoding="utf-8").read()
         t = env.from_string(src)
-        kwargs = {"messages": c["messages"], "tools": None, "documents": None,
+        messages, extra = c["messages"], c.get("extra") or {}
+        if "request_json" in c:  # the client's key order, as transformers would get it
+            request = json.loads(c["request_json"])
+            messages, extra = request["messages"], {k: request[k] for k in extra}
+        kwargs = {"messages": messages, "tools": None, "documents": None,
                   "add_generation_prompt": c.get("add_generation_prompt", True),
                   "bos_token": c.get("bos_token", ""), "eos_token": c.get("eos_token", "")}
-        kwargs.update(c.get("extra") or {})
+        kwargs.update(extra)
         out.append({"ok": True, "text": t.render(**kwargs)})
     except Raised as e:
         out.append({"ok": False, "raised": True, "error": str(e)})
@@ -139,6 +145,11 @@ def conversations():
                                      {"type": "text", "text": "what is it? "}])],
         "missing_content": [{"role": "user"}],
         "numbers_in_content": [m("user", 42), m("assistant", 1.5), m("user", True)],
+        "reasoning": [m("user", "q1"), m("assistant", "a1", reasoning_content="\nthought one\n"), m("user", "q2"),
+                      m("assistant", "\n\na2", reasoning_content="thought two")],
+        "reasoning_in_content": [m("user", "q1"), m("assistant", "<think>\nhidden\n</think>\n\nshown")],
+        "tool_response_as_user": [m("user", "real question"), m("assistant", "", tool_calls=[tool_call("add", {"b": 1, "a": 2})]),
+                                  m("user", "<tool_response>3</tool_response>")],
     }
 
 
@@ -156,11 +167,18 @@ def template_cases():
             c = {"template": name, "messages": msgs, "add_generation_prompt": True, **tokens,
                  "extra": {"tools": TOOLS, "date_string": "01 Jan 2025"}}
             cases.append((f"{name}/{conv_name}/tools", c))
+        cases.append((f"{name}/no_thinking", {"template": name, "messages": conversations()["multi_turn"], **tokens,
+                                              "extra": {"enable_thinking": False}}))
         cases.append((f"{name}/strftime_now", {"template": name, "messages": conversations()["system_user"], **tokens}))
         cases.append((f"{name}/tools_not_in_user", {"template": name, "messages": conversations()["multi_turn"], **tokens,
                                                     "extra": {"tools": TOOLS, "tools_in_user_message": False,
                                                               "date_string": "x"}}))
-    return cases
+    ordered = []
+    for case_name, c in cases:
+        request = {"messages": c["messages"]}
+        request.update(c.get("extra") or {})
+        ordered.append((case_name + "/ordered", dict(c, request_json=json.dumps(request, ensure_ascii=False))))
+    return cases + ordered
 
 
 # Small templates, one language feature each, checked against jinja2 the same way.

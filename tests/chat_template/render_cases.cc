@@ -1,7 +1,7 @@
 // Renders every case of a JSON file with the C++ chat templates, for compare_jinja2.py:
 //   render_cases CASES.json TEMPLATE_DIR > RESULTS.json
 // CASES: [{"template": "llama3.jinja" | "source": "...", "messages": [...], "add_generation_prompt": bool,
-//          "bos_token": str, "eos_token": str, "extra": {...}}]
+//          "bos_token": str, "eos_token": str, "extra": {...}, "request_json": "..."}]
 // RESULTS: [{"ok": true, "text": "..."} | {"ok": false, "error": "..."}], one per case.
 #include <cstdio>
 #include <fstream>
@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
     if (const auto* b = c.find("bos_token")) ctx.bos_token = b->as_string();
     if (const auto* e = c.find("eos_token")) ctx.eos_token = e->as_string();
     if (const auto* x = c.find("extra")) ctx.extra = *x;
+    if (const auto* rq = c.find("request_json")) ctx.request_json = rq->as_string();
     auto out = it->second->render(ctx);
     r["ok"] = yoco::Json(out.ok());
     if (out.ok()) {

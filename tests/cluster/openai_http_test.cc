@@ -4,6 +4,7 @@
 // keys, 404 for an unknown document, 429 with Retry-After when admission refuses, and a client
 // that drops its stream cancels the request and gets the decode worker's blocks back.
 #include <arpa/inet.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -255,6 +256,24 @@ TEST_F(OpenAiHttpCluster, CompletionsStreamingErrorsAndDisconnect) {
       test::http_post(port, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hello"}]})", auth);
   EXPECT_EQ(test::http_status(chat), 400) << chat;  // kjv-yoco has no chat template
   EXPECT_NE(chat.find("--chat-template"), std::string::npos) << chat;
+
+  // SIGTERM with a stream in flight: the router drains, /health answers 503 and new requests 503
+  // while the stream goes on.
+  RawClient held(port);
+  ASSERT_TRUE(held.send(post_request("/v1/completions", long_req, auth)));
+  ASSERT_TRUE(held.read_until("data: ")) << held.got();
+  ASSERT_EQ(kill(c.router().pid, SIGTERM), 0);
+  int health_status = 0;
+  for (int i = 0; i < 100 && health_status != 503; ++i) {
+    health_status =
+        test::http_status(test::http_raw(port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    if (health_status != 503) std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_EQ(health_status, 503);
+  const std::string draining = test::http_post(port, "/v1/completions", req, auth);
+  EXPECT_EQ(test::http_status(draining), 503) << draining;
+  EXPECT_NE(draining.find("draining"), std::string::npos) << draining;
+  held.close_now();
 }
 
 // Chat through a real template (--chat-template, Llama 3's): the template writes the BOS and the

@@ -157,6 +157,24 @@ TEST(ChatTemplate, ExtraVariablesAndDefaults) {
   EXPECT_EQ(render("{{ tools|length }}", chat(), parse(R"({"tools": [{"type": "function"}]})")), "1");
 }
 
+TEST(ChatTemplate, RequestJsonGivesTheClientsKeyOrder) {
+  auto t = ChatTemplate::compile("{{ tools|tojson }}|{% for k, v in messages[0].items() %}{{ k }} {% endfor %}");
+  ASSERT_TRUE(t.ok());
+  ChatTemplateContext ctx;
+  ctx.request_json = R"({"model": "m", "messages": [{"role": "user", "content": "hi", "name": "x"}],
+                         "tools": [{"type": "function", "function": {"name": "f", "description": "d"}}]})";
+  Json body = parse(ctx.request_json);
+  ctx.messages = *body.find("messages");
+  ctx.extra = Json(Json::Object{{"tools", *body.find("tools")}});
+  EXPECT_EQ(t->render(ctx).value(),
+            R"([{"type": "function", "function": {"name": "f", "description": "d"}}]|role content name )");
+  ctx.request_json.clear();  // Json's own (sorted) order
+  EXPECT_EQ(t->render(ctx).value(),
+            R"([{"function": {"description": "d", "name": "f"}, "type": "function"}]|content name role )");
+  ctx.request_json = "{not json";  // only a hint: ignored
+  EXPECT_TRUE(t->render(ctx).ok());
+}
+
 TEST(ChatTemplate, SyntaxErrorsNameLineAndColumn) {
   auto t = ChatTemplate::compile("line one\n{% if x %}\n  {{ 1 + }}\n{% endif %}");
   ASSERT_FALSE(t.ok());
