@@ -242,6 +242,19 @@ class Completions(unittest.TestCase):
         self.assertEqual(r.choices[0].finish_reason, "length")
         self.assertEqual(r.choices[0].text, g["text"])
 
+    def test_a_repeated_prompt_reports_cached_tokens(self):
+        prompt = "The second time: " + DOC + " And the evening and the morning were the first day." * 3  # unique
+        first = client().completions.create(model=self.model, prompt=prompt, max_tokens=2, temperature=0)
+        self.assertEqual(first.usage.prompt_tokens_details.cached_tokens, 0)
+        for _ in range(50):  # the prefill worker stores the prefix after answering: poll briefly
+            again = client().completions.create(model=self.model, prompt=prompt, max_tokens=2, temperature=0)
+            if again.usage.prompt_tokens_details.cached_tokens > 0:
+                break
+            time.sleep(0.1)
+        self.assertGreater(again.usage.prompt_tokens_details.cached_tokens, 0)
+        self.assertLess(again.usage.prompt_tokens_details.cached_tokens, again.usage.prompt_tokens)
+        self.assertEqual(again.choices[0].text, first.choices[0].text)
+
     def test_document_ids_reuse_a_cached_document(self):
         doc = C.cli_json("cache-doc", "--text", DOC)
         q = " And the evening and the morning"
