@@ -64,7 +64,8 @@ def tail(path, n=25):
 class Cluster:
     """Router (HTTP + gRPC) + 1 prefill + 1 decode worker on loopback, and a bare second router."""
 
-    def __init__(self, source_dir, bin_dir, keys=True, chat_template=True, second_router=True, threads=1):
+    def __init__(self, source_dir, bin_dir, keys=True, chat_template=True, second_router=True, threads=1,
+                 secure=False):
         self.source_dir, self.bin_dir = os.path.abspath(source_dir), os.path.abspath(bin_dir)
         self.model = os.path.join(self.source_dir, "models", "kjv-yoco")
         self.cli = os.path.join(self.bin_dir, "tools", "yoco-cli")
@@ -72,16 +73,17 @@ class Cluster:
         self.launcher = None
         self.bare = None  # the second router's process
         self.keys = {}
+        self.ca = None  # with secure: the CA file that signed the router's certificate
         atexit.register(self.stop)
         try:
-            self._start(keys, chat_template, second_router, threads)
+            self._start(keys and not secure, chat_template, second_router and not secure, threads, secure)
         except BaseException:
             self.stop(failed=True)
             raise
 
     # ---- start ----
 
-    def _start(self, keys, chat_template, second_router, threads):
+    def _start(self, keys, chat_template, second_router, threads, secure):
         router_args = ["--http-port", "0"]
         if chat_template:
             router_args.append("--router-arg=--chat-template=" + CHATML)
@@ -99,10 +101,11 @@ class Cluster:
             router_args.append("--router-arg=--api-keys=" + keys_file)
         cmd = [sys.executable, os.path.join(self.source_dir, "deploy", "local", "cluster.py"), "--bin-dir", self.bin_dir,
                "--model", self.model, "--prefill", "1", "--decode", "1", "--threads", str(threads),
-               "--state-dir", self.state] + router_args
-        self.launcher = subprocess.Popen(cmd, stdout=open(os.path.join(self.state, "launcher.out"), "wb"),
-                                         stderr=open(os.path.join(self.state, "launcher.err"), "wb"),
-                                         stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+               "--state-dir", self.state] + router_args + (["--secure"] if secure else [])
+        with open(os.path.join(self.state, "launcher.out"), "wb") as out, \
+                open(os.path.join(self.state, "launcher.err"), "wb") as err:
+            self.launcher = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                             preexec_fn=_die_with_parent)
         deadline = time.monotonic() + READY_SECONDS
         cluster_json = os.path.join(self.state, "cluster.json")
         while not os.path.exists(cluster_json):
@@ -115,7 +118,10 @@ class Cluster:
         self.grpc = self.info["router"]["grpc"]
         if "http" not in self.info["router"]:
             raise RuntimeError("cluster.json has no router HTTP address: %r" % self.info["router"])
-        self.http = "http://" + self.info["router"]["http"]
+        self.http = ("https://" if secure else "http://") + self.info["router"]["http"]
+        if secure:  # cluster.py's throwaway CA and API keys (deploy/local/secure.py)
+            self.ca = self.info["tls"]["ca"]
+            self.keys = dict(self.info["api_keys"])
         if second_router:
             self._start_bare(deadline)
 
@@ -129,13 +135,13 @@ class Cluster:
     def _start_bare(self, deadline):
         """A router with no API keys and no chat template on the same workers, admitting one request at a time."""
         port_file = os.path.join(self.state, "bare-router.port.json")
-        log = open(os.path.join(self.state, "bare-router.log"), "wb")
         args = [os.path.join(self.bin_dir, "router", "yoco-router"), "--model", self.model, "--listen", "127.0.0.1:0",
                 "--metrics-listen", "127.0.0.1:0", "--http-port", "0", "--port-file", port_file, "--max-in-flight", "1",
                 "--prefill", ",".join(p["grpc"] for p in self.info["prefill"]),
                 "--decode", ",".join(d["grpc"] for d in self.info["decode"])]
-        self.bare = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     preexec_fn=_die_with_parent)
+        with open(os.path.join(self.state, "bare-router.log"), "wb") as log:
+            self.bare = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         preexec_fn=_die_with_parent)
         while read_json(port_file) is None:
             if self.bare.poll() is not None:
                 raise RuntimeError("the second router exited:\n" + tail(os.path.join(self.state, "bare-router.log")))

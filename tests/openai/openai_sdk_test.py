@@ -9,6 +9,7 @@ Generate path (yoco-cli --json). One local cluster on 127.0.0.1 (tests/openai/ha
 
 import argparse
 import json
+import ssl
 import sys
 import threading
 import time
@@ -474,6 +475,34 @@ class Errors(unittest.TestCase):
             t.join()
         self.assertEqual(errs, [])
         self.assertEqual(len({o.choices[0].text for o in out}), 1)
+
+
+class Secure(unittest.TestCase):
+    """A --secure cluster (deploy/local/cluster.py): the SDK over HTTPS, checking the router's certificate."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = harness.Cluster(ARGS.source_dir, ARGS.bin_dir, secure=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def sdk(self, key, cafile=None):
+        verify = ssl.create_default_context(cafile=cafile) if cafile else True  # True: the system's CAs
+        return openai.OpenAI(base_url=self.cluster.http + "/v1", api_key=key, max_retries=0, timeout=120,
+                             http_client=openai.DefaultHttpxClient(verify=verify))
+
+    def test_https_with_the_ca_and_a_key(self):
+        c = self.sdk(self.cluster.keys["tenant"], self.cluster.ca)
+        r = c.completions.create(model=c.models.list().data[0].id, prompt=PROMPT, max_tokens=6, temperature=0)
+        self.assertEqual(r.usage.completion_tokens, 6)
+        with self.assertRaises(openai.AuthenticationError):
+            self.sdk("yoco-wrong", self.cluster.ca).completions.create(prompt=PROMPT, max_tokens=2, model="")
+
+    def test_an_unknown_ca_is_refused_by_the_client(self):
+        with self.assertRaises(openai.APIConnectionError):
+            self.sdk(self.cluster.keys["tenant"]).models.list()  # the system's CAs never signed it
 
 
 def main():
