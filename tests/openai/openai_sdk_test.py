@@ -247,7 +247,7 @@ class Completions(unittest.TestCase):
         prompt = "The second time: " + DOC + " And the evening and the morning were the first day." * 3  # unique
         first = client().completions.create(model=self.model, prompt=prompt, max_tokens=2, temperature=0)
         self.assertEqual(first.usage.prompt_tokens_details.cached_tokens, 0)
-        for _ in range(50):  # the prefill worker stores the prefix after answering: poll briefly
+        for _ in range(100):  # the prefill worker stores the prefix after answering: poll briefly
             again = client().completions.create(model=self.model, prompt=prompt, max_tokens=2, temperature=0)
             if again.usage.prompt_tokens_details.cached_tokens > 0:
                 break
