@@ -120,7 +120,7 @@ std::variant<std::vector<int32_t>, ApiError> OpenAiServer::tokenize_text(const H
 std::variant<std::vector<int32_t>, ApiError> OpenAiServer::chat_prompt(const HttpExchange& ex, const Json& messages,
                                                                        bool add_generation_prompt) const {
   if (!config_.chat_template) return no_chat_template();
-  auto text = config_.chat_template(messages, add_generation_prompt);
+  auto text = config_.chat_template(messages, add_generation_prompt, ex.request().body);
   if (!text.ok()) return bad_param("messages", "the chat template failed: " + text.status().message());
   return tokenize_text(ex, *text, /*add_bos=*/false, /*allow_special=*/true);
 }

@@ -27,7 +27,9 @@
 namespace yoco {
 
 // Messages -> the prompt's text (the chat template, with the model's BOS/EOS spellings bound).
-using ChatRenderer = std::function<Result<std::string>(const Json& messages, bool add_generation_prompt)>;
+// `request_json` is the body as received: the template sees the client's key order (tojson).
+using ChatRenderer = std::function<Result<std::string>(const Json& messages, bool add_generation_prompt,
+                                                       const std::string& request_json)>;
 
 struct OpenAiConfig {
   std::string served_model_name;
