@@ -59,10 +59,13 @@ env.globals["strftime_now"] = strftime_now
 
 cases = json.load(open(sys.argv[1], encoding="utf-8"), object_pairs_hook=lambda kv: dict(sorted(kv)))
 out = []
+compiled = {}
 for c in cases:
     try:
         src = c["source"] if "source" in c else open(sys.argv[2] + "/" + c["template"], encoding="utf-8").read()
-        t = env.from_string(src)
+        if src not in compiled:
+            compiled[src] = env.from_string(src)
+        t = compiled[src]
         messages, extra = c["messages"], c.get("extra") or {}
         if "request_json" in c:  # the client's key order, as transformers would get it
             request = json.loads(c["request_json"])
@@ -290,8 +293,7 @@ def main():
         if problem:
             failures += 1
             print(f"FAIL {name}: {problem}\n")
-    print(f"{len(cases)} cases ({ok} rendered, {raised} refused by jinja2 {__import__('jinja2').__version__ if False else ''}), "
-          f"{failures} differ")
+    print(f"{len(cases)} cases ({ok} rendered by jinja2, {raised} refused by it), {failures} differ")
     return 1 if failures else 0
 
 

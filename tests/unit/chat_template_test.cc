@@ -228,6 +228,30 @@ TEST(ChatTemplate, BoundsOutputWorkAndRecursion) {
   EXPECT_NE(ChatTemplate::compile(deep_ifs).status().message().find("nested too deeply"), std::string::npos);
 }
 
+TEST(ChatTemplate, LongChainsAndDeepValuesAreBounded) {
+  // Chains parse in loops; their height is bounded so evaluating and freeing them cannot
+  // exhaust the stack.
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 20000; ++i) sum += " + 1";
+  EXPECT_NE(ChatTemplate::compile(sum + " }}").status().message().find("expression nested too deeply"),
+            std::string::npos);
+  std::string filters = "{{ 'x'";
+  for (int i = 0; i < 20000; ++i) filters += "|trim";
+  EXPECT_NE(ChatTemplate::compile(filters + " }}").status().message().find("nested too deeply"), std::string::npos);
+  EXPECT_EQ(render("{{ 1 + 1 + 1 + 1 }}|{{ ' x '|trim|upper|lower }}"), "4|x");
+  // A value nested by a loop.
+  EXPECT_NE(error_of("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                     "{{ ns.x }}")
+                .find("value nested too deeply"),
+            std::string::npos);
+  // Work in proportion to the data: membership tests over a long list in a loop.
+  EXPECT_NE(error_of("{% set big = range(100000)|list %}{% for i in range(100000) %}{% if i in big %}{% endif %}"
+                     "{% endfor %}")
+                .find("work limit"),
+            std::string::npos);
+  EXPECT_EQ(render("{{ (range(50000)|list + range(50000)|list)|unique|list|length }}"), "50000");
+}
+
 TEST(ChatTemplate, BadContext) {
   auto t = ChatTemplate::compile("x");
   ASSERT_TRUE(t.ok());

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "tokenizer/utf8.h"
 
@@ -479,16 +480,14 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
          bool cs = a.get(0, "case_sensitive").truthy();
          Value attribute = a.get(1, "attribute");
          List out;
-         std::vector<Value> seen;
+         std::set<std::string> seen;  // Python's set: 1, 1.0 and True are one key
          for (const Value& e : to_items(v, "unique")) {
            Value key = attribute.is_undefined() ? e : attr_path(e, attribute);
-           if (!cs && key.is_string()) key = Value(ascii_lower(key.str()));
-           bool dup = false;
-           for (const Value& s : seen) dup = dup || values_equal(s, key);
-           if (!dup) {
-             seen.push_back(key);
-             out.push_back(e);
-           }
+           std::string canon(1, key.is_number() ? 'n' : key.is_string() ? 's' : 'o');
+           canon += key.is_number()   ? py_float_repr(key.as_double())
+                    : key.is_string() ? (cs ? key.str() : ascii_lower(key.str()))
+                                      : key.repr();
+           if (seen.insert(std::move(canon)).second) out.push_back(e);
          }
          return Value(std::move(out));
        }},
@@ -709,6 +708,7 @@ Value string_method(const std::string& s, std::string_view name, Args& a) {
 }  // namespace
 
 void check_size(const std::string& s) {
+  charge_work(1 + s.size() / 64);
   if (s.size() > kMaxStringBytes) throw Error("string exceeds " + std::to_string(kMaxStringBytes) + " bytes");
 }
 
@@ -834,6 +834,7 @@ Value get_item(const Value& obj, const Value& key, const std::string& what) {
 }
 
 bool contains(const Value& container, const Value& item) {
+  if (container.is_string()) charge_work(1 + container.str().size() / 64);
   switch (container.kind()) {
     case Value::Kind::kString:
       if (!item.is_string())

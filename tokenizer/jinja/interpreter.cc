@@ -21,6 +21,7 @@ class Interpreter {
   Interpreter(const RenderLimits& limits) : limits_(limits) {}
 
   std::string run(const Template& tpl, std::vector<std::pair<std::string, Value>> globals) {
+    reset_work(limits_.max_steps);
     root_ = std::make_shared<Frame>();
     for (auto& [k, v] : globals) (*root_)[k] = std::move(v);
     install_builtins();
@@ -43,7 +44,11 @@ class Interpreter {
   }
 
   void step(int line, int col) {
-    if (++steps_ > limits_.max_steps) throw Error(at(line, col) + "template exceeded its work limit");
+    try {
+      charge_work(1);
+    } catch (const Error&) {
+      throw Error(at(line, col) + "template exceeded its work limit");
+    }
   }
 
   void emit(const std::string& s, int line, int col) {
@@ -613,7 +618,6 @@ class Interpreter {
   std::shared_ptr<Frame> root_;
   std::vector<std::shared_ptr<Frame>> frames_;
   std::string* out_ = nullptr;
-  size_t steps_ = 0;
   int call_depth_ = 0;
 };
 
@@ -621,6 +625,9 @@ class Interpreter {
 
 std::string render(const Template& tpl, std::vector<std::pair<std::string, Value>> globals,
                    const RenderLimits& limits) {
+  struct Unlimited {  // whatever happens, this thread's later work is not charged to this render
+    ~Unlimited() { reset_work(static_cast<size_t>(-1)); }
+  } restore;
   Interpreter in(limits);
   return in.run(tpl, std::move(globals));
 }

@@ -41,7 +41,7 @@ class Value {
   Value(double v) : kind_(Kind::kFloat), float_(v) {}
   Value(std::string s) : kind_(Kind::kString), str_(std::make_shared<const std::string>(std::move(s))) {}
   Value(const char* s) : Value(std::string(s)) {}
-  Value(List l) : kind_(Kind::kList), list_(std::make_shared<const List>(std::move(l))) {}
+  Value(List l);
   static Value tuple(List l);  // a list that prints as (a, b) and is never equal to a list
   static Value dict(std::shared_ptr<Dict> d);
   static Value name_space(std::shared_ptr<Dict> d);
@@ -79,8 +79,10 @@ class Value {
 
  private:
   explicit Value(Kind k) : kind_(k) {}
+  void set_depth_from(const List& items);
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;
+  uint8_t depth_ = 0;  // nesting of lists and dicts (namespaces are leaves: they never print inside)
   int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<const std::string> str_;
@@ -112,6 +114,15 @@ bool py_isspace(uint32_t cp);
 std::string py_float_repr(double d);
 // json.dumps(v, ensure_ascii=False, indent=indent (< 0: none), sort_keys=False), as HF's tojson.
 std::string to_json(const Value& v, int indent);
+
+// Work accounting for the render running on this thread: the interpreter sets a budget, and
+// every statement, loop iteration, call and every operation in proportion to the data it touches
+// (items copied or compared, bytes scanned) charges it, so no template can run unbounded.
+void reset_work(size_t budget);
+void charge_work(size_t units);
+
+// Lists and dicts nest at most this deep (printing, comparing and freeing them recurse).
+inline constexpr int kMaxValueDepth = 100;
 
 // "line L col C: ", the prefix of every error about a place in the template.
 std::string location(int line, int col);
