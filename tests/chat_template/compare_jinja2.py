@@ -241,6 +241,9 @@ FEATURES = [
     "{{ '%s' }} {{ 'a' * 3 }} {{ [0] * 2 if false else 'n' }} {{ ['x'] + ['y'] }}",
     "{% if messages %}{% for m in messages %}{% if loop.first %}F{% elif loop.last %}L{% else %}M{% endif %}{% endfor %}{% endif %}",
     "{{ 'a' }}\r\n{{ 'b' }}\r{{ 'c' }}\n",
+    "{{ 'T' if messages|selectattr('role', 'equalto', 'x') else 'F' }} {{ 'T' if []|reverse else 'F' }}"
+    " {{ 'T' if x|items else 'F' }} {{ [1, 2]|map('string')|list }} {{ messages|selectattr('role', 'eq', 'user')|list|length }}"
+    " {{ 3.0 is divisibleby 1.5 }} {{ -3 is odd }} {{ 2|round(1) }} {{ [1, 2] * 2 }} {{ 'x'|safe ~ 1|safe }}",
 ]
 
 

@@ -137,6 +137,14 @@ TEST(ChatTemplate, Filters) {
   EXPECT_EQ(render("{{ {'a': [1]}|tojson(indent=2) }}"), "{\n  \"a\": [\n    1\n  ]\n}");
 }
 
+TEST(ChatTemplate, LazyFiltersAreTrueLikeGenerators) {
+  // jinja2's select/map/... return generators: always true, no length, until |list.
+  EXPECT_EQ(render("{{ 'T' if messages|selectattr('role', 'equalto', 'nobody') else 'F' }}"
+                   "{{ 'T' if messages|selectattr('role', 'equalto', 'nobody')|list else 'F' }}"),
+            "TF");
+  EXPECT_NE(error_of("{{ messages|map(attribute='role')|length }}").find("has no len()"), std::string::npos);
+}
+
 TEST(ChatTemplate, Methods) {
   EXPECT_EQ(
       render("{{ ' x '.strip() }}|{{ 'xax'.lstrip('x') }}|{{ 'a,b'.split(',') }}|{{ 'ab'.startswith('a') }}"

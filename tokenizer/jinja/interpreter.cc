@@ -416,15 +416,17 @@ class Interpreter {
     Value stepv = e.items.empty() ? Value::none() : eval(*e.items[0]);
     std::vector<std::string_view> cps;
     int64_t n;
-    if (obj.is_list()) {
+    if (obj.is_sequence()) {
       n = static_cast<int64_t>(obj.list().size());
     } else if (obj.is_string()) {
       cps = code_points(obj.str());
       n = static_cast<int64_t>(cps.size());
     } else if (obj.is_undefined()) {
       throw Error(describe(*e.a));
-    } else {
-      return Value();  // jinja2: a failed subscript is undefined
+    } else {  // jinja2 slices with Python's own [] (not its forgiving getitem)
+      throw Error(obj.is_dict() ? std::string("unhashable type: 'slice'")
+                                : std::string("'") + (obj.is_generator() ? "generator" : obj.type_name()) +
+                                      "' object is not subscriptable");
     }
     int64_t st = stepv.is_none() || stepv.is_undefined() ? 1 : slice_index(stepv);
     if (st == 0) throw Error("slice step cannot be zero");
@@ -539,7 +541,7 @@ class Interpreter {
       check_size(s);
       return Value(std::move(s));
     }
-    if (op == "+" && l.is_list() && r.is_list()) {
+    if (op == "+" && l.is_sequence() && r.is_sequence()) {
       List out = l.list();
       out.insert(out.end(), r.list().begin(), r.list().end());
       if (out.size() > kMaxListItems) throw Error("list too long");
@@ -551,7 +553,16 @@ class Interpreter {
       if (n > 0 && s.str().size() * static_cast<size_t>(n) > kMaxStringBytes) throw Error("string too long");
       std::string out;
       for (int64_t i = 0; i < n; ++i) out += s.str();
+      check_size(out);
       return Value(std::move(out));
+    }
+    if (op == "*" && ((l.is_sequence() && r.is_int()) || (l.is_int() && r.is_sequence()))) {
+      const Value& x = l.is_sequence() ? l : r;
+      int64_t n = l.is_sequence() ? r.as_int() : l.as_int();
+      if (n > 0 && x.list().size() * static_cast<size_t>(n) > kMaxListItems) throw Error("list too long");
+      List out;
+      for (int64_t i = 0; i < n; ++i) out.insert(out.end(), x.list().begin(), x.list().end());
+      return x.is_tuple() ? Value::tuple(std::move(out)) : Value(std::move(out));
     }
     throw bad();
   }

@@ -44,6 +44,12 @@ Value Value::tuple(List l) {
   return v;
 }
 
+Value Value::generator(List l) {
+  Value v(std::move(l));
+  v.generator_ = true;
+  return v;
+}
+
 Value Value::dict(std::shared_ptr<Dict> d) {
   Value v(Kind::kDict);
   charge_work(d->items.size());
@@ -109,7 +115,7 @@ bool Value::truthy() const {
     case Kind::kString:
       return !str_->empty();
     case Kind::kList:
-      return !list_->empty();
+      return generator_ || !list_->empty();
     case Kind::kDict:
       return !dict_->items.empty();
     default:
@@ -265,6 +271,7 @@ void json_dump(std::string& out, const Value& v, int indent, int level) {
       json_string(out, v.str());
       return;
     case Value::Kind::kList: {
+      if (v.is_generator()) throw Error("Object of type generator is not JSON serializable");
       const List& l = v.list();
       if (l.empty()) {
         out += "[]";
@@ -333,6 +340,7 @@ std::string Value::to_str() const {
     case Kind::kString:
       return *str_;
     case Kind::kList: {
+      if (generator_) return "<generator object>";
       std::string out = tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
         if (i) out += ", ";
@@ -371,6 +379,7 @@ bool values_equal(const Value& a, const Value& b) {
     case Value::Kind::kString:
       return a.str() == b.str();
     case Value::Kind::kList: {
+      if (a.is_generator() || b.is_generator()) return &a.list() == &b.list();
       if (a.is_tuple() != b.is_tuple() || a.list().size() != b.list().size()) return false;
       for (size_t i = 0; i < a.list().size(); ++i)
         if (!values_equal(a.list()[i], b.list()[i])) return false;

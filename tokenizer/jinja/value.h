@@ -43,6 +43,10 @@ class Value {
   Value(const char* s) : Value(std::string(s)) {}
   Value(List l);
   static Value tuple(List l);  // a list that prints as (a, b) and is never equal to a list
+  // What jinja2's lazy filters (map, select, selectattr, reject, rejectattr, unique, items,
+  // reverse of a list) return: iterable once materialized here, but like a Python generator it
+  // is always true, has no length or index, and prints as "<generator object>".
+  static Value generator(List l);
   static Value dict(std::shared_ptr<Dict> d);
   static Value name_space(std::shared_ptr<Dict> d);
   static Value function(Function f);
@@ -56,6 +60,8 @@ class Value {
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_tuple() const { return kind_ == Kind::kList && tuple_; }
+  bool is_generator() const { return kind_ == Kind::kList && generator_; }
+  bool is_sequence() const { return kind_ == Kind::kList && !generator_; }
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_namespace() const { return kind_ == Kind::kNamespace; }
   bool is_function() const { return kind_ == Kind::kFunction; }
@@ -82,6 +88,7 @@ class Value {
   void set_depth_from(const List& items);
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;
+  bool generator_ = false;
   uint8_t depth_ = 0;  // nesting of lists and dicts (namespaces are leaves: they never print inside)
   int64_t int_ = 0;
   double float_ = 0;
