@@ -26,12 +26,15 @@ Result<ChatRenderer> load_chat_renderer(const std::string& template_file, const 
   auto tmpl = std::make_shared<const ChatTemplate>(std::move(**found));
   const std::string bos = spelling(tok, tok ? tok->bos_id() : std::nullopt);
   const std::string eos = spelling(tok, tok ? tok->eos_id() : std::nullopt);
-  return ChatRenderer([tmpl, bos, eos](const Json& messages, bool add_generation_prompt) {
+  return ChatRenderer([tmpl, bos, eos](const Json& messages, bool add_generation_prompt, const Json& extra,
+                                       const std::string& request_json) {
     ChatTemplateContext c;
     c.messages = messages;
     c.add_generation_prompt = add_generation_prompt;
     c.bos_token = bos;
     c.eos_token = eos;
+    c.extra = extra;
+    c.request_json = request_json;
     return tmpl->render(c);
   });
 }

@@ -232,7 +232,23 @@ std::variant<OpenAiRequest, ApiError> parse_chat_request(const Json& body) {
   auto msgs = normalize_messages(*m);
   if (auto* e = std::get_if<ApiError>(&msgs)) return *e;
   r.messages = std::get<Json>(std::move(msgs));
+  auto extra = template_extra(body);
+  if (auto* e = std::get_if<ApiError>(&extra)) return *e;
+  r.template_extra = std::get<Json>(std::move(extra));
   return r;
+}
+
+std::variant<Json, ApiError> template_extra(const Json& body) {
+  Json::Object extra;
+  if (const Json* kw = body.find("chat_template_kwargs"); kw && !kw->is_null()) {
+    if (!kw->is_object()) return bad_param("chat_template_kwargs", "must be an object");
+    extra = kw->as_object();
+  }
+  if (const Json* tools = body.find("tools"); tools && !tools->is_null()) {
+    if (!tools->is_array()) return bad_param("tools", "must be an array");
+    extra["tools"] = *tools;
+  }
+  return extra.empty() ? Json() : Json(std::move(extra));
 }
 
 std::variant<Json, ApiError> normalize_messages(const Json& messages) {

@@ -27,6 +27,7 @@ struct OpenAiRequest {
   std::string model;                  // empty: the served model
   std::vector<PromptInput> prompts;   // completions: one or a batch
   Json messages;                      // chat: the messages array as sent
+  Json template_extra;                // chat: more template variables (tools, chat_template_kwargs)
   bool add_generation_prompt = true;  // chat (a vLLM field)
   v1::GenerateRequest base;           // sampling, stops, extensions; the prompt is set per choice
   bool max_tokens_given = false;      // chat without it: the rest of the context (as vLLM)
@@ -43,6 +44,9 @@ std::variant<OpenAiRequest, ApiError> parse_completion_request(const Json& body)
 std::variant<OpenAiRequest, ApiError> parse_chat_request(const Json& body);
 // The JSON body of a request (400 for invalid JSON or a non-object).
 std::variant<Json, ApiError> parse_body(const std::string& body);
+// The chat template's further variables, as vLLM gives them: the members of
+// "chat_template_kwargs" and "tools" (null when neither is given).
+std::variant<Json, ApiError> template_extra(const Json& body);
 // A chat message list's checks (roles, content as text or text parts) and its content parts
 // flattened to strings, which is what chat templates read.
 std::variant<Json, ApiError> normalize_messages(const Json& messages);

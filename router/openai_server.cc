@@ -118,9 +118,10 @@ std::variant<std::vector<int32_t>, ApiError> OpenAiServer::tokenize_text(const H
 }
 
 std::variant<std::vector<int32_t>, ApiError> OpenAiServer::chat_prompt(const HttpExchange& ex, const Json& messages,
-                                                                       bool add_generation_prompt) const {
+                                                                       bool add_generation_prompt,
+                                                                       const Json& extra) const {
   if (!config_.chat_template) return no_chat_template();
-  auto text = config_.chat_template(messages, add_generation_prompt);
+  auto text = config_.chat_template(messages, add_generation_prompt, extra, ex.request().body);
   if (!text.ok()) return bad_param("messages", "the chat template failed: " + text.status().message());
   return tokenize_text(ex, *text, /*add_bos=*/false, /*allow_special=*/true);
 }
@@ -173,7 +174,7 @@ void add_choices(const OpenAiRequest& r, ChoicePlan plan, std::vector<ChoicePlan
 std::optional<ApiError> OpenAiServer::plan_chat(const HttpExchange& ex, const OpenAiRequest& r,
                                                 std::vector<ChoicePlan>* plans) const {
   std::vector<int32_t> ids;
-  if (auto e = take(chat_prompt(ex, r.messages, r.add_generation_prompt), &ids)) return e;
+  if (auto e = take(chat_prompt(ex, r.messages, r.add_generation_prompt, r.template_extra), &ids)) return e;
   ChoicePlan plan;
   plan.req = r.base;
   plan.req.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
@@ -272,11 +273,12 @@ int OpenAiServer::tokenize(HttpExchange& ex) {
     if (auto e = take(tokenize_text(ex, prompt->as_string(), special && tok_ && tok_->add_bos_token(), false), &ids))
       return respond_error(ex, *e);
   } else if (messages && !messages->is_null()) {
-    Json msgs;
+    Json msgs, extra;
     bool add_gen = true;
     if (auto e = take(normalize_messages(*messages), &msgs)) return respond_error(ex, *e);
     if (auto e = take(flag("add_generation_prompt", true), &add_gen)) return respond_error(ex, *e);
-    if (auto e = take(chat_prompt(ex, msgs, add_gen), &ids)) return respond_error(ex, *e);
+    if (auto e = take(template_extra(body), &extra)) return respond_error(ex, *e);
+    if (auto e = take(chat_prompt(ex, msgs, add_gen, extra), &ids)) return respond_error(ex, *e);
   } else {
     return respond_error(ex, bad_param("prompt", "required (or messages)"));
   }

@@ -27,7 +27,10 @@
 namespace yoco {
 
 // Messages -> the prompt's text (the chat template, with the model's BOS/EOS spellings bound).
-using ChatRenderer = std::function<Result<std::string>(const Json& messages, bool add_generation_prompt)>;
+// `request_json` is the body as received: the template sees the client's key order (tojson).
+// `extra`: further template variables (null or an object).
+using ChatRenderer = std::function<Result<std::string>(const Json& messages, bool add_generation_prompt,
+                                                       const Json& extra, const std::string& request_json)>;
 
 struct OpenAiConfig {
   std::string served_model_name;
@@ -55,7 +58,7 @@ class OpenAiServer {
   // Messages through the chat template, tokenized with special tokens and no added BOS (the
   // template writes it).
   std::variant<std::vector<int32_t>, ApiError> chat_prompt(const HttpExchange& ex, const Json& messages,
-                                                           bool add_generation_prompt) const;
+                                                           bool add_generation_prompt, const Json& extra) const;
   std::variant<std::vector<int32_t>, ApiError> tokenize_text(const HttpExchange& ex, const std::string& text,
                                                              bool add_bos, bool allow_special) const;
   // The choices of a completions request: echo (the prompt's own log-probs from Score), n per prompt.

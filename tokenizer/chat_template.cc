@@ -39,36 +39,41 @@ Result<std::string> ChatTemplate::render(const ChatTemplateContext& ctx) const {
   if (!ctx.extra.is_null() && !ctx.extra.is_object())
     return invalid_argument("chat_template: extra variables must be an object");
   // What transformers' apply_chat_template passes: tools and documents are None unless given.
-  std::optional<jinja::Value> order;
-  if (!ctx.request_json.empty()) {
-    order = jinja::parse_json_ordered(ctx.request_json);
-    if (order && !order->is_dict()) order.reset();
-  }
-  auto convert = [&](const std::string& key, const Json& j) {
-    jinja::Value v = jinja::Value::from_json(j);
-    const jinja::Value* hint = order ? order->dict().find(key) : nullptr;
-    return hint ? jinja::reorder_like(v, *hint) : v;
-  };
-  std::vector<std::pair<std::string, jinja::Value>> globals;
-  globals.emplace_back("messages", convert("messages", ctx.messages));
-  globals.emplace_back("add_generation_prompt", jinja::Value(ctx.add_generation_prompt));
-  globals.emplace_back("bos_token", jinja::Value(ctx.bos_token));
-  globals.emplace_back("eos_token", jinja::Value(ctx.eos_token));
-  globals.emplace_back("tools", jinja::Value::none());
-  globals.emplace_back("documents", jinja::Value::none());
-  if (ctx.extra.is_object()) {
-    for (const auto& [k, v] : ctx.extra.as_object()) {
-      bool replaced = false;
-      for (auto& g : globals) {
-        if (g.first == k) {
-          g.second = convert(k, v);
-          replaced = true;
-        }
-      }
-      if (!replaced) globals.emplace_back(k, convert(k, v));
-    }
-  }
+  struct Unlimited {  // later work on this thread is not charged to this render
+    ~Unlimited() { jinja::reset_work(static_cast<size_t>(-1)); }
+  } restore;
   try {
+    // Reading the variables is charged to a work budget too (a huge request is work).
+    jinja::reset_work(jinja::RenderLimits{}.max_steps);
+    std::optional<jinja::Value> order;
+    if (!ctx.request_json.empty()) {
+      order = jinja::parse_json_ordered(ctx.request_json);
+      if (order && !order->is_dict()) order.reset();
+    }
+    auto convert = [&](const std::string& key, const Json& j) {
+      jinja::Value v = jinja::Value::from_json(j);
+      const jinja::Value* hint = order ? order->dict().find(key) : nullptr;
+      return hint ? jinja::reorder_like(v, *hint) : v;
+    };
+    std::vector<std::pair<std::string, jinja::Value>> globals;
+    globals.emplace_back("messages", convert("messages", ctx.messages));
+    globals.emplace_back("add_generation_prompt", jinja::Value(ctx.add_generation_prompt));
+    globals.emplace_back("bos_token", jinja::Value(ctx.bos_token));
+    globals.emplace_back("eos_token", jinja::Value(ctx.eos_token));
+    globals.emplace_back("tools", jinja::Value::none());
+    globals.emplace_back("documents", jinja::Value::none());
+    if (ctx.extra.is_object()) {
+      for (const auto& [k, v] : ctx.extra.as_object()) {
+        bool replaced = false;
+        for (auto& g : globals) {
+          if (g.first == k) {
+            g.second = convert(k, v);
+            replaced = true;
+          }
+        }
+        if (!replaced) globals.emplace_back(k, convert(k, v));
+      }
+    }
     return jinja::render(*compiled_->tpl, std::move(globals));
   } catch (const jinja::Error& e) {
     if (e.from_template) return invalid_argument(e.what());

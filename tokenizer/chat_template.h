@@ -42,6 +42,9 @@ class ChatTemplate {
   // INVALID_ARGUMENT with the template's own message for raise_exception('m'), and
   // "chat_template: line L col C: ..." for errors while rendering (undefined attribute of an
   // undefined value, a type error, output over 16 MiB, too much work).
+  // The text already holds what the template wrote for bos_token and the special tokens of each
+  // turn: encode it with special tokens recognised and without adding another BOS, as
+  // transformers does (apply_chat_template tokenizes with add_special_tokens=False).
   Result<std::string> render(const ChatTemplateContext& ctx) const;
 
   const std::string& source() const;

@@ -14,6 +14,7 @@ request_json), and jinja2 gets the objects in the client's order.
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -59,10 +60,13 @@ env.globals["strftime_now"] = strftime_now
 
 cases = json.load(open(sys.argv[1], encoding="utf-8"), object_pairs_hook=lambda kv: dict(sorted(kv)))
 out = []
+compiled = {}
 for c in cases:
     try:
         src = c["source"] if "source" in c else open(sys.argv[2] + "/" + c["template"], encoding="utf-8").read()
-        t = env.from_string(src)
+        if src not in compiled:
+            compiled[src] = env.from_string(src)
+        t = compiled[src]
         messages, extra = c["messages"], c.get("extra") or {}
         if "request_json" in c:  # the client's key order, as transformers would get it
             request = json.loads(c["request_json"])
@@ -153,6 +157,41 @@ def conversations():
     }
 
 
+def random_conversations(seed, count):
+    """Seeded random message lists: roles in any order, contents mixing scripts, whitespace,
+    markup-like text and escapes, tool calls with nested arguments, None and missing fields."""
+    rng = random.Random(seed)
+    pieces = ["hi", " ", "\n", "\t", "  ", "é", "你好", "🙂", "\u200b", "\\", '"', "'", "{{ x }}", "{% if %}",
+              "<think>", "</think>", "<tool_response>", "</tool_response>", "[INST]", "<|im_end|>", "\r\n", "0", "None"]
+    def text():
+        return "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+    def value(depth=0):
+        r = rng.random()
+        if depth > 2 or r < 0.4:
+            return rng.choice([text(), rng.randint(-5, 5), rng.random() * 10, True, False, None])
+        if r < 0.7:
+            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+        return {rng.choice(["b", "a", "city", "unit", "z"]) + str(i): value(depth + 1) for i in range(rng.randint(0, 3))}
+    convs = []
+    for _ in range(count):
+        msgs = []
+        for _ in range(rng.randint(1, 7)):
+            role = rng.choice(["system", "user", "user", "assistant", "assistant", "tool"])
+            msg = {"role": role, "content": text() if rng.random() < 0.9 else None}
+            if role == "assistant" and rng.random() < 0.3:
+                msg["tool_calls"] = [tool_call(rng.choice(["get_weather", "add"]),
+                                               {"k" + str(i): value() for i in range(rng.randint(0, 3))},
+                                               "".join(rng.choice("abc123") for _ in range(9)), rng.random() < 0.3)
+                                     for _ in range(rng.randint(1, 2))]
+            if role == "assistant" and rng.random() < 0.2:
+                msg["reasoning_content"] = text()
+            if role == "tool":
+                msg["tool_call_id"] = "".join(rng.choice("abc123") for _ in range(9))
+            msgs.append(msg)
+        convs.append(msgs)
+    return convs
+
+
 def template_cases():
     cases = []
     tokens = {"bos_token": "<s>", "eos_token": "</s>"}
@@ -167,6 +206,13 @@ def template_cases():
             c = {"template": name, "messages": msgs, "add_generation_prompt": True, **tokens,
                  "extra": {"tools": TOOLS, "date_string": "01 Jan 2025"}}
             cases.append((f"{name}/{conv_name}/tools", c))
+        for i, msgs in enumerate(random_conversations(name, 40)):
+            gen = i % 2 == 0
+            extra = {"date_string": "1 Feb 2025"}
+            if i % 5 == 0:
+                extra["tools"] = TOOLS
+            cases.append((f"{name}/random{i}", {"template": name, "messages": msgs, "add_generation_prompt": gen,
+                                                **tokens, "extra": extra}))
         cases.append((f"{name}/no_thinking", {"template": name, "messages": conversations()["multi_turn"], **tokens,
                                               "extra": {"enable_thinking": False}}))
         cases.append((f"{name}/strftime_now", {"template": name, "messages": conversations()["system_user"], **tokens}))
@@ -238,6 +284,9 @@ FEATURES = [
     "{{ '%s' }} {{ 'a' * 3 }} {{ [0] * 2 if false else 'n' }} {{ ['x'] + ['y'] }}",
     "{% if messages %}{% for m in messages %}{% if loop.first %}F{% elif loop.last %}L{% else %}M{% endif %}{% endfor %}{% endif %}",
     "{{ 'a' }}\r\n{{ 'b' }}\r{{ 'c' }}\n",
+    "{{ 'T' if messages|selectattr('role', 'equalto', 'x') else 'F' }} {{ 'T' if []|reverse else 'F' }}"
+    " {{ 'T' if x|items else 'F' }} {{ [1, 2]|map('string')|list }} {{ messages|selectattr('role', 'eq', 'user')|list|length }}"
+    " {{ 3.0 is divisibleby 1.5 }} {{ -3 is odd }} {{ 2|round(1) }} {{ [1, 2] * 2 }} {{ 'x'|safe ~ 1|safe }}",
 ]
 
 
@@ -290,8 +339,7 @@ def main():
         if problem:
             failures += 1
             print(f"FAIL {name}: {problem}\n")
-    print(f"{len(cases)} cases ({ok} rendered, {raised} refused by jinja2 {__import__('jinja2').__version__ if False else ''}), "
-          f"{failures} differ")
+    print(f"{len(cases)} cases ({ok} rendered by jinja2, {raised} refused by it), {failures} differ")
     return 1 if failures else 0
 
 

@@ -137,6 +137,14 @@ TEST(ChatTemplate, Filters) {
   EXPECT_EQ(render("{{ {'a': [1]}|tojson(indent=2) }}"), "{\n  \"a\": [\n    1\n  ]\n}");
 }
 
+TEST(ChatTemplate, LazyFiltersAreTrueLikeGenerators) {
+  // jinja2's select/map/... return generators: always true, no length, until |list.
+  EXPECT_EQ(render("{{ 'T' if messages|selectattr('role', 'equalto', 'nobody') else 'F' }}"
+                   "{{ 'T' if messages|selectattr('role', 'equalto', 'nobody')|list else 'F' }}"),
+            "TF");
+  EXPECT_NE(error_of("{{ messages|map(attribute='role')|length }}").find("has no len()"), std::string::npos);
+}
+
 TEST(ChatTemplate, Methods) {
   EXPECT_EQ(
       render("{{ ' x '.strip() }}|{{ 'xax'.lstrip('x') }}|{{ 'a,b'.split(',') }}|{{ 'ab'.startswith('a') }}"
@@ -226,6 +234,30 @@ TEST(ChatTemplate, BoundsOutputWorkAndRecursion) {
   std::string deep_ifs;
   for (int i = 0; i < 5000; ++i) deep_ifs += "{% if true %}";
   EXPECT_NE(ChatTemplate::compile(deep_ifs).status().message().find("nested too deeply"), std::string::npos);
+}
+
+TEST(ChatTemplate, LongChainsAndDeepValuesAreBounded) {
+  // Chains parse in loops; their height is bounded so evaluating and freeing them cannot
+  // exhaust the stack.
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 20000; ++i) sum += " + 1";
+  EXPECT_NE(ChatTemplate::compile(sum + " }}").status().message().find("expression nested too deeply"),
+            std::string::npos);
+  std::string filters = "{{ 'x'";
+  for (int i = 0; i < 20000; ++i) filters += "|trim";
+  EXPECT_NE(ChatTemplate::compile(filters + " }}").status().message().find("nested too deeply"), std::string::npos);
+  EXPECT_EQ(render("{{ 1 + 1 + 1 + 1 }}|{{ ' x '|trim|upper|lower }}"), "4|x");
+  // A value nested by a loop.
+  EXPECT_NE(error_of("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                     "{{ ns.x }}")
+                .find("value nested too deeply"),
+            std::string::npos);
+  // Work in proportion to the data: membership tests over a long list in a loop.
+  EXPECT_NE(error_of("{% set big = range(100000)|list %}{% for i in range(100000) %}{% if i in big %}{% endif %}"
+                     "{% endfor %}")
+                .find("work limit"),
+            std::string::npos);
+  EXPECT_EQ(render("{{ (range(50000)|list + range(50000)|list)|unique|list|length }}"), "50000");
 }
 
 TEST(ChatTemplate, BadContext) {

@@ -31,8 +31,9 @@ void send_and_hang_up(int port, const std::string& request) {
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0)
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
     EXPECT_GT(write(fd, request.data(), request.size()), 0);
+  }
   close(fd);
 }
 

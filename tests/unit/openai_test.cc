@@ -136,6 +136,14 @@ TEST(OpenAiRequest, Chat) {
       -1);
 
   auto chat = [&](const std::string& t) { return parse_chat_request(body_of(t)); };
+  EXPECT_TRUE(q.template_extra.is_null());
+  const auto with_extra =
+      std::get<OpenAiRequest>(chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}],)"
+                                   R"("chat_template_kwargs":{"enable_thinking":false}})"));
+  EXPECT_EQ(with_extra.template_extra.dump(), R"({"enable_thinking":false,"tools":[{"type":"function"}]})");
+  EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"tools":{}})")), "tools");
+  EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[]})")),
+            "chat_template_kwargs");
   EXPECT_EQ(bad(chat(R"({})")), "messages");
   EXPECT_EQ(bad(chat(R"({"messages":[]})")), "messages");
   EXPECT_EQ(bad(chat(R"({"messages":"hi"})")), "messages");

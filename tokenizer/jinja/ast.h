@@ -32,6 +32,7 @@ struct Expr {
   };
   Kind kind;
   int line = 0, col = 0;
+  int depth = 1;  // height of this subtree; the parser bounds it (evaluating and freeing recurse)
   Value literal;
   std::string name;  // name, attribute, filter, test or operator
   std::vector<ExprPtr> items;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "tokenizer/utf8.h"
 
@@ -125,6 +126,7 @@ int64_t length_of(const Value& v) {
     case Value::Kind::kString:
       return static_cast<int64_t>(code_point_count(v.str()));
     case Value::Kind::kList:
+      if (v.is_generator()) throw Error("object of type 'generator' has no len()");
       return static_cast<int64_t>(v.list().size());
     case Value::Kind::kDict:
       return static_cast<int64_t>(v.dict().items.size());
@@ -151,7 +153,7 @@ Value select(const Value& seq, Args& args, bool by_attr, bool keep) {
     bool ok = test.empty() ? probe.truthy() : apply_test(test, probe, test_args);
     if (ok == keep) out.push_back(item);
   }
-  return Value(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 std::string html_escape(const std::string& s) {
@@ -361,16 +363,18 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
       {"float", [](const Value& v, Args& a) { return to_float(v, a.get(0, "default")); }},
       {"indent",
        [](const Value& v, Args& a) {
+         if (!v.is_string())
+           throw Error(std::string("unsupported operand type(s) for +=: '") + v.type_name() + "' and 'str'");
          return Value(indent(v.to_str(), a.get(0, "width"), a.get(1, "first").truthy(), a.get(2, "blank").truthy()));
        }},
       {"int", [](const Value& v, Args& a) { return to_int(v, a.get(0, "default")); }},
       {"items",
        [](const Value& v, Args&) -> Value {
-         if (v.is_undefined()) return Value(List{});
+         if (v.is_undefined()) return Value::generator(List{});
          if (!v.is_dict()) throw Error("Can only get item pairs from a mapping.");
          List out;
          for (const auto& [k, e] : v.dict().items) out.push_back(Value::tuple(List{Value(k), e}));
-         return Value(std::move(out));
+         return Value::generator(std::move(out));
        }},
       {"join",
        [](const Value& v, Args& a) {
@@ -388,6 +392,7 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
        }},
       {"last",
        [](const Value& v, Args&) {
+         if (v.is_generator()) throw Error("'generator' object is not reversible");
          auto items = to_items(v, "last");
          return items.empty() ? Value() : items.back();
        }},
@@ -404,7 +409,7 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
              Value r = attr_path(e, attribute);
              out.push_back(r.is_undefined() && !dflt.is_undefined() ? dflt : r);
            }
-           return Value(std::move(out));
+           return Value::generator(std::move(out));
          }
          if (a.positional.empty()) throw Error("map needs a filter name or attribute=");
          std::string f = need_string(a.positional[0], "filter name");
@@ -413,7 +418,7 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
          rest.positional.assign(a.positional.begin() + 1, a.positional.end());
          rest.keyword = a.keyword;
          for (const Value& e : to_items(v, "map")) out.push_back(apply_filter(f, e, rest));
-         return Value(std::move(out));
+         return Value::generator(std::move(out));
        }},
       {"reject", [](const Value& v, Args& a) { return select(v, a, false, false); }},
       {"rejectattr", [](const Value& v, Args& a) { return select(v, a, true, false); }},
@@ -433,20 +438,22 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
          }
          auto items = to_items(v, "reverse");
          std::reverse(items.begin(), items.end());
+         if (v.is_sequence()) return Value::generator(std::move(items));  // reversed(list): an iterator
          return Value(std::move(items));
        }},
       {"round",
        [](const Value& v, Args& a) {
          int64_t p = a.get(0, "precision").is_undefined() ? 0 : need_int(a.get(0, "precision"), "precision");
          std::string method = a.get(1, "method").is_undefined() ? "common" : a.get(1, "method").to_str();
-         double x = v.as_double(), m = std::pow(10.0, static_cast<double>(p));
          if (!v.is_number()) throw Error("round needs a number");
+         if (v.is_int() && method == "common") return Value(v.as_int());  // Python: round(int, n) is an int
+         double x = v.as_double(), m = std::pow(10.0, static_cast<double>(p));
          double r = method == "ceil"    ? std::ceil(x * m) / m
                     : method == "floor" ? std::floor(x * m) / m
                                         : std::nearbyint(x * m) / m;  // Python round: half to even
          return Value(r);
        }},
-      {"safe", [](const Value& v, Args&) { return v; }},
+      {"safe", [](const Value& v, Args&) { return Value(v.to_str()); }},  // Markup(value) is a str
       {"select", [](const Value& v, Args& a) { return select(v, a, false, true); }},
       {"selectattr", [](const Value& v, Args& a) { return select(v, a, true, true); }},
       {"string", [](const Value& v, Args&) { return Value(v.to_str()); }},
@@ -479,18 +486,16 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
          bool cs = a.get(0, "case_sensitive").truthy();
          Value attribute = a.get(1, "attribute");
          List out;
-         std::vector<Value> seen;
+         std::set<std::string> seen;  // Python's set: 1, 1.0 and True are one key
          for (const Value& e : to_items(v, "unique")) {
            Value key = attribute.is_undefined() ? e : attr_path(e, attribute);
-           if (!cs && key.is_string()) key = Value(ascii_lower(key.str()));
-           bool dup = false;
-           for (const Value& s : seen) dup = dup || values_equal(s, key);
-           if (!dup) {
-             seen.push_back(key);
-             out.push_back(e);
-           }
+           std::string canon(1, key.is_number() ? 'n' : key.is_string() ? 's' : 'o');
+           canon += key.is_number()   ? py_float_repr(key.as_double())
+                    : key.is_string() ? (cs ? key.str() : ascii_lower(key.str()))
+                                      : key.repr();
+           if (seen.insert(std::move(canon)).second) out.push_back(e);
          }
-         return Value(std::move(out));
+         return Value::generator(std::move(out));
        }},
       {"upper", [](const Value& v, Args&) { return Value(ascii_upper(v.to_str())); }},
       {"wordcount",
@@ -510,6 +515,25 @@ const std::map<std::string, FilterFn, std::less<>>& filters() {
 }
 
 using TestFn = std::function<bool(const Value&, Args&)>;
+
+// Python's `value % num == want` for ints and floats (divisibleby, odd, even).
+bool py_mod_is(const Value& v, const Value& num, int64_t want) {
+  if (!v.is_number() || !num.is_number())
+    throw Error(std::string("unsupported operand type(s) for %: '") + v.type_name() + "' and '" + num.type_name() +
+                "'");
+  if (v.is_int() && num.is_int()) {
+    int64_t b = num.as_int();
+    if (b == 0) throw Error("integer division or modulo by zero");
+    int64_t m = v.as_int() % b;
+    if (m != 0 && ((m < 0) != (b < 0))) m += b;
+    return m == want;
+  }
+  double b = num.as_double();
+  if (b == 0) throw Error("float modulo");
+  double m = std::fmod(v.as_double(), b);
+  if (m != 0 && ((m < 0) != (b < 0))) m += b;
+  return m == static_cast<double>(want);
+}
 
 bool num_cmp(const Value& v, Args& a, const char* op) {
   Value o = a.get(0, "other");
@@ -533,12 +557,7 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       {"boolean", [](const Value& v, Args&) { return v.is_bool(); }},
       {"callable", [](const Value& v, Args&) { return v.is_function(); }},
       {"defined", [](const Value& v, Args&) { return !v.is_undefined(); }},
-      {"divisibleby",
-       [](const Value& v, Args& a) {
-         int64_t d = need_int(a.get(0, "num"), "divisor");
-         if (d == 0) throw Error("integer division or modulo by zero");
-         return need_int(v, "value") % d == 0;
-       }},
+      {"divisibleby", [](const Value& v, Args& a) { return py_mod_is(v, a.get(0, "num"), 0); }},
       {"eq", [](const Value& v, Args& a) { return num_cmp(v, a, "=="); }},
       {"equalto", [](const Value& v, Args& a) { return num_cmp(v, a, "=="); }},
       {"==", [](const Value& v, Args& a) { return num_cmp(v, a, "=="); }},
@@ -550,8 +569,8 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       {"gt", [](const Value& v, Args& a) { return num_cmp(v, a, ">"); }},
       {"greaterthan", [](const Value& v, Args& a) { return num_cmp(v, a, ">"); }},
       {"ge", [](const Value& v, Args& a) { return num_cmp(v, a, ">="); }},
-      {"even", [](const Value& v, Args&) { return need_int(v, "value") % 2 == 0; }},
-      {"odd", [](const Value& v, Args&) { return need_int(v, "value") % 2 != 0; }},
+      {"even", [](const Value& v, Args&) { return py_mod_is(v, Value(int64_t{2}), 0); }},
+      {"odd", [](const Value& v, Args&) { return py_mod_is(v, Value(int64_t{2}), 1); }},
       {"false", [](const Value& v, Args&) { return v.is_bool() && !v.as_bool(); }},
       {"true", [](const Value& v, Args&) { return v.is_bool() && v.as_bool(); }},
       {"float", [](const Value& v, Args&) { return v.kind() == Value::Kind::kFloat; }},
@@ -561,7 +580,7 @@ const std::map<std::string, TestFn, std::less<>>& tests() {
       {"iterable",
        [](const Value& v, Args&) { return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict(); }},
       {"sequence",
-       [](const Value& v, Args&) { return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict(); }},
+       [](const Value& v, Args&) { return v.is_undefined() || v.is_string() || v.is_sequence() || v.is_dict(); }},
       {"mapping", [](const Value& v, Args&) { return v.is_dict(); }},
       {"none", [](const Value& v, Args&) { return v.is_none(); }},
       {"string", [](const Value& v, Args&) { return v.is_string(); }},
@@ -709,6 +728,7 @@ Value string_method(const std::string& s, std::string_view name, Args& a) {
 }  // namespace
 
 void check_size(const std::string& s) {
+  charge_work(1 + s.size() / 64);
   if (s.size() > kMaxStringBytes) throw Error("string exceeds " + std::to_string(kMaxStringBytes) + " bytes");
 }
 
@@ -818,7 +838,7 @@ Value get_item(const Value& obj, const Value& key, const std::string& what) {
     const Value* v = obj.dict().find(key.str());
     return v ? *v : Value();
   }
-  if ((obj.is_list() || obj.is_string()) && key.is_int()) {
+  if ((obj.is_sequence() || obj.is_string()) && key.is_int()) {
     int64_t i = key.as_int();
     if (obj.is_list()) {
       int64_t n = static_cast<int64_t>(obj.list().size());
@@ -834,6 +854,7 @@ Value get_item(const Value& obj, const Value& key, const std::string& what) {
 }
 
 bool contains(const Value& container, const Value& item) {
+  if (container.is_string()) charge_work(1 + container.str().size() / 64);
   switch (container.kind()) {
     case Value::Kind::kString:
       if (!item.is_string())

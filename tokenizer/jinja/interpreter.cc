@@ -21,6 +21,7 @@ class Interpreter {
   Interpreter(const RenderLimits& limits) : limits_(limits) {}
 
   std::string run(const Template& tpl, std::vector<std::pair<std::string, Value>> globals) {
+    reset_work(limits_.max_steps);
     root_ = std::make_shared<Frame>();
     for (auto& [k, v] : globals) (*root_)[k] = std::move(v);
     install_builtins();
@@ -43,7 +44,11 @@ class Interpreter {
   }
 
   void step(int line, int col) {
-    if (++steps_ > limits_.max_steps) throw Error(at(line, col) + "template exceeded its work limit");
+    try {
+      charge_work(1);
+    } catch (const Error&) {
+      throw Error(at(line, col) + "template exceeded its work limit");
+    }
   }
 
   void emit(const std::string& s, int line, int col) {
@@ -411,15 +416,17 @@ class Interpreter {
     Value stepv = e.items.empty() ? Value::none() : eval(*e.items[0]);
     std::vector<std::string_view> cps;
     int64_t n;
-    if (obj.is_list()) {
+    if (obj.is_sequence()) {
       n = static_cast<int64_t>(obj.list().size());
     } else if (obj.is_string()) {
       cps = code_points(obj.str());
       n = static_cast<int64_t>(cps.size());
     } else if (obj.is_undefined()) {
       throw Error(describe(*e.a));
-    } else {
-      return Value();  // jinja2: a failed subscript is undefined
+    } else {  // jinja2 slices with Python's own [] (not its forgiving getitem)
+      throw Error(obj.is_dict() ? std::string("unhashable type: 'slice'")
+                                : std::string("'") + (obj.is_generator() ? "generator" : obj.type_name()) +
+                                      "' object is not subscriptable");
     }
     int64_t st = stepv.is_none() || stepv.is_undefined() ? 1 : slice_index(stepv);
     if (st == 0) throw Error("slice step cannot be zero");
@@ -534,7 +541,7 @@ class Interpreter {
       check_size(s);
       return Value(std::move(s));
     }
-    if (op == "+" && l.is_list() && r.is_list()) {
+    if (op == "+" && l.is_sequence() && r.is_sequence()) {
       List out = l.list();
       out.insert(out.end(), r.list().begin(), r.list().end());
       if (out.size() > kMaxListItems) throw Error("list too long");
@@ -546,7 +553,16 @@ class Interpreter {
       if (n > 0 && s.str().size() * static_cast<size_t>(n) > kMaxStringBytes) throw Error("string too long");
       std::string out;
       for (int64_t i = 0; i < n; ++i) out += s.str();
+      check_size(out);
       return Value(std::move(out));
+    }
+    if (op == "*" && ((l.is_sequence() && r.is_int()) || (l.is_int() && r.is_sequence()))) {
+      const Value& x = l.is_sequence() ? l : r;
+      int64_t n = l.is_sequence() ? r.as_int() : l.as_int();
+      if (n > 0 && x.list().size() * static_cast<size_t>(n) > kMaxListItems) throw Error("list too long");
+      List out;
+      for (int64_t i = 0; i < n; ++i) out.insert(out.end(), x.list().begin(), x.list().end());
+      return x.is_tuple() ? Value::tuple(std::move(out)) : Value(std::move(out));
     }
     throw bad();
   }
@@ -613,7 +629,6 @@ class Interpreter {
   std::shared_ptr<Frame> root_;
   std::vector<std::shared_ptr<Frame>> frames_;
   std::string* out_ = nullptr;
-  size_t steps_ = 0;
   int call_depth_ = 0;
 };
 
@@ -621,6 +636,9 @@ class Interpreter {
 
 std::string render(const Template& tpl, std::vector<std::pair<std::string, Value>> globals,
                    const RenderLimits& limits) {
+  struct Unlimited {  // whatever happens, this thread's later work is not charged to this render
+    ~Unlimited() { reset_work(static_cast<size_t>(-1)); }
+  } restore;
   Interpreter in(limits);
   return in.run(tpl, std::move(globals));
 }

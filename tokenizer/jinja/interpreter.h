@@ -13,7 +13,7 @@ namespace yoco::jinja {
 
 struct RenderLimits {
   size_t max_output_bytes = 16u << 20;
-  size_t max_steps = 5'000'000;  // statements, loop iterations and calls
+  size_t max_steps = 5'000'000;  // work units: statements, loop iterations, calls, items and bytes touched
   int max_call_depth = 100;      // macro recursion
 };
 

@@ -2,6 +2,7 @@
 // a hostile template cannot exhaust the stack.
 #include "tokenizer/jinja/parser.h"
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "tokenizer/jinja/builtins.h"
@@ -77,6 +78,24 @@ class Parser {
     e->col = at.col;
     return e;
   }
+  // Sets e's height from its children; long chains (a + b + c ..., x|f|g ..., a.b.c ...) are
+  // parsed in loops, so the height, not the parser's recursion, is what bounds them.
+  ExprPtr finish(ExprPtr e) {
+    int d = 0;
+    auto see = [&](const ExprPtr& c) {
+      if (c) d = std::max(d, c->depth);
+    };
+    see(e->a);
+    see(e->b);
+    see(e->c);
+    for (const auto& x : e->items) see(x);
+    for (const auto& x : e->keys) see(x);
+    for (const auto& kv : e->kwargs) see(kv.second);
+    e->depth = d + 1;
+    if (e->depth > kMaxDepth) fail(peek(), "expression nested too deeply");
+    return e;
+  }
+
   StmtPtr make_stmt(Stmt::Kind k, const Token& at) {
     auto s = std::make_unique<Stmt>();
     s->kind = k;
@@ -272,7 +291,7 @@ class Parser {
         next();
         c->c = parse_expr();
       }
-      e = std::move(c);
+      e = finish(std::move(c));
     }
     return e;
   }
@@ -282,7 +301,7 @@ class Parser {
     e->name = std::move(op);
     e->a = std::move(l);
     e->b = std::move(r);
-    return e;
+    return finish(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -309,7 +328,7 @@ class Parser {
       auto e = make(Expr::Kind::kUnary, next());
       e->name = "not";
       e->a = parse_not();
-      return e;
+      return finish(std::move(e));
     }
     return parse_compare();
   }
@@ -339,6 +358,7 @@ class Parser {
       }
       cmp->ops.push_back(op);
       cmp->items.push_back(parse_math1());
+      cmp = finish(std::move(cmp));
     }
     return cmp ? std::move(cmp) : std::move(first);
   }
@@ -386,6 +406,7 @@ class Parser {
       e = make(Expr::Kind::kUnary, peek());
       e->name = next().text;
       e->a = parse_unary(false);
+      e = finish(std::move(e));
     } else {
       e = parse_primary();
     }
@@ -430,7 +451,7 @@ class Parser {
           if (is_op(")")) break;
           tup->items.push_back(parse_expr());
         }
-        e = std::move(tup);
+        e = finish(std::move(tup));
       }
       expect_op(")");
       return e;
@@ -443,7 +464,7 @@ class Parser {
         e->items.push_back(parse_expr());
       }
       next();
-      return e;
+      return finish(std::move(e));
     }
     if (is_op("{")) {
       auto e = make(Expr::Kind::kDict, next());
@@ -455,7 +476,7 @@ class Parser {
         e->items.push_back(parse_expr());
       }
       next();
-      return e;
+      return finish(std::move(e));
     }
     fail(t, "unexpected " + describe(t));
   }
@@ -479,7 +500,7 @@ class Parser {
         } else {
           a->name = expect_name();
         }
-        e = std::move(a);
+        e = finish(std::move(a));
       } else if (is_op("[")) {
         e = parse_subscript(std::move(e));
       } else if (is_op("(")) {
@@ -512,14 +533,14 @@ class Parser {
       auto e = make(Expr::Kind::kItem, at);
       e->a = std::move(obj);
       e->b = std::move(parts[0]);
-      return e;
+      return finish(std::move(e));
     }
     auto e = make(Expr::Kind::kSlice, at);
     e->a = std::move(obj);
     e->b = std::move(parts[0]);
     e->c = std::move(parts[1]);
     if (parts[2]) e->items.push_back(std::move(parts[2]));
-    return e;
+    return finish(std::move(e));
   }
 
   // (args...) into e->items / e->kwargs.
@@ -547,7 +568,7 @@ class Parser {
     auto e = make(Expr::Kind::kCall, peek());
     e->a = std::move(callee);
     parse_args(*e);
-    return e;
+    return finish(std::move(e));
   }
 
   // `| name(args) | name ...` after `obj` (null: the filter heads a {% filter %} or {% set %} block).
@@ -567,7 +588,7 @@ class Parser {
       if (!is_known_filter(f->name)) fail(at, "no filter named '" + f->name + "'");
       if (is_op("(")) parse_args(*f);
       f->a = std::move(obj);
-      obj = std::move(f);
+      obj = finish(std::move(f));
     }
     return obj;
   }
@@ -592,7 +613,7 @@ class Parser {
           t->items.push_back(parse_postfix(parse_primary()));
         }
         t->a = std::move(e);
-        e = std::move(t);
+        e = finish(std::move(t));
       } else if (is_op("(")) {
         e = parse_call(std::move(e));
       } else {

@@ -1,6 +1,7 @@
 // Python's str/repr/==/json.dumps for template values (docs/design.md, chat templates).
 #include "tokenizer/jinja/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -10,14 +11,52 @@
 
 namespace yoco::jinja {
 
+namespace {
+thread_local size_t work_left = static_cast<size_t>(-1);
+}  // namespace
+
+void reset_work(size_t budget) { work_left = budget; }
+
+void charge_work(size_t units) {
+  if (units > work_left) {
+    work_left = 0;
+    throw Error("template exceeded its work limit");
+  }
+  work_left -= units;
+}
+
+void Value::set_depth_from(const List& items) {
+  int d = 0;
+  for (const Value& v : items) d = std::max(d, static_cast<int>(v.depth_));
+  if (d + 1 > kMaxValueDepth) throw Error("value nested too deeply");
+  depth_ = static_cast<uint8_t>(d + 1);
+}
+
+Value::Value(List l) : kind_(Kind::kList) {
+  charge_work(l.size());
+  set_depth_from(l);
+  list_ = std::make_shared<const List>(std::move(l));
+}
+
 Value Value::tuple(List l) {
   Value v(std::move(l));
   v.tuple_ = true;
   return v;
 }
 
+Value Value::generator(List l) {
+  Value v(std::move(l));
+  v.generator_ = true;
+  return v;
+}
+
 Value Value::dict(std::shared_ptr<Dict> d) {
   Value v(Kind::kDict);
+  charge_work(d->items.size());
+  int depth = 0;
+  for (const auto& kv : d->items) depth = std::max(depth, static_cast<int>(kv.second.depth_));
+  if (depth + 1 > kMaxValueDepth) throw Error("value nested too deeply");
+  v.depth_ = static_cast<uint8_t>(depth + 1);
   v.dict_ = std::move(d);
   return v;
 }
@@ -76,7 +115,7 @@ bool Value::truthy() const {
     case Kind::kString:
       return !str_->empty();
     case Kind::kList:
-      return !list_->empty();
+      return generator_ || !list_->empty();
     case Kind::kDict:
       return !dict_->items.empty();
     default:
@@ -206,6 +245,7 @@ void json_string(std::string& out, const std::string& s) {
 }
 
 void json_dump(std::string& out, const Value& v, int indent, int level) {
+  charge_work(1 + (v.is_string() ? v.str().size() / 64 : 0));
   auto newline = [&](int lvl) {
     out += '\n';
     out.append(static_cast<size_t>(indent * lvl), ' ');
@@ -231,6 +271,7 @@ void json_dump(std::string& out, const Value& v, int indent, int level) {
       json_string(out, v.str());
       return;
     case Value::Kind::kList: {
+      if (v.is_generator()) throw Error("Object of type generator is not JSON serializable");
       const List& l = v.list();
       if (l.empty()) {
         out += "[]";
@@ -283,6 +324,8 @@ std::string Value::repr() const {
 }
 
 std::string Value::to_str() const {
+  if (kind_ == Kind::kList) charge_work(list_->size());
+  if (kind_ == Kind::kDict) charge_work(dict_->items.size());
   switch (kind_) {
     case Kind::kUndefined:
       return "";
@@ -297,6 +340,7 @@ std::string Value::to_str() const {
     case Kind::kString:
       return *str_;
     case Kind::kList: {
+      if (generator_) return "<generator object>";
       std::string out = tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
         if (i) out += ", ";
@@ -322,6 +366,7 @@ std::string Value::to_str() const {
 }
 
 bool values_equal(const Value& a, const Value& b) {
+  charge_work(1 + (a.is_string() && b.is_string() ? std::min(a.str().size(), b.str().size()) / 64 : 0));
   if (a.is_number() && b.is_number()) {
     if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat) return a.as_double() == b.as_double();
     return a.as_int() == b.as_int();
@@ -334,6 +379,7 @@ bool values_equal(const Value& a, const Value& b) {
     case Value::Kind::kString:
       return a.str() == b.str();
     case Value::Kind::kList: {
+      if (a.is_generator() || b.is_generator()) return &a.list() == &b.list();
       if (a.is_tuple() != b.is_tuple() || a.list().size() != b.list().size()) return false;
       for (size_t i = 0; i < a.list().size(); ++i)
         if (!values_equal(a.list()[i], b.list()[i])) return false;
@@ -394,6 +440,7 @@ bool py_isspace(uint32_t cp) {
 }
 
 std::vector<std::string_view> code_points(std::string_view s) {
+  charge_work(1 + s.size() / 16);
   std::vector<std::string_view> out;
   for (size_t i = 0; i < s.size();) {
     size_t n = utf8::char_len(s, i);
@@ -405,6 +452,7 @@ std::vector<std::string_view> code_points(std::string_view s) {
 }
 
 size_t code_point_count(std::string_view s) {
+  charge_work(1 + s.size() / 64);
   size_t n = 0;
   for (size_t i = 0; i < s.size(); ++n) {
     size_t len = utf8::char_len(s, i);

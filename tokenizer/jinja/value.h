@@ -41,8 +41,12 @@ class Value {
   Value(double v) : kind_(Kind::kFloat), float_(v) {}
   Value(std::string s) : kind_(Kind::kString), str_(std::make_shared<const std::string>(std::move(s))) {}
   Value(const char* s) : Value(std::string(s)) {}
-  Value(List l) : kind_(Kind::kList), list_(std::make_shared<const List>(std::move(l))) {}
+  Value(List l);
   static Value tuple(List l);  // a list that prints as (a, b) and is never equal to a list
+  // What jinja2's lazy filters (map, select, selectattr, reject, rejectattr, unique, items,
+  // reverse of a list) return: iterable once materialized here, but like a Python generator it
+  // is always true, has no length or index, and prints as "<generator object>".
+  static Value generator(List l);
   static Value dict(std::shared_ptr<Dict> d);
   static Value name_space(std::shared_ptr<Dict> d);
   static Value function(Function f);
@@ -56,6 +60,8 @@ class Value {
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_tuple() const { return kind_ == Kind::kList && tuple_; }
+  bool is_generator() const { return kind_ == Kind::kList && generator_; }
+  bool is_sequence() const { return kind_ == Kind::kList && !generator_; }
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_namespace() const { return kind_ == Kind::kNamespace; }
   bool is_function() const { return kind_ == Kind::kFunction; }
@@ -79,8 +85,11 @@ class Value {
 
  private:
   explicit Value(Kind k) : kind_(k) {}
+  void set_depth_from(const List& items);
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;
+  bool generator_ = false;
+  uint8_t depth_ = 0;  // nesting of lists and dicts (namespaces are leaves: they never print inside)
   int64_t int_ = 0;
   double float_ = 0;
   std::shared_ptr<const std::string> str_;
@@ -112,6 +121,15 @@ bool py_isspace(uint32_t cp);
 std::string py_float_repr(double d);
 // json.dumps(v, ensure_ascii=False, indent=indent (< 0: none), sort_keys=False), as HF's tojson.
 std::string to_json(const Value& v, int indent);
+
+// Work accounting for the render running on this thread: the interpreter sets a budget, and
+// every statement, loop iteration, call and every operation in proportion to the data it touches
+// (items copied or compared, bytes scanned) charges it, so no template can run unbounded.
+void reset_work(size_t budget);
+void charge_work(size_t units);
+
+// Lists and dicts nest at most this deep (printing, comparing and freeing them recurse).
+inline constexpr int kMaxValueDepth = 100;
 
 // "line L col C: ", the prefix of every error about a place in the template.
 std::string location(int line, int col);
