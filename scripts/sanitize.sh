@@ -3,7 +3,7 @@
 #   scripts/sanitize.sh asan   ASan + UBSan (build-asan/): labels unit, integration and cluster
 #   scripts/sanitize.sh tsan   TSan (build-tsan/): the concurrent parts (batcher, prefill scheduler,
 #                              transfer, KV store, router policy and stall watch, API keys and their
-#                              file watcher, server kit, the metrics HTTP server). Not the cluster
+#                              file watcher, server kit, the metrics and the streaming HTTP servers). Not the cluster
 #                              suite: Debian's gRPC/protobuf/abseil are not TSan-instrumented, so every
 #                              completion-queue hand-off between gRPC threads reads as a race
 #                              (thousands of reports in grpc::/protobuf inline code per cluster_test run)
@@ -26,7 +26,7 @@ supp=$root/tests/sanitizers
 # The concurrent parts (TSan) and, for ASan, every test executable of labels unit, integration and
 # cluster plus the binaries the cluster suite starts.
 concurrent=(batcher_test prefill_scheduler_test transfer_test transfer_peer kv_store_test router_policy_test
-            api_keys_test server_kit_test metrics_test)
+            api_keys_test server_kit_test metrics_test http_stream_server_test)
 servers=(yoco-router yoco-prefill yoco-decode)
 case "$stage" in
   asan)
@@ -34,7 +34,7 @@ case "$stage" in
     flags=(-DYOCO_SANITIZE=ON)
     targets=("${concurrent[@]}" "${servers[@]}" yoco-cli golden_test kernels_test engine_test checkpoint_test
              sampler_test common_test handoff_test presets_test kv_pool_test transformer_test
-             tensor_parallel_test proto_test tokenizer_test cluster_test documents_test colocated_test
+             tensor_parallel_test proto_test tokenizer_test openai_test cluster_test documents_test colocated_test
              api_keys_cluster_test tls_test)
     labels='^(unit|integration|cluster)$'
     # The house-rule checks are scripts (no sanitized code); the main ctest run has them.

@@ -62,7 +62,7 @@ class TlsFiles {
   }
 
   std::shared_ptr<ssl::context> current() {
-    const int64_t now = stamp();
+    const uint64_t now = stamp();
     std::lock_guard<std::mutex> lk(mu_);
     if (now != stamp_) {
       stamp_ = now;
@@ -75,7 +75,11 @@ class TlsFiles {
   }
 
  private:
-  int64_t stamp() const { return mtime_ns(cert_) ^ (mtime_ns(key_) * 3) ^ (mtime_ns(ca_) * 7); }
+  // The three files' mtimes mixed (unsigned: wrapping is intended).
+  uint64_t stamp() const {
+    return static_cast<uint64_t>(mtime_ns(cert_)) ^ (static_cast<uint64_t>(mtime_ns(key_)) * 3) ^
+           (static_cast<uint64_t>(mtime_ns(ca_)) * 7);
+  }
 
   Result<std::shared_ptr<ssl::context>> build() const {
     auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
@@ -98,7 +102,7 @@ class TlsFiles {
   const std::string cert_, key_, ca_;
   std::mutex mu_;
   std::shared_ptr<ssl::context> ctx_;
-  int64_t stamp_ = 0;
+  uint64_t stamp_ = 0;
 };
 
 // What the accept thread and every connection thread share; it outlives them all.
