@@ -228,6 +228,12 @@ TEST(ChatTemplate, BoundsOutputWorkAndRecursion) {
       std::string::npos);
   EXPECT_NE(error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").find("recursion"), std::string::npos);
   EXPECT_NE(error_of("{{ range(1000000)|length }}").find("Range too big"), std::string::npos);
+  // Macro recursion where each call sits under a 40-deep expression: the nesting bound, not
+  // the stack, ends it.
+  std::string deep_call = "f(n + 1)";
+  for (int i = 0; i < 40; ++i) deep_call = "(1 + " + deep_call + ")";
+  EXPECT_NE(error_of("{% macro f(n) %}{{ " + deep_call + " }}{% endmacro %}{{ f(0) }}").find("recursion too deep"),
+            std::string::npos);
   std::string deep = std::string(5000, '(') + "1" + std::string(5000, ')');
   EXPECT_NE(ChatTemplate::compile("{{ " + deep + " }}").status().message().find("nested too deeply"),
             std::string::npos);
