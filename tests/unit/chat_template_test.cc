@@ -145,6 +145,17 @@ TEST(ChatTemplate, LazyFiltersAreTrueLikeGenerators) {
   EXPECT_NE(error_of("{{ messages|map(attribute='role')|length }}").find("has no len()"), std::string::npos);
 }
 
+TEST(ChatTemplate, PythonAttributesComeBeforeKeys) {
+  // jinja2 looks `x.name` up as an attribute first: spec.items is dict.items, spec['items'] the key
+  // (Command R's template relies on it, with a result nobody intended, and we must match it).
+  Json spec = parse(R"([{"items": {"type": "string"}, "update": 1, "type": "array"}])");
+  EXPECT_EQ(render("{{ messages[0].items is defined }} {{ messages[0].items.type is defined }} "
+                   "{{ messages[0]['items'].type }} {{ messages[0].update is defined }} {{ messages[0].type }}"
+                   " {{ 'x'.upper is defined }} {{ 'x'.nope is defined }}",
+                   spec),
+            "True False string False array True False");
+}
+
 TEST(ChatTemplate, Methods) {
   EXPECT_EQ(
       render("{{ ' x '.strip() }}|{{ 'xax'.lstrip('x') }}|{{ 'a,b'.split(',') }}|{{ 'ab'.startswith('a') }}"

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <set>
 
@@ -796,6 +797,7 @@ Value call_method(const Value& obj, std::string_view name, Args& args) {
       for (const auto& [k, e] : items) out.push_back(name == "keys" ? Value(k) : e);
       return Value(std::move(out));
     }
+    if (name == "copy") return obj;
     if (name == "get") {
       Value key = args.get(0, "key");
       const Value* found = key.is_string() ? obj.dict().find(key.str()) : nullptr;
@@ -806,6 +808,7 @@ Value call_method(const Value& obj, std::string_view name, Args& args) {
     throw Error("'dict' object has no callable attribute '" + std::string(name) + "'");
   }
   if (obj.is_list()) {
+    if (name == "copy") return Value(obj.list());
     if (name == "index" || name == "count") {
       Value x = args.get(0, "value");
       int64_t n = 0;
@@ -822,12 +825,43 @@ Value call_method(const Value& obj, std::string_view name, Args& args) {
   throw Error(std::string("'") + obj.type_name() + "' object has no attribute '" + std::string(name) + "'");
 }
 
+namespace {
+
+// Python attributes that jinja2's sandboxed getattr finds before a dict key of the same name
+// (`spec.items` is dict.items, not spec["items"]); the mutating ones are unsafe, so undefined.
+bool one_of(std::string_view name, std::initializer_list<std::string_view> names) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+bool is_str_method(std::string_view n) {
+  return one_of(n, {"capitalize", "casefold",     "center",       "count",   "encode",     "endswith",    "expandtabs",
+                    "find",       "format",       "format_map",   "index",   "isalnum",    "isalpha",     "isascii",
+                    "isdecimal",  "isdigit",      "isidentifier", "islower", "isnumeric",  "isprintable", "isspace",
+                    "istitle",    "isupper",      "join",         "ljust",   "lower",      "lstrip",      "maketrans",
+                    "partition",  "removeprefix", "removesuffix", "replace", "rfind",      "rindex",      "rjust",
+                    "rpartition", "rsplit",       "rstrip",       "split",   "splitlines", "startswith",  "strip",
+                    "swapcase",   "title",        "translate",    "upper",   "zfill"});
+}
+
+Value bound_method(const Value& obj, std::string_view name) {
+  std::string n(name);
+  return Value::function([obj, n](Args& a) { return call_method(obj, n, a); });
+}
+
+}  // namespace
+
 Value get_attr(const Value& obj, std::string_view name, const std::string& what) {
   if (obj.is_undefined()) throw Error(what);
+  if (obj.is_dict()) {
+    if (one_of(name, {"items", "keys", "values", "get", "copy", "fromkeys"})) return bound_method(obj, name);
+    if (one_of(name, {"pop", "popitem", "setdefault", "update", "clear"})) return Value();
+  }
   if (obj.is_dict() || obj.is_namespace()) {
     const Value* v = obj.dict().find(name);
     return v ? *v : Value();
   }
+  if (obj.is_string() && is_str_method(name)) return bound_method(obj, name);
+  if (obj.is_sequence() && one_of(name, {"index", "count", "copy"})) return bound_method(obj, name);
   return Value();
 }
 
