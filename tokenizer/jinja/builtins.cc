@@ -227,6 +227,7 @@ std::string py_title(const std::string& s) {
 }
 
 Value to_int(const Value& v, const Value& dflt) {
+  if (v.is_undefined()) throw Error("value is undefined");  // int(Undefined) raises in jinja2
   Value d = dflt.is_undefined() ? Value(int64_t{0}) : dflt;
   if (v.is_int()) return Value(v.as_int());
   if (v.kind() == Value::Kind::kFloat)
@@ -247,6 +248,7 @@ Value to_int(const Value& v, const Value& dflt) {
 }
 
 Value to_float(const Value& v, const Value& dflt) {
+  if (v.is_undefined()) throw Error("value is undefined");
   Value d = dflt.is_undefined() ? Value(0.0) : dflt;
   if (v.is_number()) return Value(v.as_double());
   if (v.is_string()) {
@@ -898,6 +900,7 @@ bool contains(const Value& container, const Value& item) {
       return std::any_of(container.list().begin(), container.list().end(),
                          [&](const Value& e) { return values_equal(e, item); });
     case Value::Kind::kDict:
+      if (item.is_list() || item.is_dict()) throw Error(std::string("unhashable type: '") + item.type_name() + "'");
       return item.is_string() && container.dict().find(item.str()) != nullptr;
     case Value::Kind::kUndefined:
       return false;
