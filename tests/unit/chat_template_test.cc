@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 namespace yoco {
 namespace {
@@ -293,6 +296,31 @@ TEST(ChatTemplate, CopiesShareTheCompiledForm) {
   ctx.messages = chat();
   EXPECT_EQ(copy.render(ctx).value(), "4");
   EXPECT_EQ(&copy.source(), &t->source());
+}
+
+TEST(ChatTemplate, RendersFromManyThreadsAtOnce) {
+  // One compiled template, shared by the router's request threads.
+  auto t = ChatTemplate::compile(
+      "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{{ m.role }}:{{ m.content|trim }}"
+      "{% if not loop.last %}|{% endif %}{% endfor %}/{{ ns.n }}{{ tools|tojson }}");
+  ASSERT_TRUE(t.ok());
+  ChatTemplateContext ctx;
+  ctx.messages = chat();
+  ctx.extra = parse(R"({"tools": [{"b": 1, "a": [true, null]}]})");
+  const std::string expected = t->render(ctx).value();
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      for (int k = 0; k < 200; ++k) {
+        auto r = t->render(ctx);
+        if (!r.ok() || r.value() != expected) ++mismatches;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_EQ(expected, R"(system:sys|user:u1|assistant:a1|user:u2/4[{"a": [true, null], "b": 1}])");
 }
 
 class ModelDir : public ::testing::Test {
