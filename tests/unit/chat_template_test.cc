@@ -361,6 +361,12 @@ TEST_F(ModelDir, JinjaFileWhenConfigHasNone) {
   EXPECT_EQ(render_loaded(), "from file");
 }
 
+TEST_F(ModelDir, JinjaFileWinsOverConfig) {
+  write("tokenizer_config.json", R"({"chat_template": "from config"})");
+  write("chat_template.jinja", "from file");
+  EXPECT_EQ(render_loaded(), "from file");
+}
+
 TEST_F(ModelDir, MissingIsNullopt) {
   auto none = load_model_chat_template(dir_);
   ASSERT_TRUE(none.ok());
