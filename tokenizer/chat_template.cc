@@ -103,46 +103,53 @@ Result<ChatTemplate> load_chat_template_file(const std::filesystem::path& file) 
   return t;
 }
 
-Result<std::optional<ChatTemplate>> load_model_chat_template(const std::filesystem::path& model_dir) {
-  std::filesystem::path config = model_dir / "tokenizer_config.json";
-  std::error_code ec;
-  if (std::filesystem::exists(config, ec)) {
-    YOCO_ASSIGN_OR_RETURN(std::string text, read_file(config));
-    YOCO_ASSIGN_OR_RETURN(Json j, Json::parse(text));
-    const Json* ct = j.is_object() ? j.find("chat_template") : nullptr;
-    if (ct && !ct->is_null()) {
-      const std::string where = config.string() + ": chat_template";
-      std::string source;
-      if (ct->is_string()) {
-        source = ct->as_string();
-      } else if (ct->is_array()) {
-        bool found = false;
-        for (const Json& e : ct->as_array()) {
-          const Json* name = e.is_object() ? e.find("name") : nullptr;
-          const Json* tpl = e.is_object() ? e.find("template") : nullptr;
-          if (!name || !tpl || !name->is_string() || !tpl->is_string())
-            return invalid_argument(where +
-                                    ": each entry of the list must be {\"name\": string, \"template\": string}");
-          if (name->as_string() == "default") {
-            source = tpl->as_string();
-            found = true;
-          }
-        }
-        if (!found) return invalid_argument(where + ": the list has no template named \"default\"");
-      } else {
-        return invalid_argument(where + " must be a string or a list of {name, template}, not " +
-                                json_type_name(ct->type()));
+namespace {
+
+// "chat_template" of tokenizer_config.json: a string, or [{"name", "template"}] of which "default".
+Result<std::optional<ChatTemplate>> template_from_config(const std::filesystem::path& config) {
+  YOCO_ASSIGN_OR_RETURN(std::string text, read_file(config));
+  YOCO_ASSIGN_OR_RETURN(Json j, Json::parse(text));
+  const Json* ct = j.is_object() ? j.find("chat_template") : nullptr;
+  if (!ct || ct->is_null()) return std::optional<ChatTemplate>();
+  const std::string where = config.string() + ": chat_template";
+  std::string source;
+  if (ct->is_string()) {
+    source = ct->as_string();
+  } else if (ct->is_array()) {
+    bool found = false;
+    for (const Json& e : ct->as_array()) {
+      const Json* name = e.is_object() ? e.find("name") : nullptr;
+      const Json* tpl = e.is_object() ? e.find("template") : nullptr;
+      if (!name || !tpl || !name->is_string() || !tpl->is_string())
+        return invalid_argument(where + ": each entry of the list must be {\"name\": string, \"template\": string}");
+      if (name->as_string() == "default") {
+        source = tpl->as_string();
+        found = true;
       }
-      auto t = ChatTemplate::compile(source);
-      if (!t.ok()) return invalid_argument(config.string() + ": " + t.status().message());
-      return std::optional<ChatTemplate>(std::move(t).value());
     }
+    if (!found) return invalid_argument(where + ": the list has no template named \"default\"");
+  } else {
+    return invalid_argument(where + " must be a string or a list of {name, template}, not " +
+                            json_type_name(ct->type()));
   }
+  auto t = ChatTemplate::compile(source);
+  if (!t.ok()) return invalid_argument(config.string() + ": " + t.status().message());
+  return std::optional<ChatTemplate>(std::move(t).value());
+}
+
+}  // namespace
+
+// chat_template.jinja wins over the config, as in transformers (it "clobbers any template in the
+// config" when loading a tokenizer).
+Result<std::optional<ChatTemplate>> load_model_chat_template(const std::filesystem::path& model_dir) {
+  std::error_code ec;
   std::filesystem::path jinja_file = model_dir / "chat_template.jinja";
   if (std::filesystem::exists(jinja_file, ec)) {
     YOCO_ASSIGN_OR_RETURN(ChatTemplate t, load_chat_template_file(jinja_file));
     return std::optional<ChatTemplate>(std::move(t));
   }
+  std::filesystem::path config = model_dir / "tokenizer_config.json";
+  if (std::filesystem::exists(config, ec)) return template_from_config(config);
   return std::optional<ChatTemplate>();
 }
 

@@ -54,10 +54,10 @@ class ChatTemplate {
   std::shared_ptr<const Compiled> compiled_;
 };
 
-// The model's template: "chat_template" in <model_dir>/tokenizer_config.json (a string, or the
-// list form [{"name", "template"}] -> the one named "default"), else <model_dir>/chat_template.jinja
-// if present. Returns nullopt when the model has none (the caller answers 400 naming the missing
-// template).
+// The model's template: <model_dir>/chat_template.jinja if present (it wins, as in transformers),
+// else "chat_template" in <model_dir>/tokenizer_config.json (a string, or the list form
+// [{"name", "template"}] -> the one named "default"). Returns nullopt when the model has none (the
+// caller answers 400 naming the missing template).
 Result<std::optional<ChatTemplate>> load_model_chat_template(const std::filesystem::path& model_dir);
 // A template file as it is (for a --chat-template flag).
 Result<ChatTemplate> load_chat_template_file(const std::filesystem::path& file);

@@ -86,11 +86,21 @@ json.dump(out, sys.stdout, ensure_ascii=False)
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"},
-                                                     "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                                                     "unit": {"type": "string", "enum": ["celsius", "fahrenheit"],
+                                                              "description": "Unit"}},
                    "required": ["city"]}}},
          {"type": "function", "function": {"name": "add", "description": "Add two numbers",
                                            "parameters": {"type": "object", "properties": {
-                                               "a": {"type": "number"}, "b": {"type": "number"}}}}}]
+                                               "a": {"type": "number", "description": "first"},
+                                               "b": {"type": "number", "description": "second"}},
+                                               "required": ["a", "b"]}}},
+         {"type": "function", "function": {
+             "name": "search", "description": "Search the web",
+             "parameters": {"type": "object", "required": ["queries"], "properties": {
+                 "queries": {"type": "array", "items": {"type": "string"}, "description": "Queries"},
+                 "limit": {"type": ["integer", "string"], "description": "Max results"},
+                 "filters": {"type": "object", "additionalProperties": {"type": "boolean"},
+                             "description": "Filters"}}}}}]
 
 TRICKY = 'He said "hi" and \'bye\'\nnew line\\backslash\ttab {{ not a tag }} {% raw %} </s> <|im_end|>'
 UNICODE = "héllo wörld — 你好，世界 🙂👍🏽 مرحبا ñ\u00a0nbsp\u2028sep"

@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 namespace yoco {
 namespace {
@@ -145,6 +148,17 @@ TEST(ChatTemplate, LazyFiltersAreTrueLikeGenerators) {
   EXPECT_NE(error_of("{{ messages|map(attribute='role')|length }}").find("has no len()"), std::string::npos);
 }
 
+TEST(ChatTemplate, PythonAttributesComeBeforeKeys) {
+  // jinja2 looks `x.name` up as an attribute first: spec.items is dict.items, spec['items'] the key
+  // (Command R's template relies on it, with a result nobody intended, and we must match it).
+  Json spec = parse(R"([{"items": {"type": "string"}, "update": 1, "type": "array"}])");
+  EXPECT_EQ(render("{{ messages[0].items is defined }} {{ messages[0].items.type is defined }} "
+                   "{{ messages[0]['items'].type }} {{ messages[0].update is defined }} {{ messages[0].type }}"
+                   " {{ 'x'.upper is defined }} {{ 'x'.nope is defined }}",
+                   spec),
+            "True False string False array True False");
+}
+
 TEST(ChatTemplate, Methods) {
   EXPECT_EQ(
       render("{{ ' x '.strip() }}|{{ 'xax'.lstrip('x') }}|{{ 'a,b'.split(',') }}|{{ 'ab'.startswith('a') }}"
@@ -228,6 +242,12 @@ TEST(ChatTemplate, BoundsOutputWorkAndRecursion) {
       std::string::npos);
   EXPECT_NE(error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").find("recursion"), std::string::npos);
   EXPECT_NE(error_of("{{ range(1000000)|length }}").find("Range too big"), std::string::npos);
+  // Macro recursion where each call sits under a 40-deep expression: the nesting bound, not
+  // the stack, ends it.
+  std::string deep_call = "f(n + 1)";
+  for (int i = 0; i < 40; ++i) deep_call = "(1 + " + deep_call + ")";
+  EXPECT_NE(error_of("{% macro f(n) %}{{ " + deep_call + " }}{% endmacro %}{{ f(0) }}").find("recursion too deep"),
+            std::string::npos);
   std::string deep = std::string(5000, '(') + "1" + std::string(5000, ')');
   EXPECT_NE(ChatTemplate::compile("{{ " + deep + " }}").status().message().find("nested too deeply"),
             std::string::npos);
@@ -278,6 +298,31 @@ TEST(ChatTemplate, CopiesShareTheCompiledForm) {
   EXPECT_EQ(&copy.source(), &t->source());
 }
 
+TEST(ChatTemplate, RendersFromManyThreadsAtOnce) {
+  // One compiled template, shared by the router's request threads.
+  auto t = ChatTemplate::compile(
+      "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{{ m.role }}:{{ m.content|trim }}"
+      "{% if not loop.last %}|{% endif %}{% endfor %}/{{ ns.n }}{{ tools|tojson }}");
+  ASSERT_TRUE(t.ok());
+  ChatTemplateContext ctx;
+  ctx.messages = chat();
+  ctx.extra = parse(R"({"tools": [{"b": 1, "a": [true, null]}]})");
+  const std::string expected = t->render(ctx).value();
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      for (int k = 0; k < 200; ++k) {
+        auto r = t->render(ctx);
+        if (!r.ok() || r.value() != expected) ++mismatches;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_EQ(expected, R"(system:sys|user:u1|assistant:a1|user:u2/4[{"a": [true, null], "b": 1}])");
+}
+
 class ModelDir : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -313,6 +358,12 @@ TEST_F(ModelDir, ListFormPicksDefault) {
 TEST_F(ModelDir, JinjaFileWhenConfigHasNone) {
   write("tokenizer_config.json", R"({"bos_token": "<s>"})");
   write("chat_template.jinja", "from file\n");
+  EXPECT_EQ(render_loaded(), "from file");
+}
+
+TEST_F(ModelDir, JinjaFileWinsOverConfig) {
+  write("tokenizer_config.json", R"({"chat_template": "from config"})");
+  write("chat_template.jinja", "from file");
   EXPECT_EQ(render_loaded(), "from file");
 }
 

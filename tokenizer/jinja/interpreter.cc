@@ -58,6 +58,7 @@ class Interpreter {
   }
 
   Flow exec(const Stmt& s) {
+    Nest nest(*this, s.line, s.col);
     step(s.line, s.col);
     switch (s.kind) {
       case Stmt::Kind::kText:
@@ -313,7 +314,22 @@ class Interpreter {
     return a;
   }
 
+  // Every nested evaluation and statement counts against one depth bound, so recursion through
+  // macros, each call a deep expression, cannot exhaust the thread's stack.
+  struct Nest {
+    Nest(Interpreter& in, int line, int col) : in(in) {
+      if (++in.nesting_ > kMaxNesting) {
+        --in.nesting_;
+        throw Error(at(line, col) + "template recursion too deep");
+      }
+    }
+    ~Nest() { --in.nesting_; }
+    Interpreter& in;
+  };
+  static constexpr int kMaxNesting = 400;
+
   Value eval(const Expr& e) {
+    Nest nest(*this, e.line, e.col);
     try {
       return eval_inner(e);
     } catch (const Error& err) {
@@ -630,6 +646,7 @@ class Interpreter {
   std::vector<std::shared_ptr<Frame>> frames_;
   std::string* out_ = nullptr;
   int call_depth_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

@@ -11,7 +11,7 @@
 namespace yoco::jinja {
 namespace {
 
-constexpr int kMaxDepth = 200;
+constexpr int kMaxDepth = 100;
 
 class Parser {
  public:
