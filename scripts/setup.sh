@@ -22,6 +22,7 @@ packages=(
   libucx-dev ucx-utils        # transfer/: the KV transfer engine over UCX; ucx_perftest for bench/
   libhiredis-dev redis-server # kv_store/: the redis backend; its tests start a redis-server
   libssl-dev openssl          # the redis backend's TLS (rediss://); tests make throwaway certificates
+  podman debootstrap          # tests/image (label image): the CPU image built and run, base images from a mirror
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)
