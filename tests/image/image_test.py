@@ -97,13 +97,14 @@ class Podman:
         self.env = dict(os.environ, TMPDIR=tmp)  # buildah's temporary copies
 
     def __call__(self, *args, check=True, timeout=600, stdout=None):
+        # SIGTERM to podman when this script dies (a build keeps running otherwise).
         if stdout is not None:
             r = subprocess.run(self.argv + list(args), stdout=stdout, stderr=subprocess.STDOUT, env=self.env,
-                               timeout=timeout)
+                               timeout=timeout, preexec_fn=term_with_parent)
             if check and r.returncode != 0:
                 raise Failure("podman %s exited %d (log: %s)" % (args[0], r.returncode, stdout.name))
             return r
-        return sh(self.argv + list(args), check=check, timeout=timeout, env=self.env)
+        return sh(self.argv + list(args), check=check, timeout=timeout, env=self.env, preexec_fn=term_with_parent)
 
     def leftovers(self):
         """Containers (podman's and buildah's) and images in the private storage."""
@@ -418,11 +419,16 @@ class Cluster:
             self.proc.wait()
 
 
-def launcher_preexec():
-    # Its own process group (a terminal's Ctrl-C goes to this script, which stops it in order), and
-    # SIGTERM when this script dies, killed by ctest's timeout included: the launcher then drains.
-    os.setpgid(0, 0)
+def term_with_parent():
+    """In a child before exec: SIGTERM when this script dies, killed by ctest's timeout included."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def launcher_preexec():
+    # Its own process group (a terminal's Ctrl-C goes to this script, which stops it in order); it
+    # drains when this script dies.
+    os.setpgid(0, 0)
+    term_with_parent()
 
 
 def tail_of(path, lines=15):
@@ -506,11 +512,16 @@ class HostStorage:
 
     def __init__(self, work):
         self.cni = set(os.listdir(HOST_CNI)) if os.path.isdir(HOST_CNI) else set()
-        self.existed = os.path.lexists(HOST_CONTAINERS)
+        # A run killed before its clean-up leaves its marker or backup: what the host had before it.
+        self.marker = os.path.join(work, "created-var-lib-containers")
+        self.existed = os.path.lexists(HOST_CONTAINERS) and not os.path.exists(self.marker)
+        if not self.existed:
+            open(self.marker, "w").close()
         self.cache = os.path.join(HOST_CONTAINERS, "cache/blob-info-cache-v1.boltdb")
         self.backup = os.path.join(work, "blob-info-cache.backup")
-        if os.path.isfile(self.cache):
+        if self.existed and os.path.isfile(self.cache) and not os.path.exists(self.backup):
             shutil.copy2(self.cache, self.backup)
+        self.had_cache = os.path.exists(self.backup)
 
     def restore(self):
         errors = []
@@ -520,9 +531,13 @@ class HostStorage:
                 shutil.rmtree(HOST_CONTAINERS)
             else:
                 errors.append("%s was created during this run and holds %s" % (HOST_CONTAINERS, extra))
-        elif os.path.isfile(self.backup):
+        if not self.existed and not os.path.exists(HOST_CONTAINERS) and os.path.exists(self.marker):
+            os.unlink(self.marker)
+        if self.existed and self.had_cache:
             shutil.copy2(self.backup, self.cache)
             os.unlink(self.backup)
+        elif self.existed and os.path.isfile(self.cache):
+            os.unlink(self.cache)
         new = sorted((set(os.listdir(HOST_CNI)) if os.path.isdir(HOST_CNI) else set()) - self.cni)
         if new:
             errors.append("new in %s: %s" % (HOST_CNI, new))
