@@ -23,6 +23,7 @@ packages=(
   libhiredis-dev redis-server # kv_store/: the redis backend; its tests start a redis-server
   libssl-dev openssl          # the redis backend's TLS (rediss://); tests make throwaway certificates
   curl                        # tests/openai: SSE framing as `curl -N` sees it; scripts/run.sh
+  podman debootstrap          # tests/image (label image): the CPU image built and run, base images from a mirror
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: set-up, build, every ctest suite (labels unit, cli, fuzz, model, integration,
-# redis, deploy, cluster; gpu skips without a device), then a time-boxed libFuzzer run of each fuzz
-# target (safetensors header, tokenizer, KV store objects, chat templates), then the sanitizer stages
+# redis, deploy, cluster, image: the CPU image built with podman and run, as root; gpu skips without a
+# device), then a time-boxed libFuzzer run of each fuzz target (safetensors header, tokenizer, KV store
+# objects, chat templates), then the sanitizer stages
 # (scripts/sanitize.sh: ASan+UBSan over labels unit, integration and cluster; TSan over the
 # concurrent parts). YOCO_SANITIZERS picks the stages ("asan tsan" by default, "none" skips them);
 # YOCO_FUZZ_SECONDS=0 skips the fuzz run.

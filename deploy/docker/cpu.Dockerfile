@@ -15,11 +15,11 @@ WORKDIR /src
 # The whole tree minus build outputs, tests and benchmarks (cpu.Dockerfile.dockerignore).
 COPY . .
 # Portable code for any x86-64 node from the last decade; the default build's -march=native would
-# tie the image to the build machine's CPU.
+# tie the image to the build machine's CPU. Only the four binaries and what they link are built.
 ARG YOCO_CXX_FLAGS="-march=x86-64-v2"
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DYOCO_NATIVE=OFF -DYOCO_CUDA=OFF \
       -DYOCO_BUILD_TESTS=OFF -DYOCO_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS="${YOCO_CXX_FLAGS}" \
- && cmake --build build --target yoco-router yoco-prefill yoco-decode yoco-cli
+ && cmake --build build -j"$(nproc)" --target yoco-router yoco-prefill yoco-decode yoco-cli
 
 FROM debian:12-slim
 ARG YOCO_VERSION=0.1.0

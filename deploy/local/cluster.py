@@ -301,6 +301,9 @@ class Launcher:
         for c in self.children:
             if c.proc is not None:
                 c.proc.wait()
+                if not c.reported_exit:  # how each one ended: a drain exits 0 (tests read this line)
+                    c.reported_exit = True
+                    log("%s (pid %d) %s" % (c.name, c.proc.pid, c.exit_text()))
 
     def run(self):
         o = self.opts

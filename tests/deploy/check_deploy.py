@@ -66,10 +66,11 @@ def check(name, errors):
 
 
 class Binary:
-    def __init__(self, path):
+    def __init__(self, path, run=None):
+        """run: the command that runs it, when not the file itself (tests/image: inside the image)."""
         self.path = path
         self.name = os.path.basename(path)
-        out = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run((run or [path]) + ["--help"], capture_output=True, text=True, timeout=60)
         if out.returncode != 0:
             raise RuntimeError("%s --help exited %d: %s" % (path, out.returncode, out.stderr))
         self.flags, self.booleans = set(), set()
