@@ -211,6 +211,35 @@ std::variant<OpenAiRequest, ApiError> parse_completion_request(const Json& body)
   return r;
 }
 
+namespace {
+
+// Structured output and tool calls are refused rather than ignored: a client asking for JSON or a
+// tool call would otherwise get plain text it cannot tell apart from an answer. The tools still reach
+// the template with tool_choice "none" (OpenAI's default with tools is "auto"), as vLLM does without
+// a tool-call parser.
+void read_unsupported_chat_fields(Fields& f, const Json& body) {
+  if (const Json* rf = body.find("response_format"); rf && !rf->is_null()) {
+    const Json* type = rf->is_object() ? rf->find("type") : nullptr;
+    if (!type || !type->is_string()) {
+      f.fail("response_format", "must be an object with a string \"type\"");
+    } else if (type->as_string() != "text") {
+      f.fail("response_format", "type \"" + type->as_string() + "\" is not supported (only \"text\")");
+    }
+  }
+  const Json* tools = body.find("tools");
+  const bool has_tools = tools && tools->is_array() && !tools->as_array().empty();
+  const Json* choice = body.find("tool_choice");
+  const bool choice_none = choice && choice->is_string() && choice->as_string() == "none";
+  if (choice && !choice->is_null() && !choice_none)
+    f.fail("tool_choice", "tool calls are not parsed from the reply: only \"none\" is supported");
+  else if (has_tools && !choice_none)
+    f.fail("tool_choice",
+           "tool calls are not parsed from the reply: with tools, set tool_choice to \"none\" (the template "
+           "still sees the tools)");
+}
+
+}  // namespace
+
 std::variant<OpenAiRequest, ApiError> parse_chat_request(const Json& body) {
   OpenAiRequest r;
   r.chat = true;
@@ -228,6 +257,7 @@ std::variant<OpenAiRequest, ApiError> parse_chat_request(const Json& body) {
     f.fail("top_logprobs", "requires logprobs: true");
   if (logprobs) r.logprobs = static_cast<int>(top);
   f.boolean("add_generation_prompt", &r.add_generation_prompt);
+  read_unsupported_chat_fields(f, body);
   if (!f.ok()) return f.error();
   auto msgs = normalize_messages(*m);
   if (auto* e = std::get_if<ApiError>(&msgs)) return *e;

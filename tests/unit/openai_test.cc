@@ -139,9 +139,17 @@ TEST(OpenAiRequest, Chat) {
   EXPECT_TRUE(q.template_extra.is_null());
   const auto with_extra =
       std::get<OpenAiRequest>(chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}],)"
-                                   R"("chat_template_kwargs":{"enable_thinking":false}})"));
+                                   R"("tool_choice":"none","chat_template_kwargs":{"enable_thinking":false}})"));
   EXPECT_EQ(with_extra.template_extra.dump(), R"({"enable_thinking":false,"tools":[{"type":"function"}]})");
   EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"tools":{}})")), "tools");
+  // Tool calls and structured output are refused, not silently ignored.
+  EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})")), "tool_choice");
+  EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"auto"})")), "tool_choice");
+  EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})")),
+            "response_format");
+  EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"response_format":"json"})")), "response_format");
+  EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(
+      chat(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})")));
   EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[]})")),
             "chat_template_kwargs");
   EXPECT_EQ(bad(chat(R"({})")), "messages");
