@@ -22,6 +22,7 @@ packages=(
   libucx-dev ucx-utils        # transfer/: the KV transfer engine over UCX; ucx_perftest for bench/
   libhiredis-dev redis-server # kv_store/: the redis backend; its tests start a redis-server
   libssl-dev openssl          # the redis backend's TLS (rediss://); tests make throwaway certificates
+  python3-matplotlib          # bench/paper/plot.py (the figures; the paper_quick test renders them)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)
