@@ -55,6 +55,13 @@ Result<int64_t> positive(const Flags& f, const std::string& name, int64_t def) {
 }  // namespace
 
 double proc_peak_rss_mb() { return proc_status_mb("VmHWM"); }
+
+bool reset_peak_rss() {
+  FILE* fp = std::fopen("/proc/self/clear_refs", "w");
+  if (!fp) return false;
+  const bool ok = std::fputs("5", fp) >= 0;
+  return std::fclose(fp) == 0 && ok;
+}
 double proc_rss_mb() { return proc_status_mb("VmRSS"); }
 
 Result<ModelConfig> preset_config(const Flags& f) {
@@ -108,7 +115,10 @@ Result<Json> memory_mode(const Model& model, const Flags& f, const PrefillOption
   auto bs = positive(f, "block-size", 64);
   if (!bs.ok()) return bs.status();
   const int64_t prefill = std::min(p.value(), n.value());
-  const double rss_loaded = proc_rss_mb();
+  const double rss_loaded = proc_rss_mb(), load_peak = proc_peak_rss_mb();
+  // Loading converts the checkpoint with temporary copies; its peak is not the serving memory.
+  // Resetting the high-water mark (Linux ≥ 4.0) makes peak_rss_mb this sequence's own peak.
+  const bool reset = reset_peak_rss();
 
   // The pool holds exactly the blocks N tokens need (it allocates, and touches, all of them).
   const int64_t blocks = (n.value() + bs.value() - 1) / bs.value();
@@ -147,7 +157,10 @@ Result<Json> memory_mode(const Model& model, const Flags& f, const PrefillOption
   o["kv_bytes_per_token_f32"] = Json(c.kv_bytes_per_token());
   o["self_state_bytes"] = Json(snap.self_state_bytes());
   o["rss_after_load_mb"] = Json(rss_loaded);
+  o["load_peak_rss_mb"] = Json(load_peak);
   o["peak_rss_mb"] = Json(proc_peak_rss_mb());
+  o["peak_rss_since_load"] = Json(reset);
+  o["rss_end_mb"] = Json(proc_rss_mb());
   return Json(std::move(o));
 }
 

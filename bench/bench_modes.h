@@ -22,7 +22,8 @@ Json describe_config(const std::string& preset, const ModelConfig& c);
 // --memory-context N [--memory-prefill P (default N)] [--block-size 64]: a KV pool sized for N
 // tokens, one sequence reserving N rows in it through the CPU engine, the first P tokens
 // prefilled for real. Reports the pool's own accounting (blocks in use × block bytes), the
-// self-decoder state, and RSS after loading the model and at its peak.
+// self-decoder state, RSS after loading the model, and the peak RSS from there on (the load's
+// own transient peak apart).
 Result<Json> memory_mode(const Model& model, const Flags& f, const PrefillOptions& popt);
 
 // --throughput-context N [--generate 128] [--memory-budget-mb 1024] [--max-batch 64]: the batch B
@@ -34,5 +35,6 @@ Result<Json> throughput_mode(const Model& model, const Flags& f, const PrefillOp
 
 double proc_peak_rss_mb();  // VmHWM
 double proc_rss_mb();       // VmRSS
+bool reset_peak_rss();      // VmHWM := VmRSS (false where /proc/self/clear_refs refuses)
 
 }  // namespace yoco

@@ -38,13 +38,15 @@ TABLE7_PARAMS = {"160M": 0.16e9, "400M": 0.4e9, "830M": 0.83e9, "1.4B": 1.4e9, "
 # than stop_after_s (figure 3); KV above kv_limit is not attempted (figure 1: this machine's memory).
 MODES = {
     "quick": dict(size="small", mem_lens=[4096, 8192], mem_prefill=512, kv_limit=1 * GIB,
-                  prefill_size="small", prefill_lens=[512, 1024], stop_after_s=30,
+                  prefill_size="small", prefill_lens=[512, 1024], stop_after_s=30, prefill_repeats=1,
+                  repeat_below_s=0,
                   tput_size="small", tput_lens=[512, 1024], tput_generate=4, tput_budget_mb=64, tput_max_batch=8,
                   loops=[1, 2], loops_context=512, loops_decode_ctx=256, loops_decode_batch=2, loops_decode_steps=2,
                   serve=dict(requests=4, prompt=64, max_tokens=8, rates=[4])),
     "full": dict(size="mid", mem_lens=[4096, 8192, 16384, 32768, 65536, 131072, 262144], mem_prefill=2048,
                  kv_limit=6 * GIB,
                  prefill_size="mid", prefill_lens=[1024, 2048, 4096, 8192, 16384, 32768], stop_after_s=90,
+                 prefill_repeats=2, repeat_below_s=30,
                  tput_size="small", tput_lens=[1024, 4096, 16384], tput_generate=128, tput_budget_mb=512,
                  tput_max_batch=64,
                  loops=[1, 2, 3, 4], loops_context=4096, loops_decode_ctx=1024, loops_decode_batch=8,
@@ -164,11 +166,16 @@ class Runner:
             preset, ov = archs(m["prefill_size"])[label]
             d = self.model(preset, ov)
             for n in m["prefill_lens"]:
-                # One sequence through the engine (time to first token: prefill + last logits).
-                r = run_json([self.bench, "--model", d, *self.threads, "--memory-context", str(n)])[0]
-                rows.append({"arch": label, "tokens": n, "seconds": r["prefill_seconds"]})
-                if r["prefill_seconds"] > m["stop_after_s"]:
-                    log("%s: %d tokens took %.0f s; longer ones not run" % (label, n, r["prefill_seconds"]))
+                # One sequence through the engine (time to first token: prefill + last logits), each
+                # run in a fresh process; points under repeat_below_s take the best of prefill_repeats
+                # (the machine may be shared).
+                runs = []
+                while not runs or (len(runs) < m["prefill_repeats"] and runs[-1] < m["repeat_below_s"]):
+                    r = run_json([self.bench, "--model", d, *self.threads, "--memory-context", str(n)])[0]
+                    runs.append(r["prefill_seconds"])
+                rows.append({"arch": label, "tokens": n, "seconds": min(runs), "runs": runs})
+                if min(runs) > m["stop_after_s"]:
+                    log("%s: %d tokens took %.0f s; longer ones not run" % (label, n, min(runs)))
                     break
         return {"model_size": m["prefill_size"], "stop_after_s": m["stop_after_s"], "rows": rows}
 
