@@ -6,7 +6,8 @@
 # Usage: bench/serve_bench.sh [requests] [prompt_tokens] [max_tokens] [rates...]
 # Environment: YOCO_BUILD_DIR (default build); SERVE_BENCH_JSON=FILE appends one JSON line per run
 # ({"setup": "disaggregated"|"colocated", "rate": R, "result": <yoco-cli bench --json>}) instead of
-# printing the tables (bench/paper/ uses it).
+# printing the tables (bench/paper/ uses it); each run then gets its own prompts (seed 1, 2, ...),
+# so no run is served from the prompts a previous run left in the prefill worker's prompt cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${YOCO_BUILD_DIR:-build}
@@ -30,10 +31,12 @@ decode=$(get 'd["decode"][0]["grpc"]')
 colo=$!
 for ((i = 0; i < 600; i++)); do [[ -f "$state/colocated.port" ]] && break; sleep 0.1; done
 colocated=127.0.0.1:$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["grpc_port"])' "$state/colocated.port")
+runs=0
 run() {  # setup router rate
   if [[ -n "${SERVE_BENCH_JSON:-}" ]]; then
+    runs=$((runs + 1))
     result=$("$BUILD"/tools/yoco-cli bench --router "$2" --requests "$N" --rate "$3" --prompt-tokens "$PROMPT" \
-      --max-tokens "$MAXTOK" --seed 1 --json)
+      --max-tokens "$MAXTOK" --seed "$runs" --json)
     echo "{\"setup\": \"$1\", \"rate\": $3, \"result\": $result}" >>"$SERVE_BENCH_JSON"
   else
     "$BUILD"/tools/yoco-cli bench --router "$2" --requests "$N" --rate "$3" --prompt-tokens "$PROMPT" \

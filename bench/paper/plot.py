@@ -168,12 +168,15 @@ def fig3(doc, out):
         axs[0].plot(list(pts), list(pts.values()), **PAPER)
         axs[0].annotate("paper %s 3B H100" % arch, (max(pts), pts[max(pts)]), fontsize=7, textcoords="offset points",
                         xytext=(-60, 8))
-    tf, yo = dict(data.get("Transformer", [])), dict(data.get("YOCO-gRet", []))
-    ratio = sorted((n, tf[n] / yo[n]) for n in tf if n in yo)
-    if ratio:
-        axs[1].plot(*zip(*ratio), "o-", color="tab:blue", label="ours: Transformer / YOCO-gRet")
-        for n, v in ratio:
-            axs[1].annotate("%.1fx" % v, (n, v), textcoords="offset points", xytext=(0, 6), fontsize=7, ha="center")
+    tf = dict(data.get("Transformer", []))
+    for arch in ("YOCO-gRet", "YOCO-SWA"):
+        yo = dict(data.get(arch, []))
+        ratio = sorted((n, tf[n] / yo[n]) for n in tf if n in yo)
+        if ratio:
+            axs[1].plot(*zip(*ratio), "o-", color=COLORS[arch], label="ours: Transformer / " + arch)
+            for n, v in ratio:
+                axs[1].annotate("%.1fx" % v, (n, v), textcoords="offset points", xytext=(0, 6), fontsize=7,
+                                ha="center", color=COLORS[arch])
     axs[1].plot(list(PAPER_PREFILL_RATIO), list(PAPER_PREFILL_RATIO.values()), **PAPER,
                 label="paper (Fig. 8: 2.87x at 32K, 71.8x at 1M)")
     for ax in axs:
