@@ -6,7 +6,7 @@
 #                      [--build-dir DIR] [--figures 1,2,3,4,5,6]
 #
 #   --quick         small models and lengths, a few minutes (CI runs it for correctness only)
-#   --full          the figures of the page (default): mid-size models, 4K..256K; ~30 min on 2 cores
+#   --full          the figures of the page (default): mid-size models, 4K..256K; ~45 min on 2 cores
 #   --device cpu    the CPU engine (engine_bench) for figures 1-5, the local cluster for figure 6
 #   --device cuda   the CUDA engine (cuda_engine_bench, e.g. --build-dir build-gpu from
 #                   bench/gpu/device_check.sh) for figures 1, 3 and 5; files get a _cuda suffix
