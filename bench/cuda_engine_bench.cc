@@ -15,6 +15,8 @@
 //     (free device memory after the weights, less a 4 GiB margin) are skipped and named. Prints
 //     time, TFLOP/s (FLOP counts below), the speed-up, and KV bytes per token from the engine's
 //     pool accounting (kv_bytes_used() / tokens after the prefill, whole blocks).
+//   --json adds one JSON line per table row (bench/paper/run.py reads them; lines starting with
+//   '{'); --loops T overrides a --preset's self-decoder loops (YOCO-U's cost of loops).
 // Timing is wall clock around the engine's synchronous calls, after one warm-up call per shape
 // (cuBLASLt heuristics and scratch allocation happen there); decode leaves the logits on the
 // device (no host copy). L2 is not flushed: the weights of every benchmark preset are far larger.
@@ -24,11 +26,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/flags.h"
+#include "common/json.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda_engine.h"
 #include "model/model.h"
@@ -156,7 +160,7 @@ Status run_prefill_series(const std::string& preset, const std::vector<int64_t>&
   return Status::Ok();
 }
 
-int compare_prefill(const std::string& spec, const std::vector<int64_t>& lens, int chunk, int device) {
+int compare_prefill(const std::string& spec, const std::vector<int64_t>& lens, int chunk, int device, bool json) {
   const size_t comma = spec.find(',');
   if (comma == std::string::npos)
     return die(invalid_argument("--compare-prefill: want YOCO_PRESET,TRANSFORMER_PRESET"));
@@ -166,6 +170,22 @@ int compare_prefill(const std::string& spec, const std::vector<int64_t>& lens, i
   for (int e = 0; e < 2; ++e)
     if (Status s = run_prefill_series(names[e], lens, chunk, device, rows[e], weights[e], per_token[e]); !s.ok())
       return die(s);
+  if (json) {
+    for (int e = 0; e < 2; ++e)
+      for (size_t i = 0; i < lens.size(); ++i) {
+        const CompareRow& r = rows[e][i];
+        Json::Object o;
+        o["preset"] = Json(names[e]);
+        o["role"] = Json(e == 0 ? "yoco" : "transformer");
+        o["tokens"] = Json(lens[i]);
+        o["ran"] = Json(r.ran);
+        o["seconds"] = Json(r.seconds);
+        o["tflops"] = Json(r.tflops);
+        o["kv_bytes_per_token"] = Json(r.ran ? r.kv_bytes_per_token : static_cast<double>(per_token[e]));
+        o["weight_bytes"] = Json(weights[e]);
+        std::cout << Json(std::move(o)).dump() << "\n";
+      }
+  }
   std::printf(
       "prefill: %s (self-decoder + global K/V, early exit) vs %s (every layer, causal attention); calls of "
       "%d tokens\n",
@@ -226,9 +246,11 @@ DecodeBytes decode_bytes(const ModelConfig& c, int batch, int64_t context) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto f = Flags::parse(argc, argv, 1,
-                        {"model", "preset", "prefill-lens", "chunk-tokens", "decode-batches", "decode-contexts",
-                         "decode-steps", "repeats", "peak-gbps", "device", "seed", "compare-prefill", "compare-lens"});
+  auto f = Flags::parse(
+      argc, argv, 1,
+      {"model", "preset", "prefill-lens", "chunk-tokens", "decode-batches", "decode-contexts", "decode-steps",
+       "repeats", "peak-gbps", "device", "seed", "compare-prefill", "compare-lens", "json", "loops"},
+      {"json"});
   if (!f.ok()) return die(f.status());
   if (cuda::device_count() == 0) {
     std::fprintf(stderr, "cuda_engine_bench: no CUDA device\n");
@@ -263,7 +285,7 @@ int main(int argc, char** argv) {
     for (int64_t v : *clens)
       if (v <= 0) return die(invalid_argument("--compare-lens must be > 0"));
     return compare_prefill(f->get("compare-prefill"), *clens, static_cast<int>(chunk.value()),
-                           static_cast<int>(device.value()));
+                           static_cast<int>(device.value()), f->get_bool("json"));
   }
   const int64_t max_len = *std::max_element(lens->begin(), lens->end());
   const int64_t max_ctx = *std::max_element(contexts->begin(), contexts->end());
@@ -293,6 +315,12 @@ int main(int argc, char** argv) {
     name = f->get("preset", "yoco-3b");
     auto cfg = find_preset(name);
     if (!cfg.ok()) return die(cfg.status());
+    if (f->has("loops")) {
+      auto loops = f->get_int("loops", 1);
+      if (!loops.ok()) return die(loops.status());
+      if (loops.value() <= 0 || cfg->is_transformer()) return die(invalid_argument("--loops: > 0, YOCO presets only"));
+      cfg->n_loops = static_cast<int>(loops.value());
+    }
     eng = CudaEngine::create_random(cfg.value(), static_cast<uint64_t>(seed.value()), opt);
   }
   if (!eng.ok()) return die(eng.status());
@@ -334,6 +362,17 @@ int main(int argc, char** argv) {
     const double total = fl.proj + fl.mixer;
     std::printf("  %8lld %10.2f %12.0f %10.3f %10.1f %10.1f\n", static_cast<long long>(n), best * 1e3, n / best,
                 total / 1e12, total / best / 1e12, 100 * fl.mixer / total);
+    if (f->get_bool("json")) {
+      Json::Object o;
+      o["op"] = Json("prefill");
+      o["tokens"] = Json(n);
+      o["seconds"] = Json(best);
+      o["tflops"] = Json(total / best / 1e12);
+      o["n_loops"] = Json(c.n_loops);
+      o["weight_bytes"] = Json(e.weight_bytes());
+      o["kv_bytes_per_token"] = Json(e.kv_bytes_per_token());
+      std::cout << Json(std::move(o)).dump() << "\n";
+    }
   }
 
   // --- decode ----------------------------------------------------------------------------------
@@ -372,6 +411,16 @@ int main(int argc, char** argv) {
       std::printf("  %6lld %8lld %10.3f %12.0f %10.1f %10.1f %10.1f %12.3f %10.1f\n", static_cast<long long>(b),
                   static_cast<long long>(ctx), t * 1e3, b / t, by.weights / 1e6, by.kv / 1e6, by.state / 1e6,
                   roof * 1e3, 100 * roof / t);
+      if (f->get_bool("json")) {
+        Json::Object o;
+        o["op"] = Json("decode");
+        o["batch"] = Json(b);
+        o["context"] = Json(ctx);
+        o["seconds_per_step"] = Json(t);
+        o["tokens_per_s"] = Json(b / t);
+        o["state_bytes"] = Json(by.state);
+        std::cout << Json(std::move(o)).dump() << "\n";
+      }
       for (auto id : ids)
         if (Status s = e.release(id); !s.ok()) return die(s);
     }

@@ -2,6 +2,13 @@
 // peak RSS and state bytes per token. Prints a table, or JSON with --json. Never asserts speed.
 //   engine_bench --model DIR | --preset NAME (e.g. small-gret, small-transformer)  [--threads N] [--prefill-lens 1024,4096]
 //                [--decode-batches 1,8,32] [--decode-context 512] [--decode-steps 16] [--repeats 3]
+// With --preset, the config may be changed before the random weights are made (bench/paper/ uses
+// these for the Transformer and YOCO-U of a preset's sizes): --transformer (the Transformer
+// baseline of the same sizes), --loops T, --nope (no RoPE in the cross-decoder). --write-model DIR
+// only writes that model; --describe only prints the config and its KV bytes per token (JSON).
+// Two more modes, each alone in its process (peak RSS is per process), always JSON
+// (bench_modes.h): --memory-context N (KV pool accounting + peak RSS for one sequence of N tokens)
+// and --throughput-context N (prompt + --generate tokens at the batch a memory budget allows).
 #include <sys/resource.h>
 
 #include <chrono>
@@ -9,6 +16,7 @@
 #include <iostream>
 #include <random>
 
+#include "bench/bench_modes.h"
 #include "common/flags.h"
 #include "common/json.h"
 #include "kernels/cpu/ops.h"
@@ -46,22 +54,45 @@ int die(const Status& s) {
 
 int main(int argc, char** argv) {
   auto f = Flags::parse(argc, argv, 1,
-                        {"model", "preset", "threads", "prefill-lens", "decode-batches", "decode-context",
-                         "decode-steps", "repeats", "json", "chunk-tokens"},
-                        {"json"});
+                        {"model",
+                         "preset",
+                         "threads",
+                         "prefill-lens",
+                         "decode-batches",
+                         "decode-context",
+                         "decode-steps",
+                         "repeats",
+                         "json",
+                         "chunk-tokens",
+                         "transformer",
+                         "loops",
+                         "nope",
+                         "write-model",
+                         "describe",
+                         "memory-context",
+                         "memory-prefill",
+                         "block-size",
+                         "throughput-context",
+                         "generate",
+                         "memory-budget-mb",
+                         "max-batch"},
+                        {"json", "transformer", "nope", "describe"});
   if (!f.ok()) return die(f.status());
   auto threads = f->get_int("threads", 0);
   if (!threads.ok()) return die(threads.status());
   cpu::set_num_threads(static_cast<int>(threads.value()));
 
   std::string dir = f->get("model");
-  std::string tmp;
   if (dir.empty()) {
-    auto cfg = find_preset(f->get("preset", "small-gret"));
+    auto cfg = preset_config(f.value());
     if (!cfg.ok()) return die(cfg.status());
-    tmp = "/tmp/yoco-bench-" + f->get("preset", "small-gret");
-    if (Status s = write_random_model(tmp, cfg.value(), 1, DType::kBF16); !s.ok()) return die(s);
-    dir = tmp;
+    if (f->get_bool("describe")) {
+      std::cout << describe_config(f->get("preset", "small-gret"), cfg.value()).dump() << "\n";
+      return 0;
+    }
+    dir = f->get("write-model", "/tmp/yoco-bench-" + f->get("preset", "small-gret") + config_suffix(f.value()));
+    if (Status s = write_random_model(dir, cfg.value(), 1, DType::kBF16); !s.ok()) return die(s);
+    if (f->has("write-model")) return 0;
   }
   auto m = Model::load(dir);
   if (!m.ok()) return die(m.status());
@@ -72,6 +103,15 @@ int main(int argc, char** argv) {
   auto chunk = f->get_int("chunk-tokens", popt.chunk_tokens);
   if (!chunk.ok()) return die(chunk.status());
   popt.chunk_tokens = static_cast<int>(chunk.value());
+  if (f->has("memory-context") || f->has("throughput-context")) {
+    auto out = f->has("memory-context") ? memory_mode(model, f.value(), popt) : throughput_mode(model, f.value(), popt);
+    if (!out.ok()) return die(out.status());
+    Json::Object& o = out->mutable_object();
+    o["model"] = Json(dir);
+    o["threads"] = Json(cpu::num_threads());
+    std::cout << out->dump() << "\n";
+    return 0;
+  }
   auto repeats = f->get_int("repeats", 3);
   if (!repeats.ok()) return die(repeats.status());
   auto lens = f->has("prefill-lens") ? f->get_int_list("prefill-lens")

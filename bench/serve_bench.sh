@@ -4,15 +4,20 @@
 # against the same decode worker prefilling locally (no disaggregation), reached through a second
 # router with no prefill workers (colocated mode).
 # Usage: bench/serve_bench.sh [requests] [prompt_tokens] [max_tokens] [rates...]
+# Environment: YOCO_BUILD_DIR (default build); SERVE_BENCH_JSON=FILE appends one JSON line per run
+# ({"setup": "disaggregated"|"colocated", "rate": R, "result": <yoco-cli bench --json>}) instead of
+# printing the tables (bench/paper/ uses it); each run then gets its own prompts (seed 1, 2, ...),
+# so no run is served from the prompts a previous run left in the prefill worker's prompt cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+BUILD=${YOCO_BUILD_DIR:-build}
 N=${1:-64}
 PROMPT=${2:-512}
 MAXTOK=${3:-64}
 shift 3 2>/dev/null || true
 RATES=${*:-4 16}
 state=$(mktemp -d -t yoco-bench.XXXXXX)
-python3 deploy/local/cluster.py --bin-dir build --model models/kjv-yoco --prefill 1 --decode 1 --threads 1 \
+python3 deploy/local/cluster.py --bin-dir "$BUILD" --model models/kjv-yoco --prefill 1 --decode 1 --threads 1 \
   --state-dir "$state" >"$state/out" 2>"$state/err" &
 launcher=$!
 colo=
@@ -21,16 +26,26 @@ for ((i = 0; i < 600; i++)); do [[ -f "$state/cluster.json" ]] && break; sleep 0
 get() { python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$state/cluster.json" "$1"; }
 router=$(get 'd["router"]["grpc"]')
 decode=$(get 'd["decode"][0]["grpc"]')
-build/router/yoco-router --model models/kjv-yoco --decode "$decode" --listen 127.0.0.1:0 \
+"$BUILD"/router/yoco-router --model models/kjv-yoco --decode "$decode" --listen 127.0.0.1:0 \
   --port-file "$state/colocated.port" 2>"$state/colocated.log" &
 colo=$!
 for ((i = 0; i < 600; i++)); do [[ -f "$state/colocated.port" ]] && break; sleep 0.1; done
 colocated=127.0.0.1:$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["grpc_port"])' "$state/colocated.port")
+runs=0
+run() {  # setup router rate
+  if [[ -n "${SERVE_BENCH_JSON:-}" ]]; then
+    runs=$((runs + 1))
+    result=$("$BUILD"/tools/yoco-cli bench --router "$2" --requests "$N" --rate "$3" --prompt-tokens "$PROMPT" \
+      --max-tokens "$MAXTOK" --seed "$runs" --json)
+    echo "{\"setup\": \"$1\", \"rate\": $3, \"result\": $result}" >>"$SERVE_BENCH_JSON"
+  else
+    "$BUILD"/tools/yoco-cli bench --router "$2" --requests "$N" --rate "$3" --prompt-tokens "$PROMPT" \
+      --max-tokens "$MAXTOK" --seed 1
+  fi
+}
 for rate in $RATES; do
   echo "== disaggregated (router -> prefill -> UCX -> decode), rate $rate req/s"
-  build/tools/yoco-cli bench --router "$router" --requests "$N" --rate "$rate" --prompt-tokens "$PROMPT" \
-    --max-tokens "$MAXTOK" --seed 1
+  run disaggregated "$router" "$rate"
   echo "== colocated (router -> the same decode worker, local prefill in the batcher), rate $rate req/s"
-  build/tools/yoco-cli bench --router "$colocated" --requests "$N" --rate "$rate" --prompt-tokens "$PROMPT" \
-    --max-tokens "$MAXTOK" --seed 1
+  run colocated "$colocated" "$rate"
 done

@@ -24,6 +24,7 @@ packages=(
   libssl-dev openssl          # the redis backend's TLS (rediss://); tests make throwaway certificates
   curl                        # tests/openai: SSE framing as `curl -N` sees it; scripts/run.sh
   podman debootstrap          # tests/image (label image): the CPU image built and run, base images from a mirror
+  python3-matplotlib          # bench/paper/plot.py (the figures; the paper_quick test renders them)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)

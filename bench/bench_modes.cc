@@ -1,0 +1,222 @@
+#include "bench/bench_modes.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "model/engine.h"
+#include "model/kv_pool.h"
+#include "model/random_model.h"
+
+namespace yoco {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// One line of /proc/self/status ("VmHWM:   1234 kB") in MB; 0 where it cannot be read.
+double proc_status_mb(const char* key) {
+  FILE* fp = std::fopen("/proc/self/status", "r");
+  if (!fp) return 0;
+  char line[256];
+  double mb = 0;
+  const size_t n = std::strlen(key);
+  while (std::fgets(line, sizeof line, fp)) {
+    if (std::strncmp(line, key, n) == 0 && line[n] == ':') {
+      mb = std::atof(line + n + 1) / 1024.0;
+      break;
+    }
+  }
+  std::fclose(fp);
+  return mb;
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int vocab, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(g() % vocab);
+  return t;
+}
+
+Result<int64_t> positive(const Flags& f, const std::string& name, int64_t def) {
+  auto v = f.get_int(name, def);
+  if (!v.ok()) return v.status();
+  if (v.value() <= 0) return invalid_argument("--" + name + " must be > 0");
+  return v.value();
+}
+
+}  // namespace
+
+double proc_peak_rss_mb() { return proc_status_mb("VmHWM"); }
+
+bool reset_peak_rss() {
+  FILE* fp = std::fopen("/proc/self/clear_refs", "w");
+  if (!fp) return false;
+  const bool ok = std::fputs("5", fp) >= 0;
+  return std::fclose(fp) == 0 && ok;
+}
+double proc_rss_mb() { return proc_status_mb("VmRSS"); }
+
+Result<ModelConfig> preset_config(const Flags& f) {
+  auto cfg = find_preset(f.get("preset", "small-gret"));
+  if (!cfg.ok()) return cfg.status();
+  ModelConfig c = cfg.value();
+  if (f.get_bool("transformer")) {  // the baseline of the same sizes, as the *-transformer presets make it
+    c.arch = Arch::kTransformer;
+    c.n_self_heads = 0;
+    c.n_self_layers = 0;
+    c.sliding_window = 0;
+    c.n_loops = 1;
+    c.cross_decoder_rope = true;
+  }
+  if (f.has("loops")) {
+    auto t = positive(f, "loops", 1);
+    if (!t.ok()) return t.status();
+    if (c.is_transformer()) return invalid_argument("--loops: a Transformer has no self-decoder to loop");
+    c.n_loops = static_cast<int>(t.value());
+  }
+  if (f.get_bool("nope")) c.cross_decoder_rope = false;
+  if (Status s = validate_model_config(c); !s.ok()) return s;
+  return c;
+}
+
+std::string config_suffix(const Flags& f) {
+  std::string s;
+  if (f.get_bool("transformer")) s += "-transformer";
+  if (f.has("loops")) s += "-loops" + f.get("loops");
+  if (f.get_bool("nope")) s += "-nope";
+  return s;
+}
+
+Json describe_config(const std::string& preset, const ModelConfig& c) {
+  Json::Object o;
+  o["preset"] = Json(preset);
+  o["config"] = c.to_json();
+  o["kv_bytes_per_token_f32"] = Json(c.kv_bytes_per_token());
+  o["transformer_kv_bytes_per_token_f32"] = Json(int64_t{2} * c.kv_dim() * 4 * c.n_layers);
+  // Self-decoder state of one sequence (constant in the context length).
+  o["self_state_bytes"] = Json(make_sequence_state(c).self_state_bytes());
+  return Json(std::move(o));
+}
+
+Result<Json> memory_mode(const Model& model, const Flags& f, const PrefillOptions& popt) {
+  const ModelConfig& c = model.config();
+  auto n = positive(f, "memory-context", 1);
+  if (!n.ok()) return n.status();
+  auto p = positive(f, "memory-prefill", n.value());
+  if (!p.ok()) return p.status();
+  auto bs = positive(f, "block-size", 64);
+  if (!bs.ok()) return bs.status();
+  const int64_t prefill = std::min(p.value(), n.value());
+  const double rss_loaded = proc_rss_mb(), load_peak = proc_peak_rss_mb();
+  // Loading converts the checkpoint with temporary copies; its peak is not the serving memory.
+  // Resetting the high-water mark (Linux ≥ 4.0) makes peak_rss_mb this sequence's own peak.
+  const bool reset = reset_peak_rss();
+
+  // The pool holds exactly the blocks N tokens need (it allocates, and touches, all of them).
+  const int64_t blocks = (n.value() + bs.value() - 1) / bs.value();
+  auto pool = KvPool::create(static_cast<int>(blocks), static_cast<int>(bs.value()), c.kv_row_floats());
+  if (!pool.ok()) return pool.status();
+  EngineOptions eo;
+  eo.threads = cpu::num_threads();
+  auto engine = make_engine(model, pool->get(), eo);
+  if (!engine.ok()) return engine.status();
+  Engine& e = **engine;
+  SequenceState fresh = model.new_sequence();
+  auto id = e.adopt(fresh);
+  if (!id.ok()) return id.status();
+  if (Status s = e.reserve(*id, n.value()); !s.ok()) return s;
+  const auto toks = random_tokens(prefill, c.vocab_size, 11);
+  std::vector<float> logits(c.vocab_size);
+  const Engine::SeqId ids[1] = {*id};
+  const auto t0 = clock_type::now();
+  if (Status s = e.prefill(*id, toks, popt); !s.ok()) return s;
+  if (Status s = e.logits(ids, logits.data()); !s.ok()) return s;
+  const double secs = seconds_since(t0);
+  SequenceState snap;
+  if (Status s = e.snapshot(*id, snap); !s.ok()) return s;
+
+  const int used = (*pool)->total_blocks() - (*pool)->free_blocks();
+  const int64_t block_bytes = int64_t{2} * bs.value() * c.kv_row_floats() * 4;  // K and V, fp32
+  Json::Object o;
+  o["mode"] = Json("memory");
+  o["config"] = c.to_json();
+  o["context"] = Json(n.value());
+  o["prefill_tokens"] = Json(prefill);
+  o["prefill_seconds"] = Json(secs);
+  o["block_size"] = Json(bs.value());
+  o["pool_blocks_used"] = Json(used);
+  o["kv_bytes"] = Json(used * block_bytes);
+  o["kv_bytes_per_token_f32"] = Json(c.kv_bytes_per_token());
+  o["self_state_bytes"] = Json(snap.self_state_bytes());
+  o["rss_after_load_mb"] = Json(rss_loaded);
+  o["load_peak_rss_mb"] = Json(load_peak);
+  o["peak_rss_mb"] = Json(proc_peak_rss_mb());
+  o["peak_rss_since_load"] = Json(reset);
+  o["rss_end_mb"] = Json(proc_rss_mb());
+  return Json(std::move(o));
+}
+
+Result<Json> throughput_mode(const Model& model, const Flags& f, const PrefillOptions& popt) {
+  const ModelConfig& c = model.config();
+  auto n = positive(f, "throughput-context", 1);
+  auto g = positive(f, "generate", 128);
+  auto budget = positive(f, "memory-budget-mb", 1024);
+  auto max_batch = positive(f, "max-batch", 64);
+  for (const Status* s : {&n.status(), &g.status(), &budget.status(), &max_batch.status()})
+    if (!s->ok()) return *s;
+
+  SequenceState base = model.new_sequence();
+  SequenceState* one[1] = {&base};
+  std::vector<float> logits(c.vocab_size);
+  const auto t0 = clock_type::now();
+  if (Status s = model.prefill(base, random_tokens(n.value(), c.vocab_size, 13), popt); !s.ok()) return s;
+  if (Status s = model.logits(one, logits.data()); !s.ok()) return s;
+  const double prefill_s = seconds_since(t0);
+
+  const int64_t per_seq = c.kv_bytes_per_token() * (n.value() + g.value()) + base.self_state_bytes();
+  const int64_t b = std::min(max_batch.value(), budget.value() * (int64_t{1} << 20) / per_seq);
+  double decode_s = 0;
+  if (b > 0) {
+    // Room for every generated row up front, so decoding never reallocates (no 2× copies).
+    const size_t rows = static_cast<size_t>(n.value() + g.value() + kKvChunkRows) * c.kv_row_floats();
+    std::vector<SequenceState> seqs(static_cast<size_t>(b), base);
+    std::vector<SequenceState*> ptrs;
+    for (auto& s : seqs) {
+      s.k.reserve(rows);
+      s.v.reserve(rows);
+      ptrs.push_back(&s);
+    }
+    std::vector<float> out(static_cast<size_t>(b) * c.vocab_size);
+    std::vector<int32_t> next(static_cast<size_t>(b), 1);
+    const auto t1 = clock_type::now();
+    for (int64_t i = 0; i < g.value(); ++i) {
+      for (int64_t j = 0; j < b; ++j) next[j] = static_cast<int32_t>((i * 131 + j) % c.vocab_size);
+      if (Status s = model.decode_step(ptrs, next, out.data()); !s.ok()) return s;
+    }
+    decode_s = seconds_since(t1);
+  }
+  const double total = b * prefill_s + decode_s;
+  Json::Object o;
+  o["mode"] = Json("throughput");
+  o["config"] = c.to_json();
+  o["context"] = Json(n.value());
+  o["generate"] = Json(g.value());
+  o["memory_budget_mb"] = Json(budget.value());
+  o["bytes_per_sequence"] = Json(per_seq);
+  o["batch"] = Json(b);
+  o["prefill_seconds"] = Json(prefill_s);
+  o["decode_seconds"] = Json(decode_s);
+  o["tokens_per_s"] = Json(b > 0 ? static_cast<double>(b * g.value()) / total : 0.0);
+  o["peak_rss_mb"] = Json(proc_peak_rss_mb());
+  return Json(std::move(o));
+}
+
+}  // namespace yoco
