@@ -35,7 +35,7 @@ case "$stage" in
     targets=("${concurrent[@]}" "${servers[@]}" yoco-cli golden_test kernels_test engine_test checkpoint_test
              sampler_test common_test handoff_test presets_test kv_pool_test transformer_test
              tensor_parallel_test proto_test tokenizer_test openai_test cluster_test documents_test colocated_test
-             api_keys_cluster_test tls_test)
+             api_keys_cluster_test tls_test chat_template_test render_cases)
     labels='^(unit|integration|cluster)$'
     # The house-rule checks are scripts (no sanitized code); the main ctest run has them.
     exclude='^(layers_check|layers_check_self_test|format_check)$'
@@ -43,7 +43,9 @@ case "$stage" in
   tsan)
     dir=build-tsan
     flags=(-DYOCO_TSAN=ON)
-    targets=("${concurrent[@]}")
+    # The chat templates: one compiled template rendered from several threads (chat_template_test), and
+    # chat_template_jinja2 (labelled unit) needs its render_cases tool built here.
+    targets=("${concurrent[@]}" chat_template_test render_cases)
     labels='^(unit|integration)$'
     if [[ "${YOCO_TSAN_CLUSTER:-0}" == 1 ]]; then
       targets+=("${servers[@]}" cluster_test)
