@@ -80,6 +80,47 @@ TEST(KvPool, PrefixSharingNeedsEqualHashesAndEqualBytesAndRefcountsBlocks) {
   EXPECT_EQ(p.free_blocks(), 10);
 }
 
+// Resident prefixes (docs/design.md): released indexed blocks are kept (counted free), claimed
+// by hash with a pin, evicted least recently released first, and never while pinned.
+TEST(KvPool, KeptBlocksAreClaimedPinnedAndEvictedOldestFirst) {
+  auto pool = KvPool::create(6, 32, 4);
+  ASSERT_TRUE(pool.ok());
+  KvPool& p = **pool;
+  p.set_keep_released(true);
+  KvPages a = p.new_pages(), b = p.new_pages();
+  ASSERT_TRUE(p.reserve(a, 64).ok());
+  ASSERT_TRUE(p.reserve(b, 64).ok());
+  for (int r = 0; r < 64; ++r) p.k_data()[a.offset(r)] = 7.0f + r;
+  EXPECT_EQ(p.share_prefix(a, std::vector<uint64_t>{11, 22}), 0);
+  EXPECT_EQ(p.share_prefix(b, std::vector<uint64_t>{33, 44}), 0);
+  const auto a_blocks = a.blocks, b_blocks = b.blocks;
+  p.release(b);  // released first: evicted first
+  p.release(a);
+  EXPECT_EQ(p.free_blocks(), 6);
+  EXPECT_EQ(p.kept_blocks(), 4);
+  // A claim stops at the first hash not held, and pins what it returns.
+  auto got = p.claim_prefix(std::vector<uint64_t>{11, 22, 99}, 3);
+  EXPECT_EQ(got, a_blocks);
+  EXPECT_EQ(p.kept_blocks(), 2);
+  EXPECT_EQ(p.k_data()[static_cast<size_t>(a_blocks[1]) * 32 * 4], 7.0f + 32);
+  EXPECT_TRUE(p.claim_prefix(std::vector<uint64_t>{22}, 1).size() == 1);  // the index by hash alone
+  p.release_blocks(std::vector<int32_t>{a_blocks[1]});
+  // Pressure: 2 truly free, then b's kept blocks, last released last (b's second block, 44,
+  // goes first: a prefix's tail before its head); the pinned ones are never taken.
+  KvPages c = p.new_pages();
+  ASSERT_TRUE(p.reserve(c, 3 * 32).ok());
+  EXPECT_EQ(p.claim_prefix(std::vector<uint64_t>{44}, 1).size(), 0u);  // evicted: unindexed
+  EXPECT_EQ(p.reserve(c, 6 * 32).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(p.free_blocks(), 1);
+  p.release_blocks(got);
+  p.release(c);
+  EXPECT_EQ(p.free_blocks(), 6);
+  // Turning keeping off frees what was kept and unindexes it.
+  p.set_keep_released(false);
+  EXPECT_EQ(p.kept_blocks(), 0);
+  EXPECT_EQ(p.claim_prefix(std::vector<uint64_t>{11, 22}, 2).size(), 0u);
+}
+
 class PagedDecodeTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PagedDecodeTest, PagedSequencesDecodeBitwiseLikeContiguousOnes) {
