@@ -423,11 +423,23 @@ TEST(ClusterStore, ConcurrentPromptsShareDecodePoolBlocksOfTheirCommonPrefix) {
 // prompt-prefix blocks and states alike, so a plain prompt that extends a cached document
 // resumes from the document's blocks and the state at its last whole block, and a repeated
 // [A, B] resumes after B (its state is stored under the concatenation's key the first time).
-TEST(ClusterPrefixIdentity, PlainPromptAndDocumentPairsReuseTheSameCache) {
+// The bundled gRet and YOCO-U models, or a random tiny-swa model written into `tmp`.
+std::string model_dir(const std::string& name, test::TempDir& tmp) {
+  if (name != "tiny-swa") return name;
+  auto cfg = find_preset("tiny-swa");
+  YOCO_CHECK(cfg.ok());
+  YOCO_CHECK(write_random_model(tmp.sub("model"), cfg.value(), 3, DType::kF32).ok());
+  return tmp.sub("model");
+}
+
+class ClusterPrefixIdentity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ClusterPrefixIdentity, PlainPromptAndDocumentPairsReuseTheSameCache) {
   test::TempDir tmp;
-  auto model = Model::load(kGret);
+  const std::string dir = model_dir(GetParam(), tmp);
+  auto model = Model::load(dir);
   ASSERT_TRUE(model.ok());
-  LocalCluster c({.model = kGret,
+  LocalCluster c({.model = dir,
                   .prefill = 1,
                   .decode = 1,
                   .prefill_args = {"--kv-store=memory:64MiB", "--kv-block-tokens=32", "--chunk-tokens=64"}});
@@ -476,11 +488,14 @@ TEST(ClusterPrefixIdentity, PlainPromptAndDocumentPairsReuseTheSameCache) {
 // A document stays where it is already decoded (issue 16, part 3): the decode worker tells the
 // prefill side which leading whole blocks it already holds, and only the rest is shipped. The
 // answers stay exact; when other prompts evict the kept blocks, the rows are shipped again.
-TEST(ClusterResidentPrefix, QuestionsOverOneDocumentShipOnlyTheQuestion) {
+class ClusterResidentPrefix : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ClusterResidentPrefix, QuestionsOverOneDocumentShipOnlyTheQuestion) {
   test::TempDir tmp;
-  auto model = Model::load(kGret);
+  const std::string dir = model_dir(GetParam(), tmp);
+  auto model = Model::load(dir);
   ASSERT_TRUE(model.ok());
-  LocalCluster c({.model = kGret,
+  LocalCluster c({.model = dir,
                   .prefill = 1,
                   .decode = 1,
                   .kv_blocks = 40,
@@ -534,6 +549,13 @@ TEST(ClusterResidentPrefix, QuestionsOverOneDocumentShipOnlyTheQuestion) {
   EXPECT_EQ(decode_metric("yoco_kv_resident_blocks_total"), 30);
   EXPECT_LE(ask(6), question_only);
 }
+
+auto model_name = [](const auto& info) {
+  const std::string& m = info.param;
+  return std::string(m == kGret ? "gret_kjv" : m == kYocoU ? "yocou_kjv" : "tiny_swa");
+};
+INSTANTIATE_TEST_SUITE_P(Models, ClusterPrefixIdentity, ::testing::Values(kGret, "tiny-swa", kYocoU), model_name);
+INSTANTIATE_TEST_SUITE_P(Models, ClusterResidentPrefix, ::testing::Values(kGret, "tiny-swa", kYocoU), model_name);
 
 INSTANTIATE_TEST_SUITE_P(ModelsAndStores, ClusterDocuments,
                          ::testing::Values(Case{kGret, "memory"}, Case{kGret, "dir"}, Case{kGret, "redis"},
