@@ -550,6 +550,55 @@ TEST_P(ClusterResidentPrefix, QuestionsOverOneDocumentShipOnlyTheQuestion) {
   EXPECT_LE(ask(6), question_only);
 }
 
+// A stale claim cannot happen: the blocks a reservation maps from the pool are pinned from the
+// reservation on. Here the commit is held back (1.5 s) while another prompt asks for more blocks
+// than are truly free: it may not evict the document's claimed blocks, so the question's answer
+// stays exact (the other prompt waits for room or is refused, never served wrong).
+TEST(ClusterResidentPrefix, ClaimedBlocksArePinnedUntilTheCommit) {
+  test::TempDir tmp;
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  LocalCluster c(
+      {.model = kGret,
+       .prefill = 1,
+       .decode = 1,
+       .kv_blocks = 40,
+       .prefill_args = {"--kv-store=memory:64MiB", "--kv-block-tokens=32", "--inject-commit-delay-ms=1500"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const int vocab = (*model)->config().vocab_size;
+  const std::vector<int32_t> doc = random_tokens(320, vocab, 81);  // 10 whole pool blocks
+  v1::CacheDocumentRequest creq;
+  creq.mutable_tokens()->mutable_ids()->Add(doc.begin(), doc.end());
+  v1::Document d;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->CacheDocument(&ctx, creq, &d).ok());
+  }
+  auto question = [&](uint32_t seed) {
+    const std::vector<int32_t> q = random_tokens(10, vocab, seed);
+    v1::GenerateRequest req = greedy(q, 6);
+    req.add_document_ids(d.id());
+    auto g = test::run_generate(*stub, req, milliseconds(60000));
+    std::vector<int32_t> full = doc;
+    full.insert(full.end(), q.begin(), q.end());
+    EXPECT_TRUE(g.status.ok()) << g.status.error_message();
+    EXPECT_EQ(g.ids, reference(**model, full, 6)) << "seed " << seed;
+  };
+  question(1);  // the document's blocks are now kept in the decode pool
+  std::thread asked([&] { question(2); });
+  for (int i = 0; i < 100 && test::metric_value(test::http_get_body(test::port_of(c.decode()[0].metrics), "/metrics"),
+                                                "yoco_kv_transfer_in_flight") < 1;
+       ++i)
+    std::this_thread::sleep_for(milliseconds(10));
+  // 35 blocks while 29 are truly free and the 10 kept ones are claimed by the question.
+  const std::vector<int32_t> other = random_tokens(34 * 32 + 20, vocab, 90);
+  auto g = test::run_generate(*stub, greedy(other, 4), milliseconds(60000));
+  if (g.status.ok()) EXPECT_EQ(g.ids, reference(**model, other, 4));
+  asked.join();
+  question(3);  // and the document is still (or again) usable
+}
+
 auto model_name = [](const auto& info) {
   const std::string& m = info.param;
   return std::string(m == kGret ? "gret_kjv" : m == kYocoU ? "yocou_kjv" : "tiny_swa");
