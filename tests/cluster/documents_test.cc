@@ -594,7 +594,9 @@ TEST(ClusterResidentPrefix, ClaimedBlocksArePinnedUntilTheCommit) {
   // 35 blocks while 29 are truly free and the 10 kept ones are claimed by the question.
   const std::vector<int32_t> other = random_tokens(34 * 32 + 20, vocab, 90);
   auto g = test::run_generate(*stub, greedy(other, 4), milliseconds(60000));
-  if (g.status.ok()) EXPECT_EQ(g.ids, reference(**model, other, 4));
+  if (g.status.ok()) {
+    EXPECT_EQ(g.ids, reference(**model, other, 4));
+  }
   asked.join();
   question(3);  // and the document is still (or again) usable
 }
