@@ -333,6 +333,9 @@ bool PrefillScheduler::start_job(Slice& s, Clock::time_point t0) {
     return false;
   }
   j.seq = *seq;
+  // The host mirror grows slice by slice up to the prompt: one allocation, not one per slice.
+  j.state.k.reserve(static_cast<size_t>(j.size()) * model_.config().kv_dim());
+  j.state.v.reserve(j.state.k.capacity());
   if (j.computed > 0) {
     // The cached rows go out first, as one transfer of whole runs.
     s.cached = j.computed;
@@ -480,13 +483,16 @@ void PrefillScheduler::resume_from_cache(Job& j) {
     CachedPrefix cp;
     cp.tokens = p;
     cp.blocks = blocks;
+    // Room for the whole prompt's rows now: the slices to come then never reallocate them.
+    cp.k.reserve(static_cast<size_t>(j.size()) * cfg.kv_dim());
+    cp.v.reserve(cp.k.capacity());
     cp.k.assign(skipped, 0.0f);
     cp.v.assign(skipped, 0.0f);
     cp.k.insert(cp.k.end(), rows->k.begin(), rows->k.end());
     cp.v.insert(cp.v.end(), rows->v.begin(), rows->v.end());
     cp.state = std::move(**state);
     SequenceState st;
-    if (!restore_prefix(*cache_, cp, cfg, st).ok()) continue;
+    if (!restore_prefix(*cache_, std::move(cp), cfg, st).ok()) continue;
     j.state = std::move(st);
     j.computed = p;
     j.hole = skip * B;
@@ -496,12 +502,13 @@ void PrefillScheduler::resume_from_cache(Job& j) {
   if (!write_prompts_) return;  // prompt caching off: documents only
   CachedPrefix cp = cache_->load_prefix(tokens, -1, resident_blocks);
   if (cp.tokens <= 0) return;
+  const int64_t blocks = cp.blocks, tokens_cached = cp.tokens;
   SequenceState st;
-  if (!restore_prefix(*cache_, cp, cfg, st).ok()) return;
+  if (!restore_prefix(*cache_, std::move(cp), cfg, st).ok()) return;
   j.state = std::move(st);
-  j.computed = cp.tokens;
-  j.hole = std::min(resident_blocks, cp.blocks) * B;
-  j.stats.cached_tokens = cp.tokens;
+  j.computed = tokens_cached;
+  j.hole = std::min(resident_blocks, blocks) * B;
+  j.stats.cached_tokens = tokens_cached;
 }
 
 Status PrefillScheduler::store_document(Job& j) {
