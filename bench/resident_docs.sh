@@ -23,6 +23,8 @@ import json, sys
 p = json.load(open(sys.argv[1])); p["max_seq_len"] = 32768; json.dump(p, open(sys.argv[1], "w"))
 PY
 mkdir -p bench/results
+# Both clusters run side by side and the driver alternates between them question by question, so
+# both modes see the same load.
 for mode in resident shipped; do
   state="$work/cluster-$mode"
   extra=()
@@ -30,20 +32,25 @@ for mode in resident shipped; do
   python3 deploy/local/cluster.py --bin-dir build --model "$work/model" --state-dir "$state" --threads 1 \
     --kv-blocks 2048 --prefill-arg=--kv-store=memory:2GiB "${extra[@]}" >"$work/$mode.out" 2>"$work/$mode.err" &
   pids+=($!)
-  for ((i = 0; i < 1200; i++)); do [[ -f "$state/cluster.json" ]] && break; sleep 0.1; done
-  python3 bench/resident_docs.py --cli build/tools/yoco-cli --cluster "$state/cluster.json" --mode "$mode" \
-    --doc-tokens "$DOC" --questions "$QUESTIONS" --out "$work/$mode.json"
-  python3 deploy/local/cluster.py stop --state-dir "$state" >/dev/null 2>&1 || true
 done
-python3 - "$work/resident.json" "$work/shipped.json" "bench/results/resident_docs.json" <<'PY'
-import json, sys, os
-runs = [json.load(open(p)) for p in sys.argv[1:3]]
-out = {"doc_tokens": runs[0]["doc_tokens"], "questions": runs[0]["questions"],
-       "load_before": os.getloadavg()[0], "modes": runs}
-json.dump(out, open(sys.argv[3], "w"), indent=2)
-for r in runs:
-    print("%-9s bytes/question median %10.0f  ttft median %.3f s  p90 %.3f s  prefill %.3f s  transfer %.3f s"
-          "  (first question: %d bytes, %.3f s)" % (
-        r["mode"], r["bytes_median"], r["ttft_median"], r["ttft_p90"], r["prefill_median"], r["transfer_median"],
-        r["per_question"][0]["bytes"], r["per_question"][0]["ttft_s"]))
+for mode in resident shipped; do
+  for ((i = 0; i < 1200; i++)); do [[ -f "$work/cluster-$mode/cluster.json" ]] && break; sleep 0.1; done
+done
+load=$(cut -d' ' -f1 /proc/loadavg)
+python3 bench/resident_docs.py --cli build/tools/yoco-cli --cluster "resident=$work/cluster-resident/cluster.json" \
+  --cluster "shipped=$work/cluster-shipped/cluster.json" --doc-tokens "$DOC" --questions "$QUESTIONS" \
+  --out "$work/result.json"
+for mode in resident shipped; do
+  python3 deploy/local/cluster.py stop --state-dir "$work/cluster-$mode" >/dev/null 2>&1 || true
+done
+python3 - "$work/result.json" bench/results/resident_docs.json "$load" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+r["load_before"] = float(sys.argv[3])
+json.dump(r, open(sys.argv[2], "w"), indent=2)
+print("answers equal in both modes:", r["answers_equal"])
+for m in r["modes"]:
+    print("%-9s bytes/question median %10.0f  total %11d  ttft median %.3f s  p90 %.3f s  prefill %.3f s"
+          "  transfer %.4f s  (questions 2..n)" % (m["mode"], m["bytes_median"], m["bytes_total"], m["ttft_median"],
+                                                  m["ttft_p90"], m["prefill_median"], m["transfer_median"]))
 PY
