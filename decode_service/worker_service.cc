@@ -145,12 +145,10 @@ grpc::Status DecodeWorkerService::wait_committed(grpc::ServerContext* ctx, uint6
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "KV transfer failed: " + committed.status().message());
 }
 
-std::vector<uint64_t> DecodeWorkerService::prefix_hashes(const DecodeRequest& dr) const {
+std::vector<BlockKey> DecodeWorkerService::prefix_hashes(const DecodeRequest& dr) const {
   std::vector<int32_t> consumed = dr.prompt;
   consumed.insert(consumed.end(), dr.generated_before.begin(), dr.generated_before.end());
-  std::vector<uint64_t> hashes;
-  for (const BlockKey& k : chain_keys(consumed, pool_.block_size(), model_.fingerprint())) hashes.push_back(k.fold64());
-  return hashes;
+  return chain_keys(consumed, pool_.block_size(), model_.fingerprint());
 }
 
 void DecodeWorkerService::share_prefix(DecodeRequest& dr) {
@@ -161,7 +159,7 @@ void DecodeWorkerService::share_prefix(DecodeRequest& dr) {
 
 std::vector<int32_t> DecodeWorkerService::claim_resident(const DecodeRequest& dr) {
   if (!share_prefixes_) return {};
-  const std::vector<uint64_t> hashes = prefix_hashes(dr);
+  const std::vector<BlockKey> hashes = prefix_hashes(dr);
   return pool_.claim_prefix(hashes, hashes.size());
 }
 

@@ -59,8 +59,8 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
   grpc::Status wait_committed(grpc::ServerContext* ctx, uint64_t rid, Clock::time_point lease,
                               Clock::time_point deadline, CommittedSequence& out);
   void share_prefix(DecodeRequest& dr);
-  // The pool's hashes of the whole blocks of prompt + generated (the prefix chain).
-  std::vector<uint64_t> prefix_hashes(const DecodeRequest& dr) const;
+  // The pool's keys of the whole blocks of prompt + generated (the prefix chain).
+  std::vector<BlockKey> prefix_hashes(const DecodeRequest& dr) const;
   // The leading whole blocks this pool already holds, pinned for the reservation
   // (docs/design.md, resident prefixes); empty without prefix sharing.
   std::vector<int32_t> claim_resident(const DecodeRequest& dr);

@@ -72,7 +72,7 @@ void KvPool::hold_locked(int32_t block) {
   kept_at_.erase(it);
 }
 
-std::vector<int32_t> KvPool::claim_prefix(std::span<const uint64_t> block_hashes, size_t max_blocks) {
+std::vector<int32_t> KvPool::claim_prefix(std::span<const BlockKey> block_hashes, size_t max_blocks) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<int32_t> out;
   for (size_t i = 0; i < block_hashes.size() && i < max_blocks; ++i) {
@@ -129,7 +129,7 @@ void KvPool::release_blocks(std::span<const int32_t> blocks) {
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) drop_locked(*it);
 }
 
-int KvPool::share_prefix(KvPages& pages, std::span<const uint64_t> block_hashes) {
+int KvPool::share_prefix(KvPages& pages, std::span<const BlockKey> block_hashes) {
   if (pages.k_pool != k_.data()) return 0;
   const size_t block_floats = static_cast<size_t>(block_size_) * kv_dim_;
   std::lock_guard<std::mutex> lock(mu_);

@@ -14,6 +14,7 @@
 
 #include "common/status.h"
 #include "handoff/block_pool.h"
+#include "handoff/prefix_chain.h"
 #include "model/state.h"
 
 namespace yoco {
@@ -55,7 +56,7 @@ class KvPool final : public KvBlockPool {
   // bit-identical rows is swapped for that block (its own copy goes back to the pool);
   // otherwise it becomes the block others share. Only blocks that are complete and never
   // written again may be offered (a prompt's whole blocks). Returns the blocks now shared.
-  int share_prefix(KvPages& pages, std::span<const uint64_t> block_hashes);
+  int share_prefix(KvPages& pages, std::span<const BlockKey> block_hashes);
   // Blocks held by more than one sequence, counted once each (for metrics).
   int shared_blocks() const;
 
@@ -68,7 +69,7 @@ class KvPool final : public KvBlockPool {
   // The leading blocks whose hashes (block_hashes[0], [1], ...) the index holds, each with one
   // more hold for the caller (pinned: never evicted until released), stopping at the first
   // miss or at max_blocks. The caller returns them with release_blocks or moves them into pages.
-  std::vector<int32_t> claim_prefix(std::span<const uint64_t> block_hashes, size_t max_blocks);
+  std::vector<int32_t> claim_prefix(std::span<const BlockKey> block_hashes, size_t max_blocks);
   // Indexed blocks that nobody holds (kept, evictable).
   int kept_blocks() const;
 
@@ -85,8 +86,13 @@ class KvPool final : public KvBlockPool {
   std::vector<int32_t> free_;  // a stack: recently freed blocks are reused first (warm in cache)
   std::vector<int32_t> refs_;  // holders per block (0: free)
   // Prefix index: content hash → the block other sequences share, and back.
-  std::unordered_map<uint64_t, int32_t> by_hash_;
-  std::unordered_map<int32_t, uint64_t> hash_of_;
+  // Full 128-bit keys: a claimed block is mapped without comparing bytes, so two prefixes must
+  // never meet on a 64-bit fold.
+  struct KeyHash {
+    size_t operator()(const BlockKey& k) const { return static_cast<size_t>(k.fold64()); }
+  };
+  std::unordered_map<BlockKey, int32_t, KeyHash> by_hash_;
+  std::unordered_map<int32_t, BlockKey> hash_of_;
   // Kept blocks (refs 0, still indexed), least recently released first; `kept_at_` finds one
   // in it. Only with keep_released_.
   bool keep_released_ = false;
