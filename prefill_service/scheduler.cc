@@ -418,8 +418,9 @@ void PrefillScheduler::store_state_at_stop(Job& j) {
   snap.v.swap(j.state.v);
   const auto key =
       state_key_for(std::span<const int32_t>(j.req.tokens).first(at), static_cast<int>(B), model_.fingerprint());
-  if (cache_->put_state(key, blob, std::chrono::seconds(0)).ok() && document_end)
-    j.stored_prefix = std::max(j.stored_prefix, at);
+  // A document's boundary state lives as long as the document; prompt states until evicted.
+  const std::chrono::seconds ttl = j.req.document ? j.req.document_ttl : std::chrono::seconds(0);
+  if (cache_->put_state(key, blob, ttl).ok() && document_end) j.stored_prefix = std::max(j.stored_prefix, at);
 }
 
 Status PrefillScheduler::ship_rows(Job& j, int64_t first, int64_t n) {
