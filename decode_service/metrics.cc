@@ -2,6 +2,17 @@
 
 namespace yoco {
 
+namespace {
+
+// 4 KiB .. 16 GiB, ×4 per bucket.
+std::vector<double> byte_buckets() {
+  std::vector<double> b;
+  for (double x = 4096; x <= 17179869184.0; x *= 4) b.push_back(x);
+  return b;
+}
+
+}  // namespace
+
 DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
     : ttft(r.histogram(metric_name("yoco_time_to_first_token_seconds"), "Time from request to first token.",
                        Histogram::latency_buckets())),
@@ -24,7 +35,8 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
       migrated_in(r.counter(metric_name("yoco_migrated_requests_total"),
                             "Requests resumed here after another decode worker was lost.")),
       shared_blocks(r.counter(metric_name("yoco_kv_blocks_shared_total"),
-                              "Shipped KV blocks replaced by an identical block another sequence already holds.")),
+                              "Prompt KV blocks held once: replaced after arrival by an identical pool block, or "
+                              "mapped from the pool instead of shipped (resident).")),
       requests(*r.counter_family(metric_name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"})
                     .value()),
       transfer_refused(*r.counter_family(metric_name("yoco_transfer_refused_total"),
@@ -37,6 +49,14 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
       kv_usage(r.gauge(metric_name("yoco_kv_cache_usage_ratio"), "Share of KV pool blocks in use.")),
       kv_free(r.gauge(metric_name("yoco_kv_cache_blocks_free"), "Free KV pool blocks.")),
       transfer_in_flight(r.gauge(metric_name("yoco_kv_transfer_in_flight"), "Reservations waiting for their commit.")),
-      kv_shared(r.gauge(metric_name("yoco_kv_cache_shared_blocks"), "Pool blocks held by more than one sequence.")) {}
+      kv_shared(r.gauge(metric_name("yoco_kv_cache_shared_blocks"), "Pool blocks held by more than one sequence.")),
+      request_transfer_bytes(r.histogram(metric_name("yoco_kv_transfer_request_bytes"),
+                                         "K/V row and state bytes received per shipped request (resident rows "
+                                         "excluded).",
+                                         byte_buckets())),
+      resident_blocks(r.counter(metric_name("yoco_kv_resident_blocks_total"),
+                                "Prompt KV blocks mapped from this worker's pool instead of shipped.")),
+      kv_kept(r.gauge(metric_name("yoco_kv_cache_blocks_kept"),
+                      "Free pool blocks still holding a prompt prefix's rows (reusable until evicted).")) {}
 
 }  // namespace yoco

@@ -12,6 +12,11 @@ struct DecodeMetrics {
       &shared_blocks;
   Family<Counter> &requests, &transfer_refused;
   Gauge &running, &waiting, &kv_usage, &kv_free, &transfer_in_flight, &kv_shared;
+  // Resident prefixes (docs/design.md, resident prefixes): bytes each request received, blocks
+  // mapped from the pool instead, blocks kept for later prompts.
+  Histogram &request_transfer_bytes;
+  Counter &resident_blocks;
+  Gauge &kv_kept;
 };
 
 }  // namespace yoco

@@ -74,8 +74,15 @@ grpc::Status DecodeWorkerService::receive_state(grpc::ServerContext* ctx, const 
   const auto asked = std::chrono::milliseconds(req.lease_ms() == 0 ? max_lease_.count() : req.lease_ms());
   const auto lease_ms = std::min(asked, max_lease_);
   const auto lease = std::min(Clock::now() + lease_ms, dr.deadline);
-  auto desc = receiver_.reserve(req.request_id(), rows, lease);
-  if (!desc.ok()) return to_grpc(desc.status());
+  //    Leading blocks this pool already holds are pinned now and never shipped: an eviction
+  //    between here and the commit cannot take them.
+  std::vector<int32_t> resident = claim_resident(dr);
+  const auto resident_blocks = static_cast<int64_t>(resident.size());
+  auto desc = receiver_.reserve_over(req.request_id(), rows, lease, resident);
+  if (!desc.ok()) {
+    pool_.release_blocks(resident);
+    return to_grpc(desc.status());
+  }
   const uint64_t rid = desc->reservation_id;
   internal::v1::DecodeEvent ev;
   auto* r = ev.mutable_reservation();
@@ -92,6 +99,10 @@ grpc::Status DecodeWorkerService::receive_state(grpc::ServerContext* ctx, const 
   if (grpc::Status st = wait_committed(ctx, rid, lease, dr.deadline, committed); !st.ok()) return st;
   const double transfer_wait = seconds_since(t0);
   m_.transfer.observe(transfer_wait);
+  m_.request_transfer_bytes.observe(static_cast<double>((rows - desc->resident_rows) * model_.config().kv_dim() * 8 +
+                                                        static_cast<int64_t>(committed.state_blob.size())));
+  m_.resident_blocks.inc(static_cast<double>(resident_blocks));
+  m_.shared_blocks.inc(static_cast<double>(resident_blocks));
   auto admitted = admit(committed);
   if (!admitted.ok()) return to_grpc(admitted.status());
   dr.state = std::move(admitted).value();
@@ -134,14 +145,22 @@ grpc::Status DecodeWorkerService::wait_committed(grpc::ServerContext* ctx, uint6
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "KV transfer failed: " + committed.status().message());
 }
 
+std::vector<BlockKey> DecodeWorkerService::prefix_hashes(const DecodeRequest& dr) const {
+  std::vector<int32_t> consumed = dr.prompt;
+  consumed.insert(consumed.end(), dr.generated_before.begin(), dr.generated_before.end());
+  return chain_keys(consumed, pool_.block_size(), model_.fingerprint());
+}
+
 void DecodeWorkerService::share_prefix(DecodeRequest& dr) {
   // Whole blocks of the shipped rows are final: identical ones (same tokens, same model, same
   // bytes) are held once in the pool.
-  std::vector<int32_t> consumed = dr.prompt;
-  consumed.insert(consumed.end(), dr.generated_before.begin(), dr.generated_before.end());
-  std::vector<uint64_t> hashes;
-  for (const BlockKey& k : chain_keys(consumed, pool_.block_size(), model_.fingerprint())) hashes.push_back(k.fold64());
-  m_.shared_blocks.inc(pool_.share_prefix(*dr.state->pages, hashes));
+  m_.shared_blocks.inc(pool_.share_prefix(*dr.state->pages, prefix_hashes(dr)));
+}
+
+std::vector<int32_t> DecodeWorkerService::claim_resident(const DecodeRequest& dr) {
+  if (!share_prefixes_) return {};
+  const std::vector<BlockKey> hashes = prefix_hashes(dr);
+  return pool_.claim_prefix(hashes, hashes.size());
 }
 
 grpc::Status DecodeWorkerService::stream_tokens(grpc::ServerContext* ctx, DecodeRequest dr,
@@ -187,6 +206,7 @@ void DecodeWorkerService::refresh_metrics() {
     c.inc(std::max(0.0, static_cast<double>(t.refused[i]) - c.value()));
   }
   m_.kv_shared.set(pool_.shared_blocks());
+  m_.kv_kept.set(pool_.kept_blocks());
   m_.running.set(batcher_.running());
   m_.waiting.set(batcher_.waiting());
   const double free = pool_.free_blocks();

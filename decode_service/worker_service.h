@@ -20,7 +20,9 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
  public:
   DecodeWorkerService(const Model& model, KvPool& pool, KvReceiver& receiver, ContinuousBatcher& batcher,
                       DecodeMetrics& metrics)
-      : model_(model), pool_(pool), receiver_(receiver), batcher_(batcher), m_(metrics) {}
+      : model_(model), pool_(pool), receiver_(receiver), batcher_(batcher), m_(metrics) {
+    pool_.set_keep_released(share_prefixes_);
+  }
 
   grpc::Status Decode(grpc::ServerContext* ctx, const internal::v1::DecodeRequest* req,
                       grpc::ServerWriter<internal::v1::DecodeEvent>* writer) override;
@@ -34,8 +36,12 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
 
   // Draining: new Decode calls get UNAVAILABLE; running ones finish.
   void set_serving(bool serving) { serving_ = serving; }
-  // Prefix sharing of pool blocks between sequences (on by default).
-  void set_share_prefixes(bool on) { share_prefixes_ = on; }
+  // Prefix sharing of pool blocks between sequences, and prefixes kept resident in the pool for
+  // later prompts (on by default).
+  void set_share_prefixes(bool on) {
+    share_prefixes_ = on;
+    pool_.set_keep_released(on);
+  }
   // The longest lease a reservation gets; DecodeRequest.lease_ms above it (or 0) is clamped to it.
   void set_max_lease(std::chrono::milliseconds max_lease) { max_lease_ = max_lease; }
   // The gauges a /metrics scrape shows (batcher, pool, receiver), read now.
@@ -53,6 +59,11 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
   grpc::Status wait_committed(grpc::ServerContext* ctx, uint64_t rid, Clock::time_point lease,
                               Clock::time_point deadline, CommittedSequence& out);
   void share_prefix(DecodeRequest& dr);
+  // The pool's keys of the whole blocks of prompt + generated (the prefix chain).
+  std::vector<BlockKey> prefix_hashes(const DecodeRequest& dr) const;
+  // The leading whole blocks this pool already holds, pinned for the reservation
+  // (docs/design.md, resident prefixes); empty without prefix sharing.
+  std::vector<int32_t> claim_resident(const DecodeRequest& dr);
   grpc::Status stream_tokens(grpc::ServerContext* ctx, DecodeRequest dr,
                              grpc::ServerWriter<internal::v1::DecodeEvent>* writer, Clock::time_point t0);
 

@@ -158,12 +158,18 @@ Result<std::optional<std::vector<uint8_t>>> KvCache::get_state(const BlockKey& a
   return std::optional<std::vector<uint8_t>>(std::vector<uint8_t>(obj->payload.begin(), obj->payload.end()));
 }
 
-CachedPrefix KvCache::load_prefix(std::span<const int32_t> tokens, int64_t max_blocks) {
+CachedPrefix KvCache::load_prefix(std::span<const int32_t> tokens, int64_t max_blocks, int64_t skip_blocks) {
   CachedPrefix p;
   auto keys = chain_keys(tokens, opt_.block_tokens, opt_.fingerprint);
   if (max_blocks >= 0 && static_cast<int64_t>(keys.size()) > max_blocks) keys.resize(static_cast<size_t>(max_blocks));
+  const int64_t skip = std::clamp<int64_t>(skip_blocks, 0, static_cast<int64_t>(keys.size()));
   KvRows rows;
-  const int64_t found = walk(keys, &rows, nullptr);
+  rows.k.assign(static_cast<size_t>(skip) * opt_.block_tokens * opt_.kv_dim, 0.0f);
+  rows.v.assign(rows.k.size(), 0.0f);
+  KvRows read;
+  const int64_t found = skip + walk(std::span<const BlockKey>(keys).subspan(skip), &read, nullptr);
+  rows.k.insert(rows.k.end(), read.k.begin(), read.k.end());
+  rows.v.insert(rows.v.end(), read.v.begin(), read.v.end());
   // The deepest block end with a state snapshot, searched downwards in batches.
   for (int64_t hi = found; hi >= 1; hi -= opt_.lookup_batch) {
     const int64_t lo = std::max<int64_t>(1, hi - opt_.lookup_batch + 1);

@@ -82,8 +82,10 @@ class KvCache {
   Result<std::optional<std::vector<uint8_t>>> get_state(const BlockKey& at);
 
   // The longest prefix of whole blocks (at most max_blocks) with a state snapshot at its end.
-  // Nothing cached, or the store down: tokens = 0.
-  CachedPrefix load_prefix(std::span<const int32_t> tokens, int64_t max_blocks = -1);
+  // Nothing cached, or the store down: tokens = 0. The first skip_blocks blocks are taken as
+  // present and not read (their rows are zeros): the caller has them elsewhere (resident on
+  // the decode worker, docs/design.md, resident prefixes).
+  CachedPrefix load_prefix(std::span<const int32_t> tokens, int64_t max_blocks = -1, int64_t skip_blocks = 0);
 
   // ---- documents ----
   // A record for `tokens` (keys, id, created now); stored_bytes left 0.

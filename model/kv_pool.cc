@@ -27,7 +27,61 @@ KvPool::KvPool(int n_blocks, int block_size, int kv_dim)
 
 int KvPool::free_blocks() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(free_.size());
+  return static_cast<int>(free_.size() + kept_.size());
+}
+
+int KvPool::kept_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(kept_.size());
+}
+
+void KvPool::set_keep_released(bool keep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  keep_released_ = keep;
+  while (!keep && !kept_.empty()) {  // what was kept is plain free now
+    const int32_t b = kept_.front();
+    kept_.pop_front();
+    kept_at_.erase(b);
+    by_hash_.erase(hash_of_.at(b));
+    hash_of_.erase(b);
+    free_.push_back(b);
+  }
+}
+
+int32_t KvPool::take_locked() {
+  int32_t b;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else {  // evict the least recently released kept block: its rows are overwritten
+    b = kept_.front();
+    kept_.pop_front();
+    kept_at_.erase(b);
+    by_hash_.erase(hash_of_.at(b));
+    hash_of_.erase(b);
+  }
+  refs_[b] = 1;
+  return b;
+}
+
+void KvPool::hold_locked(int32_t block) {
+  if (refs_[block]++ > 0) return;
+  auto it = kept_at_.find(block);
+  YOCO_CHECK(it != kept_at_.end());  // refs 0 and indexed: kept
+  kept_.erase(it->second);
+  kept_at_.erase(it);
+}
+
+std::vector<int32_t> KvPool::claim_prefix(std::span<const BlockKey> block_hashes, size_t max_blocks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < block_hashes.size() && i < max_blocks; ++i) {
+    auto it = by_hash_.find(block_hashes[i]);
+    if (it == by_hash_.end()) break;
+    hold_locked(it->second);
+    out.push_back(it->second);
+  }
+  return out;
 }
 
 Status KvPool::reserve(KvPages& pages, int64_t rows) {
@@ -36,19 +90,21 @@ Status KvPool::reserve(KvPages& pages, int64_t rows) {
   const int64_t need_blocks = (rows + block_size_ - 1) / block_size_ - static_cast<int64_t>(pages.blocks.size());
   if (need_blocks <= 0) return Status::Ok();
   std::lock_guard<std::mutex> lock(mu_);
-  if (need_blocks > static_cast<int64_t>(free_.size()))
-    return Status(StatusCode::kResourceExhausted, "kv pool: " + std::to_string(need_blocks) + " blocks needed, " +
-                                                      std::to_string(free_.size()) + " free");
-  for (int64_t i = 0; i < need_blocks; ++i) {
-    pages.blocks.push_back(free_.back());
-    refs_[free_.back()] = 1;
-    free_.pop_back();
-  }
+  const size_t available = free_.size() + kept_.size();
+  if (need_blocks > static_cast<int64_t>(available))
+    return Status(StatusCode::kResourceExhausted,
+                  "kv pool: " + std::to_string(need_blocks) + " blocks needed, " + std::to_string(available) + " free");
+  for (int64_t i = 0; i < need_blocks; ++i) pages.blocks.push_back(take_locked());
   return Status::Ok();
 }
 
 void KvPool::drop_locked(int32_t block) {
   if (--refs_[block] > 0) return;
+  if (keep_released_ && hash_of_.count(block)) {  // rows and hash stay until evicted
+    kept_.push_back(block);
+    kept_at_[block] = std::prev(kept_.end());
+    return;
+  }
   if (auto h = hash_of_.find(block); h != hash_of_.end()) {
     by_hash_.erase(h->second);
     hash_of_.erase(h);
@@ -73,7 +129,7 @@ void KvPool::release_blocks(std::span<const int32_t> blocks) {
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) drop_locked(*it);
 }
 
-int KvPool::share_prefix(KvPages& pages, std::span<const uint64_t> block_hashes) {
+int KvPool::share_prefix(KvPages& pages, std::span<const BlockKey> block_hashes) {
   if (pages.k_pool != k_.data()) return 0;
   const size_t block_floats = static_cast<size_t>(block_size_) * kv_dim_;
   std::lock_guard<std::mutex> lock(mu_);
@@ -95,7 +151,7 @@ int KvPool::share_prefix(KvPages& pages, std::span<const uint64_t> block_hashes)
     if (std::memcmp(&k_[off], &k_[own], block_floats * 4) != 0 ||
         std::memcmp(&v_[off], &v_[own], block_floats * 4) != 0)
       continue;
-    ++refs_[theirs];
+    hold_locked(theirs);
     pages.blocks[i] = theirs;
     drop_locked(mine);
     ++shared;

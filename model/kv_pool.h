@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <mutex>
 #include <span>
 #include <unordered_map>
@@ -13,6 +14,7 @@
 
 #include "common/status.h"
 #include "handoff/block_pool.h"
+#include "handoff/prefix_chain.h"
 #include "model/state.h"
 
 namespace yoco {
@@ -54,13 +56,29 @@ class KvPool final : public KvBlockPool {
   // bit-identical rows is swapped for that block (its own copy goes back to the pool);
   // otherwise it becomes the block others share. Only blocks that are complete and never
   // written again may be offered (a prompt's whole blocks). Returns the blocks now shared.
-  int share_prefix(KvPages& pages, std::span<const uint64_t> block_hashes);
+  int share_prefix(KvPages& pages, std::span<const BlockKey> block_hashes);
   // Blocks held by more than one sequence, counted once each (for metrics).
   int shared_blocks() const;
+
+  // Resident prefixes (docs/design.md, resident prefixes): with `keep` on, an indexed block whose
+  // last holder lets go keeps its rows and its hash, so a later prompt with the same prefix
+  // maps it instead of receiving it again. Such blocks count as free: reserve and
+  // allocate_blocks take truly free blocks first, then evict kept ones, least recently
+  // released first. Off (the default): a released block leaves the index at once.
+  void set_keep_released(bool keep);
+  // The leading blocks whose hashes (block_hashes[0], [1], ...) the index holds, each with one
+  // more hold for the caller (pinned: never evicted until released), stopping at the first
+  // miss or at max_blocks. The caller returns them with release_blocks or moves them into pages.
+  std::vector<int32_t> claim_prefix(std::span<const BlockKey> block_hashes, size_t max_blocks);
+  // Indexed blocks that nobody holds (kept, evictable).
+  int kept_blocks() const;
 
  private:
   KvPool(int n_blocks, int block_size, int kv_dim);
   void drop_locked(int32_t block);
+  // A free block for a new holder: a truly free one, else the oldest kept one (unindexed).
+  int32_t take_locked();
+  void hold_locked(int32_t block);  // one more holder (a kept block stops being evictable)
 
   const int n_blocks_, block_size_, kv_dim_;
   std::vector<float> k_, v_;
@@ -68,8 +86,18 @@ class KvPool final : public KvBlockPool {
   std::vector<int32_t> free_;  // a stack: recently freed blocks are reused first (warm in cache)
   std::vector<int32_t> refs_;  // holders per block (0: free)
   // Prefix index: content hash → the block other sequences share, and back.
-  std::unordered_map<uint64_t, int32_t> by_hash_;
-  std::unordered_map<int32_t, uint64_t> hash_of_;
+  // Full 128-bit keys: a claimed block is mapped without comparing bytes, so two prefixes must
+  // never meet on a 64-bit fold.
+  struct KeyHash {
+    size_t operator()(const BlockKey& k) const { return static_cast<size_t>(k.fold64()); }
+  };
+  std::unordered_map<BlockKey, int32_t, KeyHash> by_hash_;
+  std::unordered_map<int32_t, BlockKey> hash_of_;
+  // Kept blocks (refs 0, still indexed), least recently released first; `kept_at_` finds one
+  // in it. Only with keep_released_.
+  bool keep_released_ = false;
+  std::list<int32_t> kept_;
+  std::unordered_map<int32_t, std::list<int32_t>::iterator> kept_at_;
 };
 
 }  // namespace yoco

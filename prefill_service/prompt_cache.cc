@@ -24,6 +24,11 @@ Status write_state_blocks(KvCache& cache, std::span<const int32_t> tokens, const
 }
 
 Status restore_prefix(const KvCache& cache, const CachedPrefix& p, const ModelConfig& c, SequenceState& out) {
+  CachedPrefix copy = p;
+  return restore_prefix(cache, std::move(copy), c, out);
+}
+
+Status restore_prefix(const KvCache& cache, CachedPrefix&& p, const ModelConfig& c, SequenceState& out) {
   const KvCacheOptions& opt = cache.options();
   if (c.kv_dim() != opt.kv_dim)
     return invalid_argument("restore: model kv_dim " + std::to_string(c.kv_dim()) + " != cache kv_dim " +
@@ -42,10 +47,15 @@ Status restore_prefix(const KvCache& cache, const CachedPrefix& p, const ModelCo
                            ? info.kv_row_begin == block_rows && info.kv_row_begin + info.kv_rows == info.position
                            : info.position == block_rows;
   if (!tail_ok) return data_loss("restore: state KV rows do not continue the cached blocks");
+  // The blob's tail rows (if any) sit past the blocks' rows: keep those, grow to the position.
+  std::vector<float> tail_k(st.k.begin() + std::min(st.k.size(), block_floats), st.k.end());
+  std::vector<float> tail_v(st.v.begin() + std::min(st.v.size(), block_floats), st.v.end());
+  st.k = std::move(p.k);
+  st.v = std::move(p.v);
   st.k.resize(static_cast<size_t>(info.position) * opt.kv_dim);
   st.v.resize(st.k.size());
-  std::copy(p.k.begin(), p.k.end(), st.k.begin());
-  std::copy(p.v.begin(), p.v.end(), st.v.begin());
+  std::copy(tail_k.begin(), tail_k.end(), st.k.begin() + static_cast<std::ptrdiff_t>(block_floats));
+  std::copy(tail_v.begin(), tail_v.end(), st.v.begin() + static_cast<std::ptrdiff_t>(block_floats));
   out = std::move(st);
   return Status::Ok();
 }

@@ -21,6 +21,9 @@ Status write_state_blocks(KvCache& cache, std::span<const int32_t> tokens, const
 // Rebuilds a contiguous SequenceState from a lookup: the blocks' rows, then the state blob
 // (validated against the model; its K/V rows must continue the blocks up to its position).
 Status restore_prefix(const KvCache& cache, const CachedPrefix& p, const ModelConfig& c, SequenceState& out);
+// The same, taking the lookup's rows instead of copying them (their capacity is kept: a caller
+// that reserved room for the whole prompt avoids a reallocation per slice).
+Status restore_prefix(const KvCache& cache, CachedPrefix&& p, const ModelConfig& c, SequenceState& out);
 
 // KvCache::save_document from a state: st.position must equal tokens.size().
 Result<DocumentRecord> save_document(KvCache& cache, std::span<const int32_t> tokens, const SequenceState& st,

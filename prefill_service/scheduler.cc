@@ -67,6 +67,10 @@ struct PrefillScheduler::Job {
   SequenceState state;
   DocumentRecord document;  // a document job's record, once stored
   int64_t computed = 0;
+  // Rows [0, hole) of the host mirror were never loaded (resident on the decode worker, so
+  // neither shipped nor needed): they must not be stored.
+  int64_t hole = 0;
+  int64_t stored_prefix = 0;  // the longest document end whose state this job stored
   Clock::time_point submitted, started, prefilled;
   PrefillStats stats;
 
@@ -329,12 +333,15 @@ bool PrefillScheduler::start_job(Slice& s, Clock::time_point t0) {
     return false;
   }
   j.seq = *seq;
+  // The host mirror grows slice by slice up to the prompt: one allocation, not one per slice.
+  j.state.k.reserve(static_cast<size_t>(j.size()) * model_.config().kv_dim());
+  j.state.v.reserve(j.state.k.capacity());
   if (j.computed > 0) {
     // The cached rows go out first, as one transfer of whole runs.
     s.cached = j.computed;
-    s.status = mirror_rows(j, 0, j.computed);
+    s.status = mirror_rows(j, j.hole, j.computed - j.hole);
     if (!s.status.ok()) return false;
-    s.status = sender_.put_rows(j.req.reservation, 0, static_cast<int>(j.computed), j.state.k.data(), j.state.v.data());
+    s.status = ship_rows(j, 0, j.computed);
     if (!s.status.ok()) {
       j.stats.transfer_failed = true;
       return false;
@@ -348,13 +355,10 @@ bool PrefillScheduler::writes_prompt(const Job& j) const { return cache_ && writ
 
 bool PrefillScheduler::compute_slice(Slice& s, Clock::time_point t0) {
   Job& j = *s.job;
-  const int64_t kv_dim = model_.config().kv_dim();
-  // With prompt caching, a slice that would cross the prompt's last whole block stops there,
-  // so the state at that boundary can be snapshotted for later prompts sharing the prefix.
-  const int64_t B = cache_ ? cache_->options().block_tokens : 0;
-  const int64_t boundary = B > 0 ? j.size() / B * B : 0;
-  if (writes_prompt(j) && boundary > j.computed && j.computed + s.tokens > boundary)
-    s.tokens = static_cast<int>(boundary - j.computed);
+  // A slice that would cross a stop (the last whole block, a prepended document's end) stops
+  // there, so the state at it can be stored for later prompts sharing the prefix.
+  const int64_t stop = next_stop(j);
+  if (j.computed + s.tokens > stop) s.tokens = static_cast<int>(stop - j.computed);
   const PrefillOptions opt{limits_.chunk_tokens, limits_.retention_chunk};
   s.status = engine_.prefill(j.seq, std::span<const int32_t>(j.req.tokens).subspan(j.computed, s.tokens), opt);
   if (!s.status.ok()) return false;
@@ -363,33 +367,73 @@ bool PrefillScheduler::compute_slice(Slice& s, Clock::time_point t0) {
   if (limits_.inject_slice_delay.count() > 0) std::this_thread::sleep_until(t0 + limits_.inject_slice_delay);
   s.computed = true;
   // Staged by the sender: these rows travel while the next slice computes.
-  if (!j.req.document)
-    s.status = sender_.put_rows(j.req.reservation, j.computed, s.tokens, j.state.k.data() + j.computed * kv_dim,
-                                j.state.v.data() + j.computed * kv_dim);
+  if (!j.req.document) s.status = ship_rows(j, j.computed, s.tokens);
   if (!s.status.ok()) {
     j.stats.transfer_failed = true;
     return false;
   }
   j.stats.chunks.push_back(s.tokens);
   j.computed += s.tokens;
-  if (writes_prompt(j) && j.computed == boundary && boundary > j.stats.cached_tokens) {
-    // The state at the last whole block, without rows (they go in blocks): best effort.
-    StateBlobOptions so;
-    so.include_kv = false;
-    SequenceState snap;
-    if (engine_.snapshot(j.seq, snap).ok()) {
-      const auto blob = serialize_state(snap, model_.config(), model_.fingerprint(), so);
-      (void)cache_->put_state(state_key_for(std::span<const int32_t>(j.req.tokens).first(boundary), static_cast<int>(B),
-                                            model_.fingerprint()),
-                              blob, std::chrono::seconds(0));
-    }
-  }
+  if (cache_ && j.computed == stop) store_state_at_stop(j);
   return true;
+}
+
+int64_t PrefillScheduler::next_stop(const Job& j) const {
+  if (!cache_) return j.size();
+  const int64_t B = cache_->options().block_tokens;
+  int64_t stop = j.size();
+  // The last whole block: a prompt's with prefix caching, and a document's, so that a plain
+  // prompt extending the document resumes there (docs/design.md, one prefix identity).
+  const int64_t boundary = j.size() / B * B;
+  if ((writes_prompt(j) || j.req.document) && boundary > j.computed) stop = boundary;
+  if (!j.req.document)
+    for (int64_t p : j.req.cached_prefix_candidates)
+      if (p > j.computed && p < stop) stop = p;
+  return stop;
+}
+
+void PrefillScheduler::store_state_at_stop(Job& j) {
+  const int64_t B = cache_->options().block_tokens, at = j.computed;
+  if (at <= j.stats.cached_tokens) return;
+  const auto& cands = j.req.cached_prefix_candidates;
+  const bool document_end = !j.req.document && std::find(cands.begin(), cands.end(), at) != cands.end();
+  // A document's own end is stored by store_document.
+  const bool boundary = at == j.size() / B * B && (writes_prompt(j) || (j.req.document && at < j.size()));
+  if (!document_end && !boundary) return;
+  // Rows of the partial block below `at` ride in the state, as in a document's (whole blocks go
+  // as block objects, written by write_back).
+  const int64_t full = at / B * B;
+  if (full < j.hole) return;
+  SequenceState snap;
+  if (!engine_.snapshot(j.seq, snap).ok()) return;
+  StateBlobOptions so;
+  so.include_kv = full < at;
+  so.kv_row_begin = full;
+  so.kv_row_end = at;
+  so.kv_dtype = cache_->options().dtype;
+  snap.k.swap(j.state.k);  // the host mirror holds rows [0, at): lent, not copied
+  snap.v.swap(j.state.v);
+  const auto blob = serialize_state(snap, model_.config(), model_.fingerprint(), so);
+  snap.k.swap(j.state.k);
+  snap.v.swap(j.state.v);
+  const auto key =
+      state_key_for(std::span<const int32_t>(j.req.tokens).first(at), static_cast<int>(B), model_.fingerprint());
+  // A document's boundary state lives as long as the document; prompt states until evicted.
+  const std::chrono::seconds ttl = j.req.document ? j.req.document_ttl : std::chrono::seconds(0);
+  if (cache_->put_state(key, blob, ttl).ok() && document_end) j.stored_prefix = std::max(j.stored_prefix, at);
+}
+
+Status PrefillScheduler::ship_rows(Job& j, int64_t first, int64_t n) {
+  const int64_t begin = std::max(first, j.req.reservation.resident_rows), end = first + n;
+  if (begin >= end) return Status::Ok();
+  const int64_t kv_dim = model_.config().kv_dim();
+  return sender_.put_rows(j.req.reservation, begin, static_cast<int>(end - begin), j.state.k.data() + begin * kv_dim,
+                          j.state.v.data() + begin * kv_dim);
 }
 
 void PrefillScheduler::finish_job(Slice& s) {
   Job& j = *s.job;
-  if (writes_prompt(j)) write_back(j);
+  if (writes_prompt(j) || j.stored_prefix > 0) write_back(j);
   j.prefilled = Clock::now();
   j.stats.prefill_seconds = seconds_between(j.started, j.prefilled);
   if (j.req.document) {  // stored, not shipped: settle ends it without a commit
@@ -405,7 +449,9 @@ void PrefillScheduler::finish_job(Slice& s) {
   if (!s.status.ok()) return;
   const std::vector<uint8_t> blob = serialize_state(snap, model_.config(), model_.fingerprint(), so);
   j.stats.rows = j.size();
-  j.stats.bytes = j.size() * model_.config().kv_dim() * 4 * 2 + static_cast<int64_t>(blob.size());
+  j.stats.resident_rows = j.req.reservation.resident_rows;
+  j.stats.bytes =
+      (j.size() - j.stats.resident_rows) * model_.config().kv_dim() * 4 * 2 + static_cast<int64_t>(blob.size());
   // The rows are staged in the sender: a job waiting for its acknowledgement keeps nothing.
   drop_sequence(j);
   s.status = sender_.put_state(j.req.reservation, blob);
@@ -420,6 +466,9 @@ void PrefillScheduler::resume_from_cache(Job& j) {
   const ModelConfig& cfg = model_.config();
   const int B = cache_->options().block_tokens;
   const std::span<const int32_t> tokens(j.req.tokens);
+  // Blocks resident on the decode worker are neither loaded nor shipped (their rows stay zero
+  // here): only the state and the rows past them are needed.
+  const int64_t resident_blocks = j.req.reservation.resident_rows / B;
   // Document ends first (exact resumes at any position), longest first; then whole blocks.
   std::vector<int64_t> cands = j.req.cached_prefix_candidates;
   std::sort(cands.rbegin(), cands.rend());
@@ -427,30 +476,40 @@ void PrefillScheduler::resume_from_cache(Job& j) {
     if (p <= 0 || p > j.size()) continue;
     auto state = cache_->get_state(state_key_for(tokens.first(p), B, model_.fingerprint()));
     if (!state.ok() || !state->has_value()) continue;
-    const int64_t blocks = p / B;
-    auto rows = cache_->read_blocks(chain_keys(tokens.first(blocks * B), B, model_.fingerprint()));
+    const int64_t blocks = p / B, skip = std::min(blocks, resident_blocks);
+    const auto keys = chain_keys(tokens.first(blocks * B), B, model_.fingerprint());
+    auto rows = cache_->read_blocks(std::span<const BlockKey>(keys).subspan(skip));
     if (!rows.ok()) continue;
+    const size_t skipped = static_cast<size_t>(skip * B) * cfg.kv_dim();
     CachedPrefix cp;
     cp.tokens = p;
     cp.blocks = blocks;
-    cp.k = std::move(rows->k);
-    cp.v = std::move(rows->v);
+    // Room for the whole prompt's rows now: the slices to come then never reallocate them.
+    cp.k.reserve(static_cast<size_t>(j.size()) * cfg.kv_dim());
+    cp.v.reserve(cp.k.capacity());
+    cp.k.assign(skipped, 0.0f);
+    cp.v.assign(skipped, 0.0f);
+    cp.k.insert(cp.k.end(), rows->k.begin(), rows->k.end());
+    cp.v.insert(cp.v.end(), rows->v.begin(), rows->v.end());
     cp.state = std::move(**state);
     SequenceState st;
-    if (!restore_prefix(*cache_, cp, cfg, st).ok()) continue;
+    if (!restore_prefix(*cache_, std::move(cp), cfg, st).ok()) continue;
     j.state = std::move(st);
     j.computed = p;
+    j.hole = skip * B;
     j.stats.cached_tokens = p;
     return;
   }
   if (!write_prompts_) return;  // prompt caching off: documents only
-  CachedPrefix cp = cache_->load_prefix(tokens);
+  CachedPrefix cp = cache_->load_prefix(tokens, -1, resident_blocks);
   if (cp.tokens <= 0) return;
+  const int64_t blocks = cp.blocks, tokens_cached = cp.tokens;
   SequenceState st;
-  if (!restore_prefix(*cache_, cp, cfg, st).ok()) return;
+  if (!restore_prefix(*cache_, std::move(cp), cfg, st).ok()) return;
   j.state = std::move(st);
-  j.computed = cp.tokens;
-  j.stats.cached_tokens = cp.tokens;
+  j.computed = tokens_cached;
+  j.hole = std::min(resident_blocks, blocks) * B;
+  j.stats.cached_tokens = tokens_cached;
 }
 
 Status PrefillScheduler::store_document(Job& j) {
@@ -468,7 +527,8 @@ Status PrefillScheduler::store_document(Job& j) {
 void PrefillScheduler::write_back(Job& j) {
   const int64_t B = cache_->options().block_tokens;
   const int64_t first = j.stats.cached_tokens / B;  // blocks below this were loaded, not computed
-  const int64_t last = j.size() / B;
+  // Without prefix caching, only the blocks under the document ends whose states were stored.
+  const int64_t last = writes_prompt(j) ? j.size() / B : j.stored_prefix / B;
   if (last > first)
     (void)cache_->write_blocks(j.req.tokens, j.state.k.data(), j.state.v.data(), first, last - first,
                                std::chrono::seconds(0));

@@ -84,6 +84,7 @@ struct PrefillStats {
   bool transfer_failed = false;  // the transfer failed (sender error, decode-side rejection, lease over),
                                  // as opposed to a cancellation, a deadline or bad input
   int64_t cached_tokens = 0;     // loaded from the KV store instead of computed
+  int64_t resident_rows = 0;     // already on the decode worker: neither loaded nor shipped
   // The slices the prompt was computed in, in order: Model::prefill over the same slices (with
   // the same PrefillOptions) reproduces the shipped state bitwise.
   std::vector<int> chunks;
@@ -153,6 +154,13 @@ class PrefillScheduler {
   void resume_from_cache(Job& j);
   // Last slice: the blocks computed here go to the store, best effort.
   void write_back(Job& j);
+  // Where the next slice of a job must stop so that a state can be stored there (a prepended
+  // document's end, the last whole block); j.size() when nowhere.
+  int64_t next_stop(const Job& j) const;
+  // At a stop: the state there into the store (best effort, docs/design.md, one prefix identity).
+  void store_state_at_stop(Job& j);
+  // Ships rows [first, first + n) of the host mirror, less those resident on the decode worker.
+  Status ship_rows(Job& j, int64_t first, int64_t n);
   // Rows [first, first + n) of the job's sequence into its host mirror (j.state.k/v, which then
   // holds first + n rows): what is shipped and written to the store.
   Status mirror_rows(Job& j, int64_t first, int64_t n);

@@ -16,7 +16,8 @@ namespace yoco {
 namespace {
 
 constexpr char kMagic[8] = {'Y', 'O', 'C', 'O', 'R', 'S', 'V', '1'};
-constexpr uint32_t kVersion = 2;  // 2: the reservation secret
+constexpr uint32_t kVersion = 2;          // 2: the reservation secret
+constexpr uint32_t kVersionResident = 3;  // 3: resident_rows after the block ids
 constexpr size_t kMaxRequestId = 256;
 constexpr size_t kMaxAddress = 256;
 constexpr size_t kMaxRkey = 16384;
@@ -108,6 +109,8 @@ Status ReservationDescriptor::validate() const {
   if (k_rkey.size() > kMaxRkey) return bad("k_rkey size out of range");
   if (v_rkey.size() > kMaxRkey) return bad("v_rkey size out of range");
   if (lease_deadline_unix_ms <= 0) return bad("lease_deadline_unix_ms not set");
+  if (resident_rows < 0 || resident_rows > rows || resident_rows % block_size != 0)
+    return bad("resident_rows " + std::to_string(resident_rows) + " is not whole blocks of the rows");
   return Status::Ok();
 }
 
@@ -130,7 +133,7 @@ std::vector<RowRun> ReservationDescriptor::contiguous_runs(int64_t row_begin, in
 std::vector<uint8_t> ReservationDescriptor::serialize() const {
   ByteWriter w;
   w.put_raw(kMagic, sizeof(kMagic));
-  w.put<uint32_t>(kVersion);
+  w.put<uint32_t>(resident_rows > 0 ? kVersionResident : kVersion);
   w.put<uint32_t>(0);  // total bytes, patched below
   w.put<uint64_t>(reservation_id);
   w.put<uint64_t>(fingerprint);
@@ -148,6 +151,7 @@ std::vector<uint8_t> ReservationDescriptor::serialize() const {
   w.put_bytes(v_rkey);
   w.put<uint32_t>(static_cast<uint32_t>(blocks.size()));
   for (int32_t b : blocks) w.put<int32_t>(b);
+  if (resident_rows > 0) w.put<int64_t>(resident_rows);
   auto& b = w.bytes();
   const uint32_t total = static_cast<uint32_t>(b.size() + 4);
   store_le<uint32_t>(b.data() + 12, total);
@@ -163,7 +167,7 @@ Result<ReservationDescriptor> ReservationDescriptor::parse(std::span<const uint8
   uint32_t version = 0, total = 0;
   r.get(version);
   r.get(total);
-  if (version != kVersion) return bad("unsupported version " + std::to_string(version));
+  if (version != kVersion && version != kVersionResident) return bad("unsupported version " + std::to_string(version));
   if (total != bytes.size())
     return bad("size field " + std::to_string(total) + " != " + std::to_string(bytes.size()) + " bytes");
   uint32_t stored_crc = 0;
@@ -180,10 +184,15 @@ Result<ReservationDescriptor> ReservationDescriptor::parse(std::span<const uint8
                   body.get_string(d.address, kMaxAddress) && body.get_bytes(d.k_rkey, kMaxRkey) &&
                   body.get_bytes(d.v_rkey, kMaxRkey) && body.get(n_blocks);
   if (!ok) return bad("truncated field");
-  if (n_blocks > kMaxBlocks || body.remaining() != 4ull * n_blocks)
+  const uint64_t tail = version == kVersionResident ? 8 : 0;
+  if (n_blocks > kMaxBlocks || body.remaining() != 4ull * n_blocks + tail)
     return bad("block count " + std::to_string(n_blocks) + " does not match the size");
   d.blocks.resize(n_blocks);
   for (auto& b : d.blocks) body.get(b);
+  if (tail > 0) {
+    body.get(d.resident_rows);
+    if (d.resident_rows <= 0) return bad("version 3 without resident_rows");
+  }
   YOCO_RETURN_IF_ERROR(d.validate());
   return d;
 }

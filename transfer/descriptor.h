@@ -44,6 +44,10 @@ struct ReservationDescriptor {
   std::vector<uint8_t> k_rkey, v_rkey;  // packed UCX remote keys for those arrays; empty: pull only
   int64_t lease_deadline_unix_ms = 0;   // wall clock: the reservation is gone after this
   ReservationSecret secret{};           // the capability; the block list above is only a hint
+  // Leading rows the decode worker already holds (whole blocks of a prefix resident in its
+  // pool, docs/design.md, resident prefixes): the sender neither puts nor checksums them, the
+  // receiver refuses rows below it. A multiple of block_size, at most rows.
+  int64_t resident_rows = 0;
 
   int64_t row_bytes() const { return static_cast<int64_t>(kv_dim) * 4; }
   // Byte offset of row r from the start of a pool array.
@@ -56,7 +60,9 @@ struct ReservationDescriptor {
   std::vector<RowRun> contiguous_runs(int64_t row_begin, int64_t n_rows) const;
 
   // Version 2, little-endian: magic "YOCORSV1", u32 version, u32 total bytes, the fields above
-  // (the 16 secret bytes after v_base), u32 CRC32C of everything before it. Version 1 is refused.
+  // (the 16 secret bytes after v_base), u32 CRC32C of everything before it. Version 3: the same
+  // with i64 resident_rows after the block ids, written only when resident_rows > 0 (so a
+  // descriptor without resident rows is byte for byte version 2). Version 1 is refused.
   std::vector<uint8_t> serialize() const;
   // Checks sizes, counts, ranges, uniqueness of blocks and the checksum; the error names the field.
   static Result<ReservationDescriptor> parse(std::span<const uint8_t> bytes);

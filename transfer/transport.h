@@ -115,6 +115,14 @@ class KvReceiver {
   // expired, rejected, aborted or cancelled reservation returns its blocks to the pool.
   virtual Result<ReservationDescriptor> reserve(const std::string& request_id, int64_t rows,
                                                 TransferClock::time_point lease_deadline) = 0;
+  // The same over a prefix the caller already holds in the pool (docs/design.md, resident
+  // prefixes): `resident` blocks carry rows [0, resident.size() · block_size), which the sender
+  // then neither puts nor may overwrite (descriptor resident_rows). The caller's holds on them
+  // move into the reservation (the commit hands them back among its blocks; a failure releases
+  // them) when it succeeds; on an error they stay the caller's.
+  virtual Result<ReservationDescriptor> reserve_over(const std::string& request_id, int64_t rows,
+                                                     TransferClock::time_point lease_deadline,
+                                                     std::vector<int32_t> resident) = 0;
   // Blocks until the reservation is committed (the sequence, handed over exactly once), has
   // failed (the reason), or `deadline` passes (kTimeout; the reservation stays, under its lease).
   virtual Result<CommittedSequence> wait_committed(uint64_t reservation_id, TransferClock::time_point deadline) = 0;

@@ -37,7 +37,11 @@ class UcxKvReceiver final : public KvReceiver {
 
   const std::string& address() const override { return address_; }
   Result<ReservationDescriptor> reserve(const std::string& request_id, int64_t rows,
-                                        Clock::time_point lease_deadline) override;
+                                        Clock::time_point lease_deadline) override {
+    return reserve_over(request_id, rows, lease_deadline, {});
+  }
+  Result<ReservationDescriptor> reserve_over(const std::string& request_id, int64_t rows,
+                                             Clock::time_point lease_deadline, std::vector<int32_t> resident) override;
   Result<CommittedSequence> wait_committed(uint64_t reservation_id, Clock::time_point deadline) override;
   void cancel(uint64_t reservation_id) override;
   int64_t in_flight() const override { return metrics_.snapshot().in_flight; }
@@ -49,6 +53,7 @@ class UcxKvReceiver final : public KvReceiver {
     uint64_t id = 0;
     std::string request_id;
     int64_t rows = 0;
+    int64_t resident_rows = 0;    // leading rows already in place (never written by the sender)
     std::vector<int32_t> blocks;  // the reserved pool blocks, in row order
     Clock::time_point deadline, started;
     Phase phase = Phase::kOpen;
@@ -529,7 +534,7 @@ void UcxKvReceiver::handle_state(Inbound& in, uint64_t conn) {
 
 float* UcxKvReceiver::rows_destination_locked(Reservation& r, const RowsMsg& m, size_t length) {
   const int64_t bs = pool_.block_size();
-  const bool fits = m.row >= 0 && m.rows > 0 && m.row + m.rows <= r.rows &&
+  const bool fits = m.row >= r.resident_rows && m.rows > 0 && m.row + m.rows <= r.rows &&
                     static_cast<uint64_t>(length) == static_cast<uint64_t>(m.rows) * pool_.row_floats() * 4;
   bool contiguous = fits;
   for (int64_t b = m.row / bs + 1; contiguous && b <= (m.row + m.rows - 1) / bs; ++b)
@@ -541,7 +546,10 @@ float* UcxKvReceiver::rows_destination_locked(Reservation& r, const RowsMsg& m, 
                     std::to_string(length) + " bytes does not fit the reservation");
     return nullptr;
   }
-  if (r.arrived.empty()) r.arrived.assign(r.rows, 0);
+  if (r.arrived.empty()) {
+    r.arrived.assign(r.rows, 0);
+    std::fill(r.arrived.begin(), r.arrived.begin() + r.resident_rows, uint8_t{3});
+  }
   return (m.which ? pool_.v_base() : pool_.k_base()) + pool_.row_offset(r.blocks, m.row);
 }
 
@@ -675,11 +683,12 @@ void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep)
         return reject(TransferError::kRowsIncomplete, "row " + std::to_string(row) + " never arrived");
   }
   if (opt_.verify_rows && m.has_rows_crc) {
-    std::vector<uint32_t> crcs(r.rows);
+    // The sender's checksum covers the rows it put: those past the resident ones.
+    std::vector<uint32_t> crcs(r.rows - r.resident_rows);
     const int kv_dim = pool_.row_floats();
-    for (int64_t row = 0; row < r.rows; ++row) {
+    for (int64_t row = r.resident_rows; row < r.rows; ++row) {
       const int64_t off = pool_.row_offset(r.blocks, row);
-      crcs[row] = row_crc(pool_.k_base() + off, pool_.v_base() + off, kv_dim);
+      crcs[row - r.resident_rows] = row_crc(pool_.k_base() + off, pool_.v_base() + off, kv_dim);
     }
     if (combine_row_crcs(crcs) != m.rows_crc) return reject(TransferError::kBadChecksum, "K/V rows checksum mismatch");
   }
@@ -698,7 +707,8 @@ void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep)
   r.state_blob.clear();
   metrics_.add_in_flight(-1);
   const double secs = std::chrono::duration<double>(Clock::now() - r.started).count();
-  metrics_.observe_transfer(r.rows * pool_.row_floats() * 8 + static_cast<int64_t>(m.state_bytes), secs);
+  metrics_.observe_transfer((r.rows - r.resident_rows) * pool_.row_floats() * 8 + static_cast<int64_t>(m.state_bytes),
+                            secs);
   send_ack(reply_ep, m.reservation_id, Status::Ok());
   cv_.notify_all();
 }
@@ -776,14 +786,20 @@ void UcxKvReceiver::expire_leases() {
 
 // ---- API ---------------------------------------------------------------------------------
 
-Result<ReservationDescriptor> UcxKvReceiver::reserve(const std::string& request_id, int64_t rows,
-                                                     Clock::time_point lease_deadline) {
+Result<ReservationDescriptor> UcxKvReceiver::reserve_over(const std::string& request_id, int64_t rows,
+                                                          Clock::time_point lease_deadline,
+                                                          std::vector<int32_t> resident) {
   if (request_id.empty() || request_id.size() > 256)
     return transfer_error(TransferError::kInvalid, "request_id must be 1..256 bytes");
   if (rows <= 0 || rows > opt_.max_rows)
     return transfer_error(TransferError::kInvalid, "rows " + std::to_string(rows) + " out of range");
   if (lease_deadline <= Clock::now()) return transfer_error(TransferError::kInvalid, "lease_deadline already passed");
-  YOCO_ASSIGN_OR_RETURN(std::vector<int32_t> blocks, pool_.allocate_blocks(rows));
+  const int64_t resident_rows = static_cast<int64_t>(resident.size()) * pool_.block_size();
+  if (resident_rows > rows)
+    return transfer_error(TransferError::kInvalid, "resident blocks: " + std::to_string(resident.size()) +
+                                                       " hold more than the " + std::to_string(rows) + " rows");
+  YOCO_ASSIGN_OR_RETURN(std::vector<int32_t> blocks, pool_.allocate_blocks(rows - resident_rows));
+  blocks.insert(blocks.begin(), resident.begin(), resident.end());
 
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = 0;
@@ -804,11 +820,13 @@ Result<ReservationDescriptor> UcxKvReceiver::reserve(const std::string& request_
   d.v_rkey = v_rkey_;
   d.lease_deadline_unix_ms = unix_ms(lease_deadline);
   d.secret = mint_reservation_secret();
+  d.resident_rows = resident_rows;
 
   Reservation r;
   r.id = id;
   r.request_id = request_id;
   r.rows = rows;
+  r.resident_rows = resident_rows;
   r.blocks = std::move(blocks);
   r.deadline = lease_deadline;
   r.started = Clock::now();

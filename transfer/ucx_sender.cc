@@ -90,6 +90,7 @@ class UcxKvSender final : public KvSender {
     uint64_t id = 0;
     std::shared_ptr<Peer> peer;
     int64_t rows = 0, lease_ms = 0;
+    int64_t resident_rows = 0;   // already on the decode worker: never put, not in the checksum
     ReservationSecret secret{};  // from the descriptor: sent in every control message
     std::vector<uint32_t> row_crc;
     std::vector<uint8_t> written;
@@ -265,7 +266,7 @@ Status UcxKvSender::ended_status(uint64_t id) const {
 
 Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
                              const float* v_rows) {
-  if (n_rows <= 0 || row_begin < 0 || row_begin + n_rows > d.rows || !k_rows || !v_rows)
+  if (n_rows <= 0 || row_begin < d.resident_rows || row_begin + n_rows > d.rows || !k_rows || !v_rows)
     return transfer_error(TransferError::kInvalid,
                           "put_rows: rows [" + std::to_string(row_begin) + ", " + std::to_string(row_begin + n_rows) +
                               ") outside the reservation's " + std::to_string(d.rows) + " rows");
@@ -396,23 +397,24 @@ Status UcxKvSender::commit(const ReservationDescriptor& d, int64_t rows_written,
         t.waiter = w;
         return finish(id, Status(t.error));
       }
-      if (rows_written <= 0 || rows_written > t.rows)
+      if (rows_written <= 0 || rows_written < t.resident_rows || rows_written > t.rows)
         return w->set(
             transfer_error(TransferError::kRowsIncomplete,
                            std::to_string(rows_written) + " rows committed, " + std::to_string(t.rows) + " reserved"));
       for (int64_t r = 0; r < rows_written; ++r)
         if (!t.written[r])
           return w->set(transfer_error(TransferError::kRowsIncomplete, "row " + std::to_string(r) + " was never put"));
-      t.commit = CommitMsg{
-          id,
-          t.secret,
-          request_id,
-          opt_.fingerprint,
-          rows_written,
-          t.state_bytes,
-          t.state_crc,
-          opt_.row_checksums ? combine_row_crcs(std::span<const uint32_t>(t.row_crc.data(), rows_written)) : 0,
-          opt_.row_checksums};
+      t.commit = CommitMsg{id,
+                           t.secret,
+                           request_id,
+                           opt_.fingerprint,
+                           rows_written,
+                           t.state_bytes,
+                           t.state_crc,
+                           opt_.row_checksums ? combine_row_crcs(std::span<const uint32_t>(
+                                                    t.row_crc.data() + t.resident_rows, rows_written - t.resident_rows))
+                                              : 0,
+                           opt_.row_checksums};
       t.phase = CommitPhase::kDraining;
       t.waiter = w;
       advance(t);
@@ -562,6 +564,8 @@ Result<UcxKvSender::Transfer*> UcxKvSender::transfer_for(const ReservationDescri
   t.secret = d.secret;
   t.row_crc.assign(d.rows, 0);
   t.written.assign(d.rows, 0);
+  t.resident_rows = d.resident_rows;
+  std::fill(t.written.begin(), t.written.begin() + d.resident_rows, uint8_t{1});
   t.started = Clock::now();
   metrics_.add_in_flight(1);
   send_am(*peer, kAmBegin, encode(BeginMsg{id, t.secret, opt_.fingerprint}), {}, [this, id](ucs_status_t st) {

@@ -419,6 +419,195 @@ TEST(ClusterStore, ConcurrentPromptsShareDecodePoolBlocksOfTheirCommonPrefix) {
   EXPECT_EQ(test::metric_value(m, "yoco_kv_cache_shared_blocks"), 0);
 }
 
+// One identity for a cached prefix (issue 16, part 2): the prefix chain names document blocks,
+// prompt-prefix blocks and states alike, so a plain prompt that extends a cached document
+// resumes from the document's blocks and the state at its last whole block, and a repeated
+// [A, B] resumes after B (its state is stored under the concatenation's key the first time).
+// The bundled gRet and YOCO-U models, or a random tiny-swa model written into `tmp`.
+std::string model_dir(const std::string& name, test::TempDir& tmp) {
+  if (name != "tiny-swa") return name;
+  auto cfg = find_preset("tiny-swa");
+  YOCO_CHECK(cfg.ok());
+  YOCO_CHECK(write_random_model(tmp.sub("model"), cfg.value(), 3, DType::kF32).ok());
+  return tmp.sub("model");
+}
+
+class ClusterPrefixIdentity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ClusterPrefixIdentity, PlainPromptAndDocumentPairsReuseTheSameCache) {
+  test::TempDir tmp;
+  const std::string dir = model_dir(GetParam(), tmp);
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  LocalCluster c({.model = dir,
+                  .prefill = 1,
+                  .decode = 1,
+                  .prefill_args = {"--kv-store=memory:64MiB", "--kv-block-tokens=32", "--chunk-tokens=64"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const int vocab = (*model)->config().vocab_size;
+  auto cache_doc = [&](const std::vector<int32_t>& ids) {
+    v1::CacheDocumentRequest req;
+    req.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+    grpc::ClientContext ctx;
+    v1::Document d;
+    EXPECT_TRUE(stub->CacheDocument(&ctx, req, &d).ok());
+    return d.id();
+  };
+  auto ask = [&](const std::vector<std::string>& docs, const std::vector<int32_t>& prompt,
+                 const std::vector<int32_t>& full, const std::string& what) {
+    v1::GenerateRequest req = greedy(prompt, 8);
+    for (const auto& id : docs) req.add_document_ids(id);
+    auto g = test::run_generate(*stub, req, milliseconds(60000));
+    EXPECT_TRUE(g.status.ok()) << what << ": " << g.status.error_message() << c.logs();
+    EXPECT_EQ(g.ids, reference(**model, full, 8)) << what;
+    EXPECT_EQ(g.final.usage().prompt_tokens(), full.size()) << what;
+    return static_cast<int64_t>(g.final.usage().cached_tokens());
+  };
+  auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<int32_t> a = random_tokens(150, vocab, 41), b = random_tokens(90, vocab, 42);
+  const std::string id_a = cache_doc(a), id_b = cache_doc(b);
+
+  // A plain prompt = A's tokens + a question: A's whole blocks and the state at its last one.
+  const auto q0 = random_tokens(11, vocab, 50);
+  EXPECT_EQ(ask({}, cat(a, q0), cat(a, q0), "plain A + question"), 128);  // floor(150 / 32) blocks
+
+  // [A, B]: the first time only A's state is usable (B's was computed without A before it)...
+  const auto q1 = random_tokens(7, vocab, 51), q2 = random_tokens(23, vocab, 52);
+  EXPECT_EQ(ask({id_a, id_b}, q1, cat(cat(a, b), q1), "[A, B] first"), 150);
+  // ... then the whole [A, B] prefix is.
+  EXPECT_EQ(ask({id_a, id_b}, q2, cat(cat(a, b), q2), "[A, B] again"), 240);
+  // And a plain prompt spelling out A + B resumes inside it (the last whole block below 240).
+  const auto q3 = random_tokens(5, vocab, 53);
+  EXPECT_EQ(ask({}, cat(cat(a, b), q3), cat(cat(a, b), q3), "plain A + B + question"), 224);
+}
+
+// A document stays where it is already decoded (issue 16, part 3): the decode worker tells the
+// prefill side which leading whole blocks it already holds, and only the rest is shipped. The
+// answers stay exact; when other prompts evict the kept blocks, the rows are shipped again.
+class ClusterResidentPrefix : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ClusterResidentPrefix, QuestionsOverOneDocumentShipOnlyTheQuestion) {
+  test::TempDir tmp;
+  const std::string dir = model_dir(GetParam(), tmp);
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok());
+  LocalCluster c({.model = dir,
+                  .prefill = 1,
+                  .decode = 1,
+                  .kv_blocks = 40,
+                  .prefill_args = {"--kv-store=memory:64MiB", "--kv-block-tokens=32"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const int vocab = (*model)->config().vocab_size;
+  const int64_t row_bytes = 8 * (*model)->config().kv_dim();
+  const std::vector<int32_t> doc = random_tokens(320, vocab, 61);  // 10 whole pool blocks
+  v1::CacheDocumentRequest creq;
+  creq.mutable_tokens()->mutable_ids()->Add(doc.begin(), doc.end());
+  v1::Document d;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->CacheDocument(&ctx, creq, &d).ok());
+  }
+  auto decode_metric = [&](const std::string& name) {
+    return test::metric_value(test::http_get_body(test::port_of(c.decode()[0].metrics), "/metrics"), name);
+  };
+  // Bytes the decode worker received for one question (rows past the resident ones, and the state).
+  auto ask = [&](uint32_t seed) {
+    const std::vector<int32_t> q = random_tokens(9 + static_cast<int>(seed % 7), vocab, seed);
+    v1::GenerateRequest req = greedy(q, 6);
+    req.add_document_ids(d.id());
+    const double before = decode_metric("yoco_kv_transfer_request_bytes_sum");
+    auto g = test::run_generate(*stub, req, milliseconds(60000));
+    EXPECT_TRUE(g.status.ok()) << g.status.error_message() << c.logs();
+    std::vector<int32_t> full = doc;
+    full.insert(full.end(), q.begin(), q.end());
+    EXPECT_EQ(g.ids, reference(**model, full, 6)) << "seed " << seed;
+    EXPECT_EQ(g.final.usage().cached_tokens(), doc.size()) << "seed " << seed;
+    return static_cast<int64_t>(decode_metric("yoco_kv_transfer_request_bytes_sum") - before);
+  };
+  const int64_t doc_bytes = 320 * row_bytes;
+  const int64_t first = ask(1);  // ships the document, the question and the state
+  EXPECT_GT(first, doc_bytes);
+  // Later ones: the state and their question's rows only (questions are 9..15 tokens).
+  const int64_t question_only = first - doc_bytes + 6 * row_bytes;
+  for (uint32_t seed = 2; seed <= 4; ++seed) EXPECT_LE(ask(seed), question_only) << "seed " << seed;
+  EXPECT_EQ(decode_metric("yoco_kv_resident_blocks_total"), 30);
+  EXPECT_EQ(decode_metric("yoco_kv_cache_blocks_free"), 40);  // kept blocks count as free
+  EXPECT_EQ(decode_metric("yoco_kv_cache_blocks_kept"), 10);
+
+  // Another prompt that needs the whole pool (1268 + 4 rows: 40 blocks) evicts the kept blocks:
+  // the next question ships the document again, and is still exact.
+  const std::vector<int32_t> other = random_tokens(39 * 32 + 20, vocab, 70);
+  auto g = test::run_generate(*stub, greedy(other, 4), milliseconds(60000));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.ids, reference(**model, other, 4));
+  EXPECT_GT(ask(5), doc_bytes);
+  EXPECT_EQ(decode_metric("yoco_kv_resident_blocks_total"), 30);
+  EXPECT_LE(ask(6), question_only);
+}
+
+// A stale claim cannot happen: the blocks a reservation maps from the pool are pinned from the
+// reservation on. Here the commit is held back (1.5 s) while another prompt asks for more blocks
+// than are truly free: it may not evict the document's claimed blocks, so the question's answer
+// stays exact (the other prompt waits for room or is refused, never served wrong).
+TEST(ClusterResidentPrefix, ClaimedBlocksArePinnedUntilTheCommit) {
+  test::TempDir tmp;
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  LocalCluster c(
+      {.model = kGret,
+       .prefill = 1,
+       .decode = 1,
+       .kv_blocks = 40,
+       .prefill_args = {"--kv-store=memory:64MiB", "--kv-block-tokens=32", "--inject-commit-delay-ms=1500"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const int vocab = (*model)->config().vocab_size;
+  const std::vector<int32_t> doc = random_tokens(320, vocab, 81);  // 10 whole pool blocks
+  v1::CacheDocumentRequest creq;
+  creq.mutable_tokens()->mutable_ids()->Add(doc.begin(), doc.end());
+  v1::Document d;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->CacheDocument(&ctx, creq, &d).ok());
+  }
+  auto question = [&](uint32_t seed) {
+    const std::vector<int32_t> q = random_tokens(10, vocab, seed);
+    v1::GenerateRequest req = greedy(q, 6);
+    req.add_document_ids(d.id());
+    auto g = test::run_generate(*stub, req, milliseconds(60000));
+    std::vector<int32_t> full = doc;
+    full.insert(full.end(), q.begin(), q.end());
+    EXPECT_TRUE(g.status.ok()) << g.status.error_message();
+    EXPECT_EQ(g.ids, reference(**model, full, 6)) << "seed " << seed;
+  };
+  question(1);  // the document's blocks are now kept in the decode pool
+  std::thread asked([&] { question(2); });
+  for (int i = 0; i < 100 && test::metric_value(test::http_get_body(test::port_of(c.decode()[0].metrics), "/metrics"),
+                                                "yoco_kv_transfer_in_flight") < 1;
+       ++i)
+    std::this_thread::sleep_for(milliseconds(10));
+  // 35 blocks while 29 are truly free and the 10 kept ones are claimed by the question.
+  const std::vector<int32_t> other = random_tokens(34 * 32 + 20, vocab, 90);
+  auto g = test::run_generate(*stub, greedy(other, 4), milliseconds(60000));
+  if (g.status.ok()) {
+    EXPECT_EQ(g.ids, reference(**model, other, 4));
+  }
+  asked.join();
+  question(3);  // and the document is still (or again) usable
+}
+
+auto model_name = [](const auto& info) {
+  const std::string& m = info.param;
+  return std::string(m == kGret ? "gret_kjv" : m == kYocoU ? "yocou_kjv" : "tiny_swa");
+};
+INSTANTIATE_TEST_SUITE_P(Models, ClusterPrefixIdentity, ::testing::Values(kGret, "tiny-swa", kYocoU), model_name);
+INSTANTIATE_TEST_SUITE_P(Models, ClusterResidentPrefix, ::testing::Values(kGret, "tiny-swa", kYocoU), model_name);
+
 INSTANTIATE_TEST_SUITE_P(ModelsAndStores, ClusterDocuments,
                          ::testing::Values(Case{kGret, "memory"}, Case{kGret, "dir"}, Case{kGret, "redis"},
                                            Case{"tiny-swa", "memory"}, Case{"tiny-swa", "dir"},

@@ -13,6 +13,13 @@
 namespace yoco {
 namespace {
 
+// Prefix-chain keys with chosen values (the pool compares all 128 bits).
+std::vector<BlockKey> keys(std::initializer_list<uint64_t> a) {
+  std::vector<BlockKey> out;
+  for (uint64_t x : a) out.push_back(BlockKey{x, ~x});
+  return out;
+}
+
 TEST(KvPool, ReserveAndReleaseAccounting) {
   auto pool = KvPool::create(10, 32, 8);
   ASSERT_TRUE(pool.ok());
@@ -49,15 +56,15 @@ TEST(KvPool, PrefixSharingNeedsEqualHashesAndEqualBytesAndRefcountsBlocks) {
   ASSERT_TRUE(p.reserve(c, 40).ok());  // 2 blocks
   EXPECT_EQ(p.free_blocks(), 2);
   fill(a, 0, 1), fill(a, 1, 2), fill(b, 0, 1), fill(b, 1, 2), fill(c, 0, 1), fill(c, 1, 9);
-  EXPECT_EQ(p.share_prefix(a, std::vector<uint64_t>{11, 22}), 0);  // a's blocks become the shared ones
+  EXPECT_EQ(p.share_prefix(a, keys({11, 22})), 0);  // a's blocks become the shared ones
   const auto a_blocks = a.blocks;
-  EXPECT_EQ(p.share_prefix(b, std::vector<uint64_t>{11, 22}), 2);  // b now holds a's first two
+  EXPECT_EQ(p.share_prefix(b, keys({11, 22})), 2);  // b now holds a's first two
   EXPECT_EQ(b.blocks[0], a_blocks[0]);
   EXPECT_EQ(b.blocks[1], a_blocks[1]);
   EXPECT_EQ(p.free_blocks(), 4);
   EXPECT_EQ(p.shared_blocks(), 2);
   // Same hash, different bytes (a collision or a different computation): not shared.
-  EXPECT_EQ(p.share_prefix(c, std::vector<uint64_t>{11, 22}), 1);
+  EXPECT_EQ(p.share_prefix(c, keys({11, 22})), 1);
   EXPECT_NE(c.blocks[1], a_blocks[1]);
   EXPECT_EQ(p.free_blocks(), 5);
   // Blocks go back only when their last holder lets go.
@@ -73,11 +80,56 @@ TEST(KvPool, PrefixSharingNeedsEqualHashesAndEqualBytesAndRefcountsBlocks) {
   ASSERT_TRUE(p.reserve(d, 32).ok());
   ASSERT_TRUE(p.reserve(e, 32).ok());
   fill(d, 0, 1), fill(e, 0, 1);
-  EXPECT_EQ(p.share_prefix(d, std::vector<uint64_t>{11}), 0);
-  EXPECT_EQ(p.share_prefix(e, std::vector<uint64_t>{11}), 1);
+  EXPECT_EQ(p.share_prefix(d, keys({11})), 0);
+  EXPECT_EQ(p.share_prefix(e, keys({11})), 1);
   p.release(d);
   p.release(e);
   EXPECT_EQ(p.free_blocks(), 10);
+}
+
+// Resident prefixes (docs/design.md): released indexed blocks are kept (counted free), claimed
+// by hash with a pin, evicted least recently released first, and never while pinned.
+TEST(KvPool, KeptBlocksAreClaimedPinnedAndEvictedOldestFirst) {
+  auto pool = KvPool::create(6, 32, 4);
+  ASSERT_TRUE(pool.ok());
+  KvPool& p = **pool;
+  p.set_keep_released(true);
+  KvPages a = p.new_pages(), b = p.new_pages();
+  ASSERT_TRUE(p.reserve(a, 64).ok());
+  ASSERT_TRUE(p.reserve(b, 64).ok());
+  for (int r = 0; r < 64; ++r) p.k_data()[a.offset(r)] = 7.0f + r;
+  EXPECT_EQ(p.share_prefix(a, keys({11, 22})), 0);
+  EXPECT_EQ(p.share_prefix(b, keys({33, 44})), 0);
+  const auto a_blocks = a.blocks, b_blocks = b.blocks;
+  p.release(b);  // released first: evicted first
+  p.release(a);
+  EXPECT_EQ(p.free_blocks(), 6);
+  EXPECT_EQ(p.kept_blocks(), 4);
+  // A claim stops at the first hash not held, and pins what it returns.
+  auto got = p.claim_prefix(keys({11, 22, 99}), 3);
+  EXPECT_EQ(got, a_blocks);
+  EXPECT_EQ(p.kept_blocks(), 2);
+  EXPECT_EQ(p.k_data()[static_cast<size_t>(a_blocks[1]) * 32 * 4], 7.0f + 32);
+  EXPECT_TRUE(p.claim_prefix(keys({22}), 1).size() == 1);  // the index by hash alone
+  p.release_blocks(std::vector<int32_t>{a_blocks[1]});
+  // Pressure: 2 truly free, then b's kept blocks, last released last (b's second block, 44,
+  // goes first: a prefix's tail before its head); the pinned ones are never taken.
+  KvPages c = p.new_pages();
+  ASSERT_TRUE(p.reserve(c, 3 * 32).ok());
+  EXPECT_EQ(p.claim_prefix(keys({44}), 1).size(), 0u);  // evicted: unindexed
+  EXPECT_EQ(p.reserve(c, 6 * 32).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(p.free_blocks(), 1);
+  p.release_blocks(got);
+  p.release(c);
+  EXPECT_EQ(p.free_blocks(), 6);
+  // Keys are compared in full: one whose 64-bit fold equals a held key's is not that key.
+  const BlockKey held = keys({11})[0], same_fold{held.a ^ 1, held.b ^ 1};
+  ASSERT_EQ(same_fold.fold64(), held.fold64());
+  EXPECT_EQ(p.claim_prefix(std::vector<BlockKey>{same_fold}, 1).size(), 0u);
+  // Turning keeping off frees what was kept and unindexes it.
+  p.set_keep_released(false);
+  EXPECT_EQ(p.kept_blocks(), 0);
+  EXPECT_EQ(p.claim_prefix(keys({11, 22}), 2).size(), 0u);
 }
 
 class PagedDecodeTest : public ::testing::TestWithParam<std::string> {};

@@ -1049,6 +1049,35 @@ TEST(KvStoreCache, StateSnapshotsMakeAPrefixResumable) {
   EXPECT_FALSE(cache.get_state(keys[3])->has_value());
 }
 
+// Blocks resident on the decode worker (docs/design.md, resident prefixes) are skipped: not read,
+// not even needed in the store; their rows come back as zeros and the rest as stored.
+TEST(KvStoreCache, LoadPrefixSkipsResidentBlocks) {
+  const ModelConfig c = tiny_config(0);
+  const int B = 4, D = c.kv_dim();
+  MemoryStore store(64 << 20);
+  KvCache cache(store, cache_options(c, B));
+  auto tokens = iota_tokens(30);
+  SequenceState full = random_state(c, 30, 3);
+  ASSERT_TRUE(write_state_blocks(cache, tokens, full, 0, 7, 0s).ok());
+  StateBlobOptions so;
+  so.include_kv = false;
+  auto keys = chain_keys(tokens, B, kFp);
+  ASSERT_TRUE(cache.put_state(keys[4], serialize_state(random_state(c, 20, 3), c, kFp, so), 0s).ok());
+  ASSERT_TRUE(store.del(block_store_key(keys[0])).ok());
+  ASSERT_TRUE(store.del(block_store_key(keys[1])).ok());
+  EXPECT_EQ(cache.load_prefix(tokens).tokens, 0);  // block 0 is gone
+  const auto hits = cache.stats().hits;
+  CachedPrefix p = cache.load_prefix(tokens, -1, 2);
+  EXPECT_EQ(p.tokens, 20);
+  EXPECT_EQ(p.blocks, 5);
+  EXPECT_EQ(cache.stats().hits - hits, 6u);  // blocks 2 .. 6 and the state, never 0 or 1
+  ASSERT_EQ(p.k.size(), static_cast<size_t>(20 * D));
+  EXPECT_EQ(std::vector<float>(p.k.begin(), p.k.begin() + 8 * D), std::vector<float>(8 * D, 0.0f));
+  EXPECT_EQ(std::vector<float>(p.k.begin() + 8 * D, p.k.end()),
+            std::vector<float>(full.k.begin() + 8 * D, full.k.begin() + 20 * D));
+  EXPECT_EQ(cache.load_prefix(tokens, -1, 99).tokens, 20);  // more than the prompt's blocks: clamped
+}
+
 TEST(KvStoreCache, DocumentsSaveLoadListDelete) {
   for (int window : {0, 3}) {
     SCOPED_TRACE(window ? "sliding window" : "gated retention");

@@ -69,10 +69,20 @@ class GatedSender final : public KvSender {
     return cv_.wait_for(lock, limit, [&] { return commit_held_; });
   }
 
+  // The lowest row any put_rows asked for since the last reset (INT64_MAX: none).
+  int64_t lowest_row() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lowest_row_;
+  }
+  void reset_lowest_row() {
+    std::lock_guard<std::mutex> lock(mu_);
+    lowest_row_ = INT64_MAX;
+  }
   Status put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k,
                   const float* v) override {
     {
       std::unique_lock<std::mutex> lock(mu_);
+      lowest_row_ = std::min(lowest_row_, row_begin);
       if (!open_ && row_begin >= gate_row_) {
         held_ = true;
         cv_.notify_all();
@@ -104,6 +114,7 @@ class GatedSender final : public KvSender {
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t gate_row_ = 0;
+  int64_t lowest_row_ = INT64_MAX;
   bool open_ = true, held_ = false;
   bool commits_open_ = true, commit_held_ = false;
 };
@@ -520,6 +531,74 @@ TEST_F(PrefillSchedulerTest, BadInputIsRefusedWithTheFieldNamed) {
 
 // CacheDocument's job: computed in the scheduler's slices next to a prompt, then stored whole in
 // the KV store; the stored state is the document's state (as a scratch prefill computes it).
+// Resident rows (docs/design.md, resident prefixes): the decode worker already holds the
+// document's first whole blocks, so the prefill worker neither loads them from the KV store (they
+// are deleted there: a load would miss and recompute) nor ships them; the sequence the decode
+// worker admits over its own blocks is still the full prompt's.
+TEST_F(PrefillSchedulerTest, ResidentRowsAreNeitherLoadedNorShipped) {
+  Cluster c("tiny-gret");
+  auto store = make_kv_store("memory:64MiB");
+  ASSERT_TRUE(store.ok());
+  KvCacheOptions co;
+  co.fingerprint = c.prefill->fingerprint();
+  co.kv_dim = c.prefill->config().kv_dim();
+  co.block_tokens = 32;  // the pool's block size
+  KvCache cache(**store, co);
+  PrefillLimits lim;
+  lim.chunk_tokens = 32;
+  auto s = PrefillScheduler::create(*c.prefill, *c.sender, lim, &cache, /*write_prompts=*/false);
+  ASSERT_TRUE(s.ok());
+  (*s)->start();
+  Outcomes out;
+  PrefillJob doc;
+  doc.tokens = c.prompt(100, 3);
+  doc.document = true;
+  ASSERT_TRUE((*s)->submit(doc, out.callback(0)).ok());
+  ASSERT_TRUE(out.wait(0).has_value() && out.wait(0)->status.ok());
+  std::vector<int32_t> prompt = doc.tokens;
+  const auto question = c.prompt(20, 4);
+  prompt.insert(prompt.end(), question.begin(), question.end());
+  // The first question ships everything; its first 3 blocks stay with the decode side.
+  const auto d1 = c.reserve("first", 120);
+  PrefillJob j1 = c.job(d1, prompt);
+  j1.cached_prefix_candidates = {100};
+  ASSERT_TRUE((*s)->submit(j1, out.callback(1)).ok());
+  ASSERT_TRUE(out.wait(1).has_value() && out.wait(1)->status.ok());
+  EXPECT_EQ(out.wait(1)->stats.cached_tokens, 100);
+  auto c1 = c.receiver->wait_committed(d1.reservation_id, in(seconds(10)));
+  ASSERT_TRUE(c1.ok()) << c1.status().to_string();
+  std::vector<int32_t> resident(c1->blocks.begin(), c1->blocks.begin() + 3);
+  c.pool->release_blocks(std::span<const int32_t>(c1->blocks).subspan(3));
+  for (const BlockKey& k : chain_keys(std::span<const int32_t>(prompt).first(96), 32, co.fingerprint))
+    ASSERT_TRUE((*store)->del(block_store_key(k)).ok());
+  auto d2 = c.receiver->reserve_over("second", 120, in(seconds(60)), resident);
+  ASSERT_TRUE(d2.ok()) << d2.status().to_string();
+  auto parsed = ReservationDescriptor::parse(d2->serialize());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->resident_rows, 96);
+  PrefillJob j2 = c.job(*parsed, prompt);
+  j2.cached_prefix_candidates = {100};
+  c.sender->reset_lowest_row();
+  ASSERT_TRUE((*s)->submit(j2, out.callback(2)).ok());
+  auto o = out.wait(2);
+  ASSERT_TRUE(o.has_value() && o->status.ok()) << (o ? o->status.to_string() : "no outcome");
+  EXPECT_EQ(o->stats.cached_tokens, 100);  // the state and the rows past the resident blocks: loaded
+  EXPECT_EQ(o->stats.resident_rows, 96);
+  EXPECT_EQ(c.sender->lowest_row(), 96);  // the first row past the resident blocks
+  auto c2 = c.receiver->wait_committed(parsed->reservation_id, in(seconds(10)));
+  ASSERT_TRUE(c2.ok()) << c2.status().to_string();
+  EXPECT_EQ(std::vector<int32_t>(c2->blocks.begin(), c2->blocks.begin() + 3), resident);
+  // Every row the decode side holds is the full prompt's, computed in one go here.
+  SequenceState want = c.prefill->new_sequence();
+  ASSERT_TRUE(c.prefill->prefill(want, prompt, PrefillOptions{lim.chunk_tokens, lim.retention_chunk}).ok());
+  const int kv_dim = c.prefill->config().kv_dim();
+  for (int64_t r = 0; r < 120; ++r)
+    for (int i = 0; i < kv_dim; ++i)
+      ASSERT_NEAR(c.pool->k_data()[c.pool->row_offset(c2->blocks, r) + i], want.k[r * kv_dim + i], 1e-4) << r;
+  c.pool->release_blocks(c2->blocks);
+  EXPECT_TRUE(c.pool_idle());
+}
+
 TEST_F(PrefillSchedulerTest, DocumentJobsAreComputedInSlicesAndStored) {
   Cluster c("tiny-gret");
   auto store = make_kv_store("memory:64MiB");

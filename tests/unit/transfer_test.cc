@@ -131,6 +131,27 @@ TEST(TransferDescriptor, ValidatesFieldsEvenWithAGoodChecksum) {
   check([](auto& d) { d.k_base = ~0ull - 10; }, "base address");
 }
 
+TEST(TransferDescriptor, ResidentRowsTravelAsVersion3AndVersion2StaysAsItWas) {
+  ReservationDescriptor d = sample_descriptor();  // block_size 4, rows 10
+  const auto v2 = d.serialize();
+  EXPECT_EQ(v2[8], 2);  // no resident rows: byte for byte the version 2 form
+  d.resident_rows = 8;
+  const auto v3 = d.serialize();
+  EXPECT_EQ(v3[8], 3);
+  EXPECT_EQ(v3.size(), v2.size() + 8);
+  auto p = ReservationDescriptor::parse(v3);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->resident_rows, 8);
+  EXPECT_EQ(p->serialize(), v3);
+  EXPECT_EQ(ReservationDescriptor::parse(v2)->resident_rows, 0);
+  for (int64_t bad : {int64_t{3}, int64_t{12}}) {
+    d.resident_rows = bad;
+    auto q = ReservationDescriptor::parse(d.serialize());
+    ASSERT_FALSE(q.ok()) << bad;
+    EXPECT_NE(q.status().message().find("resident_rows"), std::string::npos) << q.status().message();
+  }
+}
+
 TEST(TransferDescriptor, RunsAreWholeBlocksMergedAcrossAdjacentIds) {
   ReservationDescriptor d = sample_descriptor();  // block_size 4, blocks {5, 6, 2}, rows 10
   const uint64_t rb = d.row_bytes();
@@ -591,6 +612,52 @@ TEST_P(TransferValidation, PulledRowsMustFitTheReceiversOwnBlockTable) {
   EXPECT_GE(refused(TransferRefusal::kOutOfRange), 1);
   e.pool->release(b);
   EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
+}
+
+// Resident rows (docs/design.md, resident prefixes): the reservation starts with blocks the
+// decode worker already holds; the sender puts only the rows after them, and the receiver
+// refuses any row that would land in them (shared blocks other sequences read).
+TEST_P(TransferValidation, ResidentRowsAreNeitherPutNorOverwritten) {
+  const uint64_t seed = 5;
+  KvPages held = e.pool->new_pages();
+  ASSERT_TRUE(e.pool->reserve(held, 32).ok());
+  const auto k0 = test::kv_rows(seed, 0, 0, 32, e.kv_dim()), v0 = test::kv_rows(seed, 1, 0, 32, e.kv_dim());
+  for (int r = 0; r < 32; ++r) {
+    std::memcpy(e.pool->k_data() + held.offset(r), k0.data() + r * e.kv_dim(), e.kv_dim() * 4);
+    std::memcpy(e.pool->v_data() + held.offset(r), v0.data() + r * e.kv_dim(), e.kv_dim() * 4);
+  }
+  auto d = e.receiver->reserve_over("resident", rows, in(seconds(30)), held.blocks);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->resident_rows, 32);
+  EXPECT_EQ(d->blocks[0], held.blocks[0]);
+  auto k = test::kv_rows(seed, 0, 0, rows, e.kv_dim());
+  EXPECT_EQ(transfer_error_of(e.sender->put_rows(*d, 16, 20, k.data(), k.data())), TransferError::kInvalid);
+  ASSERT_TRUE(put_range(*e.sender, *d, seed, 32, rows).ok());
+  const auto state = test::test_state_blob(e.cfg, kFp, seed, rows);
+  ASSERT_TRUE(e.sender->put_state(*d, state).ok());
+  ASSERT_TRUE(e.sender->commit(*d, rows, in(seconds(10))).ok());
+  auto c = e.receiver->wait_committed(d->reservation_id, in(seconds(10)));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  expect_sequence(*c, e.cfg, seed, rows, *e.pool);
+  // Only the shipped rows count as transferred.
+  EXPECT_EQ(e.receiver->metrics().snapshot().bytes, (rows - 32) * e.kv_dim() * 8 + static_cast<int64_t>(state.size()));
+
+  if (GetParam() == UcxRowPath::kPush) return;  // pushed rows go where the descriptor says
+  // A descriptor rewritten to claim no resident rows: pulled rows into them are refused.
+  KvPages held2 = e.pool->new_pages();
+  ASSERT_TRUE(e.pool->reserve(held2, 32).ok());
+  const std::vector<float> before(e.pool->k_data() + held2.offset(0),
+                                  e.pool->k_data() + held2.offset(0) + 32 * e.kv_dim());
+  auto d2 = e.receiver->reserve_over("resident-2", rows, in(seconds(30)), held2.blocks);
+  ASSERT_TRUE(d2.ok());
+  ReservationDescriptor forged = *d2;
+  forged.resident_rows = 0;
+  ASSERT_TRUE(e.sender->put_rows(forged, 0, rows, k.data(), k.data()).ok());
+  EXPECT_FALSE(e.sender->commit(forged, rows, in(seconds(10))).ok());
+  auto c2 = e.receiver->wait_committed(d2->reservation_id, in(seconds(10)));
+  ASSERT_FALSE(c2.ok());
+  EXPECT_EQ(0, std::memcmp(before.data(), e.pool->k_data() + held2.offset(0), before.size() * 4));
+  EXPECT_GE(refused(TransferRefusal::kOutOfRange), 1);
 }
 
 // ---- 3b. the reservation secret (docs/design.md §4.5) --------------------------------------
