@@ -25,6 +25,10 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
                             "Requests resumed here after another decode worker was lost.")),
       shared_blocks(r.counter(metric_name("yoco_kv_blocks_shared_total"),
                               "Shipped KV blocks replaced by an identical block another sequence already holds.")),
+      residency_blocks(r.counter(metric_name("yoco_kv_residency_blocks_total"),
+                                 "Whole blocks of shipped sequences looked up in the pool on arrival.")),
+      residency_hits(r.counter(metric_name("yoco_kv_residency_hits_total"),
+                               "Leading whole blocks of shipped sequences the pool already held on arrival.")),
       requests(*r.counter_family(metric_name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"})
                     .value()),
       transfer_refused(*r.counter_family(metric_name("yoco_transfer_refused_total"),
@@ -37,6 +41,8 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
       kv_usage(r.gauge(metric_name("yoco_kv_cache_usage_ratio"), "Share of KV pool blocks in use.")),
       kv_free(r.gauge(metric_name("yoco_kv_cache_blocks_free"), "Free KV pool blocks.")),
       transfer_in_flight(r.gauge(metric_name("yoco_kv_transfer_in_flight"), "Reservations waiting for their commit.")),
-      kv_shared(r.gauge(metric_name("yoco_kv_cache_shared_blocks"), "Pool blocks held by more than one sequence.")) {}
+      kv_shared(r.gauge(metric_name("yoco_kv_cache_shared_blocks"), "Pool blocks held by more than one sequence.")),
+      kv_retained(r.gauge(metric_name("yoco_kv_cache_retained_blocks"),
+                          "Pool blocks no sequence holds, kept with their prefix until evicted.")) {}
 
 }  // namespace yoco

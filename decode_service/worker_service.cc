@@ -141,7 +141,15 @@ void DecodeWorkerService::share_prefix(DecodeRequest& dr) {
   consumed.insert(consumed.end(), dr.generated_before.begin(), dr.generated_before.end());
   std::vector<uint64_t> hashes;
   for (const BlockKey& k : chain_keys(consumed, pool_.block_size(), model_.fingerprint())) hashes.push_back(k.fold64());
+  observe_residency(hashes);
   m_.shared_blocks.inc(pool_.share_prefix(*dr.state->pages, hashes));
+}
+
+// What KV-aware routing bet on, measured: the leading whole blocks of an arriving sequence its pool
+// already held (docs/design.md §6, decode residency).
+void DecodeWorkerService::observe_residency(std::span<const uint64_t> hashes) {
+  m_.residency_blocks.inc(static_cast<double>(hashes.size()));
+  m_.residency_hits.inc(pool_.resident_prefix(hashes));
 }
 
 grpc::Status DecodeWorkerService::stream_tokens(grpc::ServerContext* ctx, DecodeRequest dr,
@@ -187,6 +195,7 @@ void DecodeWorkerService::refresh_metrics() {
     c.inc(std::max(0.0, static_cast<double>(t.refused[i]) - c.value()));
   }
   m_.kv_shared.set(pool_.shared_blocks());
+  m_.kv_retained.set(pool_.evictable_blocks());
   m_.running.set(batcher_.running());
   m_.waiting.set(batcher_.waiting());
   const double free = pool_.free_blocks();
@@ -217,6 +226,7 @@ grpc::Status DecodeWorkerService::GetLoad(grpc::ServerContext*, const internal::
   load->set_reservations(receiver_.in_flight());
   load->set_fingerprint(hex64(model_.fingerprint()));
   load->set_serving(serving_);
+  for (uint64_t k : pool_.resident_keys(residency_keys_)) load->add_resident_blocks(k);
   return grpc::Status::OK;
 }
 

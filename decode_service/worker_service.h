@@ -36,6 +36,8 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
   void set_serving(bool serving) { serving_ = serving; }
   // Prefix sharing of pool blocks between sequences (on by default).
   void set_share_prefixes(bool on) { share_prefixes_ = on; }
+  // The residency summary GetLoad reports: at most this many pool block keys (0: none).
+  void set_residency_keys(size_t n) { residency_keys_ = n; }
   // The longest lease a reservation gets; DecodeRequest.lease_ms above it (or 0) is clamped to it.
   void set_max_lease(std::chrono::milliseconds max_lease) { max_lease_ = max_lease; }
   // The gauges a /metrics scrape shows (batcher, pool, receiver), read now.
@@ -53,6 +55,7 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
   grpc::Status wait_committed(grpc::ServerContext* ctx, uint64_t rid, Clock::time_point lease,
                               Clock::time_point deadline, CommittedSequence& out);
   void share_prefix(DecodeRequest& dr);
+  void observe_residency(std::span<const uint64_t> hashes);
   grpc::Status stream_tokens(grpc::ServerContext* ctx, DecodeRequest dr,
                              grpc::ServerWriter<internal::v1::DecodeEvent>* writer, Clock::time_point t0);
 
@@ -63,6 +66,7 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
   DecodeMetrics& m_;
   std::atomic<bool> serving_{true};
   bool share_prefixes_ = true;
+  size_t residency_keys_ = 4096;
   std::chrono::milliseconds max_lease_{30000};
 };
 

@@ -1,5 +1,6 @@
 #include "model/kv_pool.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -20,14 +21,16 @@ KvPool::KvPool(int n_blocks, int block_size, int kv_dim)
       kv_dim_(kv_dim),
       k_(static_cast<size_t>(n_blocks) * block_size * kv_dim),
       v_(k_.size()),
-      refs_(n_blocks, 0) {
+      refs_(n_blocks, 0),
+      used_at_(n_blocks, 0),
+      depth_(n_blocks, 0) {
   free_.reserve(n_blocks);
   for (int b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
 }
 
 int KvPool::free_blocks() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(free_.size());
+  return static_cast<int>(free_.size() + evictable_.size());
 }
 
 Status KvPool::reserve(KvPages& pages, int64_t rows) {
@@ -36,28 +39,53 @@ Status KvPool::reserve(KvPages& pages, int64_t rows) {
   const int64_t need_blocks = (rows + block_size_ - 1) / block_size_ - static_cast<int64_t>(pages.blocks.size());
   if (need_blocks <= 0) return Status::Ok();
   std::lock_guard<std::mutex> lock(mu_);
-  if (need_blocks > static_cast<int64_t>(free_.size()))
-    return Status(StatusCode::kResourceExhausted, "kv pool: " + std::to_string(need_blocks) + " blocks needed, " +
-                                                      std::to_string(free_.size()) + " free");
+  const size_t available = free_.size() + evictable_.size();
+  if (need_blocks > static_cast<int64_t>(available))
+    return Status(StatusCode::kResourceExhausted,
+                  "kv pool: " + std::to_string(need_blocks) + " blocks needed, " + std::to_string(available) + " free");
   for (int64_t i = 0; i < need_blocks; ++i) {
-    pages.blocks.push_back(free_.back());
-    refs_[free_.back()] = 1;
-    free_.pop_back();
+    const int32_t b = take_locked();
+    pages.blocks.push_back(b);
+    refs_[b] = 1;
   }
   return Status::Ok();
 }
 
-void KvPool::drop_locked(int32_t block) {
-  if (--refs_[block] > 0) return;
+int32_t KvPool::take_locked() {
+  if (!free_.empty()) {
+    const int32_t b = free_.back();
+    free_.pop_back();
+    return b;
+  }
+  const int32_t b = evictable_.back();  // the caller checked there is one
+  evictable_.pop_back();
+  evictable_at_.erase(b);
+  unindex_locked(b);
+  return b;
+}
+
+void KvPool::unindex_locked(int32_t block) {
   if (auto h = hash_of_.find(block); h != hash_of_.end()) {
     by_hash_.erase(h->second);
     hash_of_.erase(h);
   }
+}
+
+void KvPool::drop_locked(int32_t block) {
+  if (--refs_[block] > 0) return;
+  if (retain_ && hash_of_.count(block)) {  // kept, evictable: its prefix stays findable
+    used_at_[block] = tick_;
+    evictable_.push_front(block);
+    evictable_at_[block] = evictable_.begin();
+    return;
+  }
+  unindex_locked(block);
   free_.push_back(block);
 }
 
 void KvPool::release(KvPages& pages) {
   std::lock_guard<std::mutex> lock(mu_);
+  ++tick_;
   for (auto it = pages.blocks.rbegin(); it != pages.blocks.rend(); ++it) drop_locked(*it);
   pages.blocks.clear();
 }
@@ -70,6 +98,7 @@ Result<std::vector<int32_t>> KvPool::allocate_blocks(int64_t rows) {
 
 void KvPool::release_blocks(std::span<const int32_t> blocks) {
   std::lock_guard<std::mutex> lock(mu_);
+  ++tick_;
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) drop_locked(*it);
 }
 
@@ -77,6 +106,11 @@ int KvPool::share_prefix(KvPages& pages, std::span<const uint64_t> block_hashes)
   if (pages.k_pool != k_.data()) return 0;
   const size_t block_floats = static_cast<size_t>(block_size_) * kv_dim_;
   std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t now = ++tick_;
+  auto used = [&](int32_t block, size_t i) {
+    used_at_[block] = now;
+    depth_[block] = static_cast<int32_t>(i);
+  };
   int shared = 0;
   for (size_t i = 0; i < block_hashes.size() && i < pages.blocks.size(); ++i) {
     const int32_t mine = pages.blocks[i];
@@ -85,22 +119,72 @@ int KvPool::share_prefix(KvPages& pages, std::span<const uint64_t> block_hashes)
       if (!hash_of_.count(mine)) {  // the first holder of this content: others share it
         by_hash_[block_hashes[i]] = mine;
         hash_of_[mine] = block_hashes[i];
+        used(mine, i);
       }
       continue;
     }
     const int32_t theirs = it->second;
-    if (theirs == mine) continue;
+    if (theirs == mine) {
+      used(mine, i);
+      continue;
+    }
     // Equal hashes, but only equal bytes are shared: the output never depends on sharing.
     const size_t off = static_cast<size_t>(theirs) * block_floats, own = static_cast<size_t>(mine) * block_floats;
     if (std::memcmp(&k_[off], &k_[own], block_floats * 4) != 0 ||
         std::memcmp(&v_[off], &v_[own], block_floats * 4) != 0)
       continue;
-    ++refs_[theirs];
+    if (refs_[theirs]++ == 0) {  // a retained block is held again
+      evictable_.erase(evictable_at_.at(theirs));
+      evictable_at_.erase(theirs);
+    }
+    used(theirs, i);
     pages.blocks[i] = theirs;
     drop_locked(mine);
     ++shared;
   }
   return shared;
+}
+
+void KvPool::set_retention(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  retain_ = on;
+  if (on) return;
+  for (int32_t b : evictable_) {
+    unindex_locked(b);
+    free_.push_back(b);
+  }
+  evictable_.clear();
+  evictable_at_.clear();
+}
+
+std::vector<uint64_t> KvPool::resident_keys(size_t max) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int32_t> blocks;
+  blocks.reserve(hash_of_.size());
+  for (const auto& [block, hash] : hash_of_) blocks.push_back(block);
+  const auto newer = [&](int32_t x, int32_t y) {
+    if (used_at_[x] != used_at_[y]) return used_at_[x] > used_at_[y];
+    if (depth_[x] != depth_[y]) return depth_[x] < depth_[y];
+    return x < y;
+  };
+  const size_t n = std::min(max, blocks.size());
+  std::partial_sort(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(n), blocks.end(), newer);
+  std::vector<uint64_t> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(hash_of_.at(blocks[i]));
+  return out;
+}
+
+int KvPool::resident_prefix(std::span<const uint64_t> block_hashes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  while (n < static_cast<int>(block_hashes.size()) && by_hash_.count(block_hashes[n])) ++n;
+  return n;
+}
+
+int KvPool::evictable_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(evictable_.size());
 }
 
 int KvPool::shared_blocks() const {

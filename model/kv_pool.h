@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <mutex>
 #include <span>
 #include <unordered_map>
@@ -58,9 +59,25 @@ class KvPool final : public KvBlockPool {
   // Blocks held by more than one sequence, counted once each (for metrics).
   int shared_blocks() const;
 
+  // Retention (off by default; docs/design.md §3.3, decode residency): an indexed block whose last
+  // holder lets go keeps its content and its place in the prefix index, evictable, so the next
+  // sequence with the same prefix finds it. Evictable blocks count as free: a reservation takes
+  // never-indexed blocks first, then evicts the least recently released, a chain's last block
+  // before its first (so what stays is a leading run). Turning it off frees every evictable block.
+  void set_retention(bool on);
+  // The pool's residency summary: the index's block hashes, most recently used first, within one
+  // use a chain's first blocks first (so a summary cut at `max` keeps leading runs); at most `max`.
+  std::vector<uint64_t> resident_keys(size_t max) const;
+  // How many leading hashes of `block_hashes` the index holds now (running or retained blocks).
+  int resident_prefix(std::span<const uint64_t> block_hashes) const;
+  // Indexed blocks no sequence holds (retained, evictable).
+  int evictable_blocks() const;
+
  private:
   KvPool(int n_blocks, int block_size, int kv_dim);
   void drop_locked(int32_t block);
+  int32_t take_locked();  // a free block, else the least recently released evictable one
+  void unindex_locked(int32_t block);
 
   const int n_blocks_, block_size_, kv_dim_;
   std::vector<float> k_, v_;
@@ -70,6 +87,14 @@ class KvPool final : public KvBlockPool {
   // Prefix index: content hash → the block other sequences share, and back.
   std::unordered_map<uint64_t, int32_t> by_hash_;
   std::unordered_map<int32_t, uint64_t> hash_of_;
+  // Retention: evictable blocks, most recently released first, with each one's place in the list.
+  bool retain_ = false;
+  std::list<int32_t> evictable_;
+  std::unordered_map<int32_t, std::list<int32_t>::iterator> evictable_at_;
+  // Per block: the last use (a tick per share_prefix or release call) and its index in its chain.
+  uint64_t tick_ = 0;
+  std::vector<uint64_t> used_at_;
+  std::vector<int32_t> depth_;
 };
 
 }  // namespace yoco

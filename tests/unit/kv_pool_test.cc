@@ -80,6 +80,62 @@ TEST(KvPool, PrefixSharingNeedsEqualHashesAndEqualBytesAndRefcountsBlocks) {
   EXPECT_EQ(p.free_blocks(), 10);
 }
 
+// Decode residency (docs/design.md §3.3): with retention, a finished sequence's indexed blocks stay
+// findable (counted free) until a reservation needs them, and the summary lists them newest first.
+TEST(KvPool, RetentionKeepsReleasedPrefixesUntilEvictedAndSummarisesThem) {
+  auto pool = KvPool::create(6, 32, 4);
+  ASSERT_TRUE(pool.ok());
+  KvPool& p = **pool;
+  p.set_retention(true);
+  auto fill = [&](KvPages& pages, int block, float value) {
+    for (int r = 0; r < 32; ++r)
+      for (int c = 0; c < 4; ++c) {
+        p.k_data()[pages.offset(block * 32 + r) + c] = value + r;
+        p.v_data()[pages.offset(block * 32 + r) + c] = -value - c;
+      }
+  };
+  KvPages a = p.new_pages();
+  ASSERT_TRUE(p.reserve(a, 96).ok());
+  fill(a, 0, 1), fill(a, 1, 2), fill(a, 2, 3);
+  EXPECT_EQ(p.share_prefix(a, std::vector<uint64_t>{11, 12, 13}), 0);
+  const auto a_blocks = a.blocks;
+  p.release(a);
+  EXPECT_EQ(p.free_blocks(), 6);  // retained blocks count as free
+  EXPECT_EQ(p.evictable_blocks(), 3);
+  EXPECT_EQ(p.resident_prefix(std::vector<uint64_t>{11, 12, 13, 14}), 3);
+  EXPECT_EQ(p.resident_prefix(std::vector<uint64_t>{11, 99, 13}), 1);  // a leading run only
+  EXPECT_EQ(p.resident_keys(10), (std::vector<uint64_t>{11, 12, 13}));
+  // The bound: a summary cut short keeps the chain's first blocks.
+  EXPECT_EQ(p.resident_keys(2), (std::vector<uint64_t>{11, 12}));
+  EXPECT_TRUE(p.resident_keys(0).empty());
+  // A later sequence with the same first two blocks maps the retained ones (held again).
+  KvPages b = p.new_pages();
+  ASSERT_TRUE(p.reserve(b, 96).ok());  // the three never-used blocks
+  fill(b, 0, 1), fill(b, 1, 2), fill(b, 2, 7);
+  EXPECT_EQ(p.share_prefix(b, std::vector<uint64_t>{11, 12, 17}), 2);
+  EXPECT_EQ(b.blocks[0], a_blocks[0]);
+  EXPECT_EQ(b.blocks[1], a_blocks[1]);
+  EXPECT_EQ(p.evictable_blocks(), 1);  // a's third block
+  EXPECT_EQ(p.free_blocks(), 3);
+  EXPECT_EQ(p.resident_keys(1), (std::vector<uint64_t>{11}));  // b's chain, newest use, first block first
+  EXPECT_EQ(p.resident_keys(10).size(), 4u);
+  // Reservations take never-indexed blocks first, then evict: a's third block leaves the index.
+  KvPages c = p.new_pages();
+  ASSERT_TRUE(p.reserve(c, 3 * 32).ok());
+  EXPECT_EQ(p.evictable_blocks(), 0);
+  EXPECT_EQ(p.resident_prefix(std::vector<uint64_t>{11, 12, 13}), 2);
+  EXPECT_EQ(p.reserve(c, 4 * 32).code(), StatusCode::kResourceExhausted);
+  p.release(c);
+  p.release(b);
+  EXPECT_EQ(p.free_blocks(), 6);
+  EXPECT_EQ(p.evictable_blocks(), 3);  // 11, 12, 17
+  // Retention off: every retained block is free again and forgotten.
+  p.set_retention(false);
+  EXPECT_EQ(p.evictable_blocks(), 0);
+  EXPECT_EQ(p.free_blocks(), 6);
+  EXPECT_TRUE(p.resident_keys(10).empty());
+}
+
 class PagedDecodeTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PagedDecodeTest, PagedSequencesDecodeBitwiseLikeContiguousOnes) {
