@@ -93,7 +93,9 @@ std::optional<DecodeChoice> pick_decode_kv(const std::vector<WorkerSnapshot>& wo
     if (w.free_kv_blocks * w.kv_block_rows < rows_needed) continue;
     const DecodeChoice c = residency(w, i, chains);
     const int64_t used = std::max<int64_t>(0, w.total_kv_blocks - w.free_kv_blocks);
-    const double x = cost.cost(c.prompt_blocks - c.resident_blocks, used);
+    const int64_t added =
+        std::max<int64_t>(0, (rows_needed + w.kv_block_rows - 1) / w.kv_block_rows - c.resident_blocks);
+    const double x = cost.cost(c.prompt_blocks - c.resident_blocks, used + added);
     bool better = !best || x < best_cost;
     if (best && x == best_cost) {
       const WorkerSnapshot& b = workers[best->index];

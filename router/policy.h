@@ -57,15 +57,18 @@ std::optional<size_t> pick_decode(const std::vector<WorkerSnapshot>& workers, in
 
 // KV-aware decode choice (docs/design.md §3.3, KV-aware decode routing): among the healthy
 // workers with room for the whole sequence, the lowest
-//   cost = ship_weight · (the prompt's whole blocks the worker does not hold as a leading run)
-//        + load_weight · (blocks its running sequences hold: total − free)
-// ties to more free blocks, then fewer running. Both terms are in blocks: one block that need not
-// be shipped (and prefilled into a fresh reservation) is worth one block of load.
+//   cost = ship_weight · ship + load_weight · load
+//   ship = the prompt's whole blocks the worker does not hold as a leading run (to prefill + send)
+//   load = the blocks its sequences hold (total − free) + the blocks this one adds there
+//          (its blocks − the resident ones, which it shares)
+// ties to more free blocks, then fewer running. Both terms are in blocks, so with the default
+// weights (1, 1) the holder of a prefix keeps getting it until it carries about twice the prefix's
+// blocks more load than the others; with nothing resident anywhere the choice is the least used.
 struct DecodeCost {
   double ship_weight = 1.0;
   double load_weight = 1.0;
-  double cost(int64_t ship_blocks, int64_t used_blocks) const {
-    return ship_weight * static_cast<double>(ship_blocks) + load_weight * static_cast<double>(used_blocks);
+  double cost(int64_t ship_blocks, int64_t load_blocks) const {
+    return ship_weight * static_cast<double>(ship_blocks) + load_weight * static_cast<double>(load_blocks);
   }
 };
 // The prompt's whole-block chain keys (BlockKey::fold64) for one block size.

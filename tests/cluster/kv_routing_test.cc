@@ -18,9 +18,9 @@ using test::LocalCluster;
 using test::reference;
 
 const std::string kModel = std::string(YOCO_SOURCE_DIR) + "/models/kjv-yoco";
-constexpr int kBlocks = 80;       // per decode worker; blocks of 32 rows
+constexpr int kBlocks = 80;  // per decode worker; blocks of 32 rows
 constexpr int kMaxTokens = 4;
-constexpr int kPollMs = 100;      // the router's --health-interval-ms
+constexpr int kPollMs = 100;        // the router's --health-interval-ms
 constexpr int kReportWaitMs = 600;  // a few polls: the router has the workers' latest reports
 
 std::vector<int32_t> random_tokens(int n, uint64_t seed) {
@@ -96,7 +96,8 @@ struct Fixture {
     EXPECT_TRUE(g.status.ok()) << g.status.error_message() << cluster.logs();
     EXPECT_EQ(g.ids, reference(*model, prompt, kMaxTokens)) << "question " << question;
     for (size_t i = 0; i < cluster.decode().size(); ++i)
-      if (kill(cluster.decode()[i].pid, 0) == 0 && metric(cluster.decode()[i], "yoco_kv_residency_blocks_total") > before[i])
+      if (kill(cluster.decode()[i].pid, 0) == 0 &&
+          metric(cluster.decode()[i], "yoco_kv_residency_blocks_total") > before[i])
         return static_cast<int>(i);
     return -1;
   }

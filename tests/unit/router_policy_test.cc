@@ -72,7 +72,7 @@ TEST(PickDecode, MostFreeBlocksThatFitsTheSequence) {
 }
 
 // KV-aware decode choice (docs/design.md §3.3): cost = ship_weight · blocks not held as a leading
-// run + load_weight · blocks in use.
+// run + load_weight · (blocks in use + the blocks the sequence adds beyond the resident ones).
 WorkerSnapshot decode_worker(std::string address, int64_t free, int64_t total, std::vector<uint64_t> held,
                              int running = 0) {
   WorkerSnapshot w{std::move(address), true, 0, free, 32, running, "ab"};
@@ -91,7 +91,7 @@ TEST(PickDecodeKv, CostTradesBlocksToShipAgainstLoad) {
                                    decode_worker("c:1", 95, 100, {})};
   const auto pick = pick_decode_kv(w, 200, chains, cost);
   ASSERT_TRUE(pick.has_value());
-  EXPECT_EQ(w[pick->index].address, "a:1");  // a: 1 + 2 = 3; b, c: 4 + 5 = 9
+  EXPECT_EQ(w[pick->index].address, "a:1");  // 200 rows = 7 blocks. a: 1 + (2 + 4) = 7; b, c: 4 + (5 + 7) = 16
   EXPECT_EQ(pick->prompt_blocks, 4);
   EXPECT_EQ(pick->resident_blocks, 3);
   // More load on the holder than the blocks it saves: the lighter worker wins.
