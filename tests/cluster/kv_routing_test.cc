@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "handoff/prefix_chain.h"
 #include "tests/cluster/cluster_harness.h"
 #include "yoco/internal/v1/worker.grpc.pb.h"
 
@@ -74,11 +75,12 @@ class HeldReservation {
 };
 
 struct Fixture {
-  explicit Fixture(const std::string& routing)
+  explicit Fixture(const std::string& routing, std::vector<std::string> decode_args = {})
       : cluster({.model = kModel,
                  .prefill = 1,
                  .decode = 2,
                  .kv_blocks = kBlocks,
+                 .decode_args = std::move(decode_args),
                  .router_args = {"--health-interval-ms=" + std::to_string(kPollMs), "--decode-routing=" + routing},
                  .secure = false}) {}
   LocalCluster cluster;
@@ -153,15 +155,27 @@ TEST(ClusterKvRouting, SamePrefixGoesToTheHoldingWorkerAndALostPrefixStillServes
 }
 
 // The old choice stays selectable: --decode-routing=free-blocks sends the same request to the
-// worker with more free blocks, whatever the other holds.
-TEST(ClusterKvRouting, FreeBlocksOnlyIgnoresResidency) {
-  Fixture f("free-blocks");
+// worker with more free blocks, whatever the other holds. And the residency summary is bounded:
+// with --residency-keys=8 GetLoad lists the document's first 8 chain keys, in chain order.
+TEST(ClusterKvRouting, FreeBlocksOnlyIgnoresResidencyAndTheSummaryIsBounded) {
+  Fixture f("free-blocks", {"--residency-keys=8"});
   ASSERT_TRUE(f.cluster.ready()) << f.cluster.logs();
   auto m = Model::load(kModel);
   ASSERT_TRUE(m.ok());
   f.model = std::move(m).value();
   const int x = f.ask(1);
   ASSERT_GE(x, 0) << f.cluster.logs();
+  {
+    auto stub = internal::v1::DecodeWorker::NewStub(
+        grpc::CreateChannel(f.cluster.decode()[x].grpc, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    internal::v1::DecodeLoad load;
+    ASSERT_TRUE(stub->GetLoad(&ctx, internal::v1::LoadRequest(), &load).ok());
+    std::vector<uint64_t> want;
+    for (const BlockKey& k : chain_keys(f.doc, 32, f.model->fingerprint())) want.push_back(k.fold64());
+    want.resize(8);
+    EXPECT_EQ(std::vector<uint64_t>(load.resident_blocks().begin(), load.resident_blocks().end()), want);
+  }
   settle();
   HeldReservation load(f.cluster.decode()[x].grpc, 320);
   ASSERT_TRUE(load.reserved());
