@@ -9,13 +9,13 @@
 # leading whole blocks found in the pool on arrival / whole blocks shipped; router side: predicted)
 # and client TTFT p50/p99. Writes bench/results/kv_routing.json.
 # Usage: bench/kv_routing.sh   (environment: REQUESTS=256 CONCURRENCY=2 DOC_TOKENS=1024 KV_BLOCKS=140
-#        MAX_TOKENS=8 YOCO_BUILD_DIR=build)
+#        MAX_TOKENS=8 YOCO_BUILD_DIR=build OUT=bench/results/kv_routing.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${YOCO_BUILD_DIR:-build}
 export REQUESTS=${REQUESTS:-256} CONCURRENCY=${CONCURRENCY:-2} DOC_TOKENS=${DOC_TOKENS:-1024}
 export KV_BLOCKS=${KV_BLOCKS:-140} MAX_TOKENS=${MAX_TOKENS:-8}
-out=bench/results/kv_routing.json
+out=${OUT:-bench/results/kv_routing.json}
 work=$(mktemp -d -t yoco-kvroute.XXXXXX)
 launcher=
 cleanup() {
