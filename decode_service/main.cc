@@ -49,11 +49,12 @@ EngineOptions read_engine_options(ServerFlags& f, const BatcherLimits& lim) {
 }
 
 int run(int argc, char** argv) {
-  ServerFlags f(kProgram, argc, argv,
-                {"model", "kv-blocks", "block-size", "max-running", "max-waiting", "threads", "ucx-listen",
-                 "ucx-advertise", "ucx-transports", "ucx-no-peer-error-handling", "no-prefix-sharing", "device",
-                 "cuda-kv-blocks", "cuda-max-context", "cuda-graphs", "max-lease-ms"},
-                {"ucx-no-peer-error-handling", "no-prefix-sharing", "cuda-graphs"});
+  ServerFlags f(
+      kProgram, argc, argv,
+      {"model", "kv-blocks", "block-size", "max-running", "max-waiting", "threads", "ucx-listen", "ucx-advertise",
+       "ucx-transports", "ucx-no-peer-error-handling", "no-prefix-sharing", "device", "cuda-kv-blocks",
+       "cuda-max-context", "cuda-graphs", "max-lease-ms", "no-prefix-retention", "residency-keys"},
+      {"ucx-no-peer-error-handling", "no-prefix-sharing", "cuda-graphs", "no-prefix-retention"});
   ServerOptions so = server_options(f);
   require_client_ca(f, so.tls);  // internal services: only the router, by its client certificate
   so.shutdown_grace = so.drain;  // handlers still waiting for a commit get the whole drain
@@ -64,6 +65,10 @@ int run(int argc, char** argv) {
   const UcxReceiverOptions ro = read_receiver_options(f);
   // Caps every reservation's lease, whatever DecodeRequest.lease_ms asks (docs/design.md §9b).
   const int64_t max_lease_ms = f.int_in("max-lease-ms", 30000, 1, 3600000);
+  // Decode residency (docs/design.md §3.3): finished sequences' shared blocks stay until evicted,
+  // and GetLoad lists up to --residency-keys of their keys for the router's KV-aware choice.
+  const bool retain = !f.boolean("no-prefix-retention") && !f.boolean("no-prefix-sharing");
+  const int64_t residency_keys = f.int_in("residency-keys", 4096, 0, 1 << 20);
   EngineOptions eo = read_engine_options(f, lim);
   if (!f.ok()) return f.usage_error();
   install_shutdown_signal_handlers();
@@ -92,7 +97,9 @@ int run(int argc, char** argv) {
   DecodeMetrics metrics(registry);
   DecodeWorkerService worker(**model, **pool, **receiver, batcher, metrics);
   worker.set_share_prefixes(!f.boolean("no-prefix-sharing"));
+  if (!retain) (*pool)->set_keep_released(false);  // after set_share_prefixes, which turns keeping on
   worker.set_max_lease(std::chrono::milliseconds(max_lease_ms));
+  worker.set_residency_keys(static_cast<size_t>(residency_keys));
   auto server = Server::start(so, {&worker}, registry, [&] { worker.refresh_metrics(); },
                               {{"ucx_address", Json((*receiver)->address())}});
   if (!server.ok()) return exit_with(kProgram, server.status().message(), 1);

@@ -37,6 +37,9 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
       shared_blocks(r.counter(metric_name("yoco_kv_blocks_shared_total"),
                               "Prompt KV blocks held once: replaced after arrival by an identical pool block, or "
                               "mapped from the pool instead of shipped (resident).")),
+      residency_blocks(r.counter(metric_name("yoco_kv_residency_blocks_total"),
+                                 "Leading whole blocks of arriving sequences looked up in the pool (the hits are "
+                                 "yoco_kv_resident_blocks_total).")),
       requests(*r.counter_family(metric_name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"})
                     .value()),
       transfer_refused(*r.counter_family(metric_name("yoco_transfer_refused_total"),

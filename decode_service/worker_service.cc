@@ -160,6 +160,8 @@ void DecodeWorkerService::share_prefix(DecodeRequest& dr) {
 std::vector<int32_t> DecodeWorkerService::claim_resident(const DecodeRequest& dr) {
   if (!share_prefixes_) return {};
   const std::vector<BlockKey> hashes = prefix_hashes(dr);
+  // What KV-aware routing bet on, measured: the hits are the claimed blocks (docs/design.md §6).
+  m_.residency_blocks.inc(static_cast<double>(hashes.size()));
   return pool_.claim_prefix(hashes, hashes.size());
 }
 
@@ -237,6 +239,7 @@ grpc::Status DecodeWorkerService::GetLoad(grpc::ServerContext*, const internal::
   load->set_reservations(receiver_.in_flight());
   load->set_fingerprint(hex64(model_.fingerprint()));
   load->set_serving(serving_);
+  for (uint64_t k : pool_.resident_keys(residency_keys_)) load->add_resident_blocks(k);
   return grpc::Status::OK;
 }
 

@@ -42,6 +42,8 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
     share_prefixes_ = on;
     pool_.set_keep_released(on);
   }
+  // The residency summary GetLoad reports: at most this many pool block keys (0: none).
+  void set_residency_keys(size_t n) { residency_keys_ = n; }
   // The longest lease a reservation gets; DecodeRequest.lease_ms above it (or 0) is clamped to it.
   void set_max_lease(std::chrono::milliseconds max_lease) { max_lease_ = max_lease; }
   // The gauges a /metrics scrape shows (batcher, pool, receiver), read now.
@@ -74,6 +76,7 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
   DecodeMetrics& m_;
   std::atomic<bool> serving_{true};
   bool share_prefixes_ = true;
+  size_t residency_keys_ = 4096;
   std::chrono::milliseconds max_lease_{30000};
 };
 

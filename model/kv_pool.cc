@@ -1,5 +1,6 @@
 #include "model/kv_pool.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -20,7 +21,9 @@ KvPool::KvPool(int n_blocks, int block_size, int kv_dim)
       kv_dim_(kv_dim),
       k_(static_cast<size_t>(n_blocks) * block_size * kv_dim),
       v_(k_.size()),
-      refs_(n_blocks, 0) {
+      refs_(n_blocks, 0),
+      used_at_(n_blocks, 0),
+      depth_(n_blocks, 0) {
   free_.reserve(n_blocks);
   for (int b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
 }
@@ -72,13 +75,38 @@ void KvPool::hold_locked(int32_t block) {
   kept_at_.erase(it);
 }
 
+void KvPool::touch_locked(int32_t block, size_t depth) {
+  used_at_[block] = tick_;
+  depth_[block] = static_cast<int32_t>(depth);
+}
+
+std::vector<uint64_t> KvPool::resident_keys(size_t max) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int32_t> blocks;
+  blocks.reserve(hash_of_.size());
+  for (const auto& [block, key] : hash_of_) blocks.push_back(block);
+  const auto newer = [&](int32_t x, int32_t y) {
+    if (used_at_[x] != used_at_[y]) return used_at_[x] > used_at_[y];
+    if (depth_[x] != depth_[y]) return depth_[x] < depth_[y];
+    return x < y;
+  };
+  const size_t n = std::min(max, blocks.size());
+  std::partial_sort(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(n), blocks.end(), newer);
+  std::vector<uint64_t> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.push_back(hash_of_.at(blocks[i]).fold64());
+  return out;
+}
+
 std::vector<int32_t> KvPool::claim_prefix(std::span<const BlockKey> block_hashes, size_t max_blocks) {
   std::lock_guard<std::mutex> lock(mu_);
+  ++tick_;
   std::vector<int32_t> out;
   for (size_t i = 0; i < block_hashes.size() && i < max_blocks; ++i) {
     auto it = by_hash_.find(block_hashes[i]);
     if (it == by_hash_.end()) break;
     hold_locked(it->second);
+    touch_locked(it->second, i);
     out.push_back(it->second);
   }
   return out;
@@ -114,6 +142,7 @@ void KvPool::drop_locked(int32_t block) {
 
 void KvPool::release(KvPages& pages) {
   std::lock_guard<std::mutex> lock(mu_);
+  ++tick_;
   for (auto it = pages.blocks.rbegin(); it != pages.blocks.rend(); ++it) drop_locked(*it);
   pages.blocks.clear();
 }
@@ -126,6 +155,7 @@ Result<std::vector<int32_t>> KvPool::allocate_blocks(int64_t rows) {
 
 void KvPool::release_blocks(std::span<const int32_t> blocks) {
   std::lock_guard<std::mutex> lock(mu_);
+  ++tick_;
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) drop_locked(*it);
 }
 
@@ -133,6 +163,7 @@ int KvPool::share_prefix(KvPages& pages, std::span<const BlockKey> block_hashes)
   if (pages.k_pool != k_.data()) return 0;
   const size_t block_floats = static_cast<size_t>(block_size_) * kv_dim_;
   std::lock_guard<std::mutex> lock(mu_);
+  ++tick_;
   int shared = 0;
   for (size_t i = 0; i < block_hashes.size() && i < pages.blocks.size(); ++i) {
     const int32_t mine = pages.blocks[i];
@@ -141,10 +172,12 @@ int KvPool::share_prefix(KvPages& pages, std::span<const BlockKey> block_hashes)
       if (!hash_of_.count(mine)) {  // the first holder of this content: others share it
         by_hash_[block_hashes[i]] = mine;
         hash_of_[mine] = block_hashes[i];
+        touch_locked(mine, i);
       }
       continue;
     }
     const int32_t theirs = it->second;
+    touch_locked(theirs, i);
     if (theirs == mine) continue;
     // Equal hashes, but only equal bytes are shared: the output never depends on sharing.
     const size_t off = static_cast<size_t>(theirs) * block_floats, own = static_cast<size_t>(mine) * block_floats;

@@ -72,13 +72,18 @@ class KvPool final : public KvBlockPool {
   std::vector<int32_t> claim_prefix(std::span<const BlockKey> block_hashes, size_t max_blocks);
   // Indexed blocks that nobody holds (kept, evictable).
   int kept_blocks() const;
+  // The pool's residency summary for KV-aware routing (docs/design.md §6, decode residency): the
+  // index's keys folded to 64 bits, most recently used first and, within one use, a chain's first
+  // blocks first (so a summary cut at `max` keeps leading runs); at most `max`.
+  std::vector<uint64_t> resident_keys(size_t max) const;
 
  private:
   KvPool(int n_blocks, int block_size, int kv_dim);
   void drop_locked(int32_t block);
   // A free block for a new holder: a truly free one, else the oldest kept one (unindexed).
   int32_t take_locked();
-  void hold_locked(int32_t block);  // one more holder (a kept block stops being evictable)
+  void hold_locked(int32_t block);                 // one more holder (a kept block stops being evictable)
+  void touch_locked(int32_t block, size_t depth);  // used now, as block `depth` of a chain
 
   const int n_blocks_, block_size_, kv_dim_;
   std::vector<float> k_, v_;
@@ -98,6 +103,11 @@ class KvPool final : public KvBlockPool {
   bool keep_released_ = false;
   std::list<int32_t> kept_;
   std::unordered_map<int32_t, std::list<int32_t>::iterator> kept_at_;
+  // Per block: its last use (a tick per claim, share or release call) and its index in its
+  // chain then; they order the residency summary.
+  uint64_t tick_ = 0;
+  std::vector<uint64_t> used_at_;
+  std::vector<int32_t> depth_;
 };
 
 }  // namespace yoco

@@ -1,6 +1,7 @@
 #include "router/core.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "common/checksum.h"
 #include "handoff/prefix_chain.h"
@@ -45,6 +46,24 @@ std::optional<size_t> RouterCore::pick_prefill(const std::vector<WorkerSnapshot>
   std::lock_guard<std::mutex> lock(mu_);
   if (!prefix_hash || limits_.affinity_tokens <= 0) return picker_.pick(workers, exclude);
   return picker_.pick_affine(workers, *prefix_hash, limits_.affinity_max_extra_tokens, exclude);
+}
+
+std::vector<PromptChain> RouterCore::decode_chains(std::span<const int32_t> tokens,
+                                                   const std::vector<WorkerSnapshot>& workers) {
+  std::vector<PromptChain> out;
+  for (const WorkerSnapshot& w : workers) {
+    if (!w.healthy || w.kv_block_rows <= 0) continue;
+    if (std::any_of(out.begin(), out.end(), [&](const PromptChain& c) { return c.block_rows == w.kv_block_rows; }))
+      continue;
+    char* end = nullptr;
+    const uint64_t fingerprint = std::strtoull(w.fingerprint.c_str(), &end, 16);
+    if (w.fingerprint.empty() || *end != '\0') continue;
+    PromptChain c{w.kv_block_rows, {}};
+    for (const BlockKey& k : chain_keys(tokens, static_cast<int>(w.kv_block_rows), fingerprint))
+      c.keys.push_back(k.fold64());
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 uint64_t RouterCore::prefix_hash(std::span<const int32_t> tokens) const {

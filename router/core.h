@@ -40,6 +40,10 @@ struct RouterLimits {
   // more than `affinity_max_extra_tokens`.
   int affinity_tokens = 64;
   int64_t affinity_max_extra_tokens = 4096;
+  // Decode choice (docs/design.md §3.3): KV-aware (the prompt's blocks a worker already holds,
+  // traded against its load by `decode_cost`) or the most free blocks alone.
+  bool kv_aware_decode = true;
+  DecodeCost decode_cost;
 };
 
 class RouterCore {
@@ -69,6 +73,10 @@ class RouterCore {
   // affinity is on), else the balanced pick; `exclude`d ones are skipped.
   std::optional<size_t> pick_prefill(const std::vector<WorkerSnapshot>& workers, std::optional<uint64_t> prefix_hash,
                                      const std::vector<std::string>& exclude = {});
+  // The whole-block prefix-chain keys of `tokens` for each block size among `workers` (decode
+  // residency, handoff/prefix_chain.h, under each worker's reported model fingerprint).
+  static std::vector<PromptChain> decode_chains(std::span<const int32_t> tokens,
+                                                const std::vector<WorkerSnapshot>& workers);
   // The affinity key of a prompt: a hash of its first `affinity_tokens` tokens.
   uint64_t prefix_hash(std::span<const int32_t> tokens) const;
 

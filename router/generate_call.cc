@@ -172,7 +172,7 @@ GenerateCall::Step GenerateCall::attempt() {
 GenerateCall::Step GenerateCall::pick_decode(DecodePick* pick) {
   const int64_t rows_needed = static_cast<int64_t>(prompt_.size()) + max_tokens_;
   auto snap = core_.decode_snapshot();
-  auto choose = [&](const std::vector<std::string>& ex) { return yoco::pick_decode(snap, rows_needed, ex); };
+  auto choose = [&](const std::vector<std::string>& ex) { return choose_decode(snap, rows_needed, ex); };
   auto di = pick_excluding(bad_decode_, choose);
   if (!di) {  // the load reports may predate requests that just finished: ask again once
     core_.decode().refresh_now();
@@ -189,6 +189,27 @@ GenerateCall::Step GenerateCall::pick_decode(DecodePick* pick) {
   const int64_t block_rows = std::max<int64_t>(1, snap[*di].kv_block_rows);
   *pick = {snap[*di].address, snap[*di].fingerprint, (rows_needed + block_rows - 1) / block_rows};
   return Step::next();
+}
+
+// KV-aware (the worker holding most of this sequence's leading blocks, traded against load) or
+// the most free blocks alone (docs/design.md §3.3). Either way the prediction is counted, and the
+// chosen worker is assumed to hold the sequence's blocks until its next load report says.
+std::optional<size_t> GenerateCall::choose_decode(const std::vector<WorkerSnapshot>& snap, int64_t rows_needed,
+                                                  const std::vector<std::string>& exclude) {
+  std::vector<int32_t> consumed = prompt_;
+  consumed.insert(consumed.end(), generated_.begin(), generated_.end());
+  const std::vector<PromptChain> chains = RouterCore::decode_chains(consumed, snap);
+  const RouterLimits& lim = core_.limits();
+  std::optional<size_t> i;
+  if (!lim.kv_aware_decode) i = yoco::pick_decode(snap, rows_needed, exclude);
+  else if (auto kv = pick_decode_kv(snap, rows_needed, chains, lim.decode_cost, exclude)) i = kv->index;
+  if (!i) return i;
+  const DecodeChoice c = residency(snap[*i], *i, chains);
+  core_.metrics().observe_decode_residency(c.prompt_blocks, c.resident_blocks);
+  for (const PromptChain& p : chains)  // colocated workers prefill locally and index nothing
+    if (p.block_rows == snap[*i].kv_block_rows && !core_.colocated())
+      core_.decode().add_resident(snap[*i].address, p.keys);
+  return i;
 }
 
 GenerateCall::DecodeStream GenerateCall::open_decode(const DecodePick& pick) {

@@ -55,6 +55,8 @@ class GenerateCall {
     std::string address, fingerprint;
     int64_t blocks = 0;  // counted against the worker's free blocks until the attempt ends
   };
+  std::optional<size_t> choose_decode(const std::vector<WorkerSnapshot>& snap, int64_t rows_needed,
+                                      const std::vector<std::string>& exclude);
   struct DecodeStream {
     std::unique_ptr<grpc::ClientContext> ctx;
     std::unique_ptr<grpc::ClientReader<internal::v1::DecodeEvent>> reader;

@@ -30,6 +30,13 @@ RouterLimits read_limits(ServerFlags& f) {
   lim.stall_timeout_ms = f.int_in("stall-timeout-ms", 3000, 100, 3600000);
   lim.affinity_tokens = static_cast<int>(f.int_in("affinity-tokens", 64, 0, 1 << 20));
   lim.affinity_max_extra_tokens = f.int_in("affinity-max-extra-tokens", 4096, 0, int64_t{1} << 40);
+  // Decode choice (docs/design.md §3.3): kv (residency traded against load) or free-blocks.
+  const std::string routing = f.str("decode-routing", "kv");
+  if (routing != "kv" && routing != "free-blocks")
+    f.fail("--decode-routing: \"kv\" or \"free-blocks\", not \"" + routing + "\"");
+  lim.kv_aware_decode = routing == "kv";
+  lim.decode_cost.ship_weight = f.double_in("decode-ship-weight", 1.0, 0.0, 1e6);
+  lim.decode_cost.load_weight = f.double_in("decode-load-weight", 1.0, 0.0, 1e6);
   return lim;
 }
 
@@ -89,6 +96,9 @@ int run(int argc, char** argv) {
                  "dns-refresh-seconds",
                  "affinity-tokens",
                  "affinity-max-extra-tokens",
+                 "decode-routing",
+                 "decode-ship-weight",
+                 "decode-load-weight",
                  "worker-tls-ca",
                  "worker-tls-cert",
                  "worker-tls-key",

@@ -23,6 +23,10 @@ RouterMetrics::RouterMetrics(MetricsRegistry& r)
           r.counter(metric_name("yoco_cached_prompt_tokens_total"), "Prompt tokens served from the KV store.")),
       stalls_(r.counter(metric_name("yoco_router_stalled_streams_total"),
                         "Decode streams moved off a worker that went silent while failing health polls.")),
+      residency_blocks_(r.counter(metric_name("yoco_router_residency_blocks_total"),
+                                  "Whole prompt blocks of requests sent to decode workers.")),
+      residency_predicted_(r.counter(metric_name("yoco_router_residency_predicted_hits_total"),
+                                     "Of them, the leading blocks the chosen decode worker was predicted to hold.")),
       requests_(*r.counter_family(metric_name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"})
                      .value()),
       retries_(*r.counter_family(metric_name("yoco_router_retries_total"),

@@ -31,6 +31,12 @@ class RouterMetrics {
   void observe_retry(const char* kind);
   // A Decode stream cancelled because its worker went silent while unhealthy (then migrated).
   void observe_stall() { stalls_.inc(); }
+  // A decode worker picked: the prompt's whole blocks and the leading run of them the router
+  // predicted the worker holds (docs/design.md §6, decode residency).
+  void observe_decode_residency(int64_t prompt_blocks, int64_t predicted_resident) {
+    residency_blocks_.inc(static_cast<double>(prompt_blocks));
+    residency_predicted_.inc(static_cast<double>(predicted_resident));
+  }
   // Workers passing health checks, by role ("prefill", "decode"); set before each scrape.
   void set_healthy_workers(const char* role, int n);
   // A finished public call under API keys, by key name ("" when no key was recognised).
@@ -41,7 +47,7 @@ class RouterMetrics {
 
  private:
   Histogram &ttft_, &itl_, &e2e_, &queue_, &prefill_, &transfer_;
-  Counter &prompt_tokens_, &generation_tokens_, &cached_tokens_, &stalls_;
+  Counter &prompt_tokens_, &generation_tokens_, &cached_tokens_, &stalls_, &residency_blocks_, &residency_predicted_;
   Family<Counter>& requests_;
   Family<Counter>& retries_;
   Family<Counter>& key_requests_;

@@ -64,6 +64,51 @@ std::optional<size_t> pick_decode(const std::vector<WorkerSnapshot>& workers, in
   return best;
 }
 
+int64_t resident_prefix(std::span<const uint64_t> keys, const std::unordered_set<uint64_t>* resident) {
+  if (!resident) return 0;
+  int64_t n = 0;
+  while (n < static_cast<int64_t>(keys.size()) && resident->count(keys[static_cast<size_t>(n)])) ++n;
+  return n;
+}
+
+DecodeChoice residency(const WorkerSnapshot& w, size_t index, const std::vector<PromptChain>& chains) {
+  DecodeChoice c{index, 0, 0};
+  for (const PromptChain& p : chains) {
+    if (p.block_rows != w.kv_block_rows) continue;
+    c.prompt_blocks = static_cast<int64_t>(p.keys.size());
+    c.resident_blocks = resident_prefix(p.keys, w.resident.get());
+    break;
+  }
+  return c;
+}
+
+std::optional<DecodeChoice> pick_decode_kv(const std::vector<WorkerSnapshot>& workers, int64_t rows_needed,
+                                           const std::vector<PromptChain>& chains, const DecodeCost& cost,
+                                           const std::vector<std::string>& exclude) {
+  std::optional<DecodeChoice> best;
+  double best_cost = 0;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const WorkerSnapshot& w = workers[i];
+    if (!w.healthy || excluded(exclude, w.address)) continue;
+    if (w.free_kv_blocks * w.kv_block_rows < rows_needed) continue;
+    const DecodeChoice c = residency(w, i, chains);
+    const int64_t used = std::max<int64_t>(0, w.total_kv_blocks - w.free_kv_blocks);
+    const int64_t added =
+        std::max<int64_t>(0, (rows_needed + w.kv_block_rows - 1) / w.kv_block_rows - c.resident_blocks);
+    const double x = cost.cost(c.prompt_blocks - c.resident_blocks, used + added);
+    bool better = !best || x < best_cost;
+    if (best && x == best_cost) {
+      const WorkerSnapshot& b = workers[best->index];
+      better = w.free_kv_blocks > b.free_kv_blocks || (w.free_kv_blocks == b.free_kv_blocks && w.running < b.running);
+    }
+    if (better) {
+      best = c;
+      best_cost = x;
+    }
+  }
+  return best;
+}
+
 Status Admission::try_admit(int64_t prompt_tokens) {
   if (in_flight_ >= max_in_flight_)
     return Status(StatusCode::kResourceExhausted, "admission: " + std::to_string(in_flight_) +

@@ -81,6 +81,10 @@ void WorkerGroup::poll_all() {
       w.snap.kv_block_rows = load.block_size();
       w.snap.running = load.running();
       w.snap.fingerprint = load.fingerprint();
+      w.snap.total_kv_blocks = load.total_kv_blocks();
+      if (st.ok() && load.resident_blocks_size() > 0)
+        w.snap.resident = std::make_shared<const std::unordered_set<uint64_t>>(load.resident_blocks().begin(),
+                                                                               load.resident_blocks().end());
     }
     fresh[a] = std::move(w);
   }
@@ -116,6 +120,19 @@ void WorkerGroup::add_pending(const std::string& address, int64_t n) {
   // A poll in between resets the count (the worker's own figure then includes the work), so
   // the release of work sent before it must not go below zero.
   if (it != workers_.end()) it->second.pending = std::max<int64_t>(0, it->second.pending + n);
+}
+
+void WorkerGroup::add_resident(const std::string& address, std::span<const uint64_t> keys) {
+  if (keys.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(address);
+  if (it == workers_.end()) return;
+  // Copy on write: snapshots already handed out keep the set they saw.
+  auto& held = it->second.snap.resident;
+  auto grown =
+      held ? std::make_shared<std::unordered_set<uint64_t>>(*held) : std::make_shared<std::unordered_set<uint64_t>>();
+  grown->insert(keys.begin(), keys.end());
+  held = std::move(grown);
 }
 
 void WorkerGroup::mark_failed(const std::string& address) {

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +53,9 @@ class WorkerGroup {
   // Bookkeeping between polls so a burst of requests spreads instead of herding: added when work
   // is sent, released when it is done (never below zero; each poll starts again from zero).
   void add_pending(const std::string& address, int64_t tokens_or_blocks);
+  // Decode residency: `keys` (a prompt's whole-block chain keys) are counted as held by the worker
+  // a request was sent to, until its next report replaces them with what it really holds.
+  void add_resident(const std::string& address, std::span<const uint64_t> keys);
   void mark_failed(const std::string& address);
   // Polls every worker now (a request found no room in load reports that may be stale).
   void refresh_now() { poll_all(); }

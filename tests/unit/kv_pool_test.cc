@@ -132,6 +132,54 @@ TEST(KvPool, KeptBlocksAreClaimedPinnedAndEvictedOldestFirst) {
   EXPECT_EQ(p.claim_prefix(keys({11, 22}), 2).size(), 0u);
 }
 
+// Decode residency (docs/design.md §6): the summary GetLoad reports lists the index's keys (held
+// or kept), newest use first and a chain's first blocks first, cut at the bound; kept blocks stay
+// in it until evicted.
+TEST(KvPool, ResidencySummaryListsHeldAndKeptPrefixesNewestFirst) {
+  auto pool = KvPool::create(6, 32, 4);
+  ASSERT_TRUE(pool.ok());
+  KvPool& p = **pool;
+  p.set_keep_released(true);
+  auto fill = [&](KvPages& pages, int block, float value) {
+    for (int r = 0; r < 32; ++r)
+      for (int c = 0; c < 4; ++c) {
+        p.k_data()[pages.offset(block * 32 + r) + c] = value + r;
+        p.v_data()[pages.offset(block * 32 + r) + c] = -value - c;
+      }
+  };
+  auto folds = [](const std::vector<BlockKey>& ks) {
+    std::vector<uint64_t> out;
+    for (const BlockKey& k : ks) out.push_back(k.fold64());
+    return out;
+  };
+  KvPages a = p.new_pages();
+  ASSERT_TRUE(p.reserve(a, 96).ok());
+  fill(a, 0, 1), fill(a, 1, 2), fill(a, 2, 3);
+  EXPECT_EQ(p.share_prefix(a, keys({11, 12, 13})), 0);
+  p.release(a);
+  EXPECT_EQ(p.kept_blocks(), 3);
+  EXPECT_EQ(p.resident_keys(10), folds(keys({11, 12, 13})));
+  EXPECT_EQ(p.resident_keys(2), folds(keys({11, 12})));  // cut short: the chain's first blocks
+  EXPECT_TRUE(p.resident_keys(0).empty());
+  // A later sequence sharing the first two blocks: its use is the newest.
+  KvPages b = p.new_pages();
+  ASSERT_TRUE(p.reserve(b, 96).ok());  // the three never-used blocks
+  fill(b, 0, 1), fill(b, 1, 2), fill(b, 2, 7);
+  EXPECT_EQ(p.share_prefix(b, keys({11, 12, 17})), 2);
+  EXPECT_EQ(p.resident_keys(1), folds(keys({11})));
+  EXPECT_EQ(p.resident_keys(10).size(), 4u);  // 11, 12, 17 and a's kept 13
+  // Pressure evicts the kept block: it leaves the summary.
+  KvPages c = p.new_pages();
+  ASSERT_TRUE(p.reserve(c, 3 * 32).ok());
+  EXPECT_EQ(p.kept_blocks(), 0);
+  EXPECT_EQ(p.resident_keys(10).size(), 3u);
+  p.release(c);
+  p.release(b);
+  // Keeping off: nothing is resident any more.
+  p.set_keep_released(false);
+  EXPECT_TRUE(p.resident_keys(10).empty());
+}
+
 class PagedDecodeTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PagedDecodeTest, PagedSequencesDecodeBitwiseLikeContiguousOnes) {

@@ -71,6 +71,67 @@ TEST(PickDecode, MostFreeBlocksThatFitsTheSequence) {
   EXPECT_FALSE(pick_decode(w, 40 * 32 + 1).has_value());  // nobody can hold it
 }
 
+// KV-aware decode choice (docs/design.md §3.3): cost = ship_weight · blocks not held as a leading
+// run + load_weight · (blocks in use + the blocks the sequence adds beyond the resident ones).
+WorkerSnapshot decode_worker(std::string address, int64_t free, int64_t total, std::vector<uint64_t> held,
+                             int running = 0) {
+  WorkerSnapshot w{std::move(address), true, 0, free, 32, running, "ab"};
+  w.total_kv_blocks = total;
+  if (!held.empty()) w.resident = std::make_shared<const std::unordered_set<uint64_t>>(held.begin(), held.end());
+  return w;
+}
+
+TEST(PickDecodeKv, CostTradesBlocksToShipAgainstLoad) {
+  const DecodeCost cost;  // 1, 1
+  EXPECT_EQ(cost.cost(10, 5), 15);
+  EXPECT_EQ((DecodeCost{2.0, 0.5}).cost(10, 4), 22);
+  const std::vector<PromptChain> chains = {{32, {11, 12, 13, 14}}, {64, {21, 22}}};
+  // a holds the prompt's first 3 blocks, b only its 2nd and 3rd (not a leading run: worth nothing).
+  std::vector<WorkerSnapshot> w = {decode_worker("a:1", 98, 100, {11, 12, 13}), decode_worker("b:1", 95, 100, {12, 13}),
+                                   decode_worker("c:1", 95, 100, {})};
+  const auto pick = pick_decode_kv(w, 200, chains, cost);
+  ASSERT_TRUE(pick.has_value());
+  EXPECT_EQ(w[pick->index].address, "a:1");  // 200 rows = 7 blocks. a: 1 + (2 + 4) = 7; b, c: 4 + (5 + 7) = 16
+  EXPECT_EQ(pick->prompt_blocks, 4);
+  EXPECT_EQ(pick->resident_blocks, 3);
+  // More load on the holder than the blocks it saves: the lighter worker wins.
+  w[0].free_kv_blocks = 80;                                                  // a: 1 + 20 = 21 > b: 4 + 5 = 9
+  EXPECT_EQ(w[pick_decode_kv(w, 200, chains, cost)->index].address, "b:1");  // tie with c: more free, then running
+  w[2].running = 0, w[1].running = 3;
+  EXPECT_EQ(w[pick_decode_kv(w, 200, chains, cost)->index].address, "c:1");
+  // Load ignored: residency alone decides; shipping ignored: the old choice (least used).
+  EXPECT_EQ(w[pick_decode_kv(w, 200, chains, DecodeCost{1.0, 0.0})->index].address, "a:1");
+  EXPECT_EQ(w[pick_decode_kv(w, 200, chains, DecodeCost{0.0, 1.0})->index].address, "c:1");
+  // Room first: a worker that cannot hold the sequence is never chosen, however much it holds.
+  EXPECT_EQ(w[pick_decode_kv(w, 81 * 32, chains, DecodeCost{1.0, 0.0})->index].address, "c:1");
+  EXPECT_FALSE(pick_decode_kv(w, 96 * 32, chains, cost).has_value());
+  // Unhealthy and excluded workers are skipped; their residency counts for nothing.
+  w[1].healthy = false;
+  EXPECT_EQ(w[pick_decode_kv(w, 200, chains, DecodeCost{1.0, 0.0}, {"a:1"})->index].address, "c:1");
+  // A worker of another block size is matched against that size's chain.
+  WorkerSnapshot big = decode_worker("d:1", 50, 100, {21, 22});
+  big.kv_block_rows = 64;
+  EXPECT_EQ(residency(big, 0, chains).resident_blocks, 2);
+  EXPECT_EQ(residency(big, 0, chains).prompt_blocks, 2);
+  big.kv_block_rows = 16;  // no chain of its size: nothing predicted
+  EXPECT_EQ(residency(big, 0, chains).prompt_blocks, 0);
+}
+
+TEST(PickDecodeKv, LeadingRunOnlyAndNoSummaryMeansNothingHeld) {
+  const std::unordered_set<uint64_t> held = {1, 2, 4};
+  const std::vector<uint64_t> keys = {1, 2, 3, 4};
+  EXPECT_EQ(resident_prefix(keys, &held), 2);
+  EXPECT_EQ(resident_prefix(keys, nullptr), 0);
+  EXPECT_EQ(resident_prefix({}, &held), 0);
+  // With no worker holding anything, the choice is the old one: least used (= most free), then
+  // fewer running.
+  std::vector<WorkerSnapshot> w = {decode_worker("x:1", 10, 100, {}, 5), decode_worker("y:1", 40, 100, {}, 9),
+                                   decode_worker("z:1", 40, 100, {}, 2)};
+  const std::vector<PromptChain> chains = {{32, {7, 8}}};
+  EXPECT_EQ(w[pick_decode_kv(w, 100, chains, DecodeCost{})->index].address, "z:1");
+  EXPECT_EQ(w[*pick_decode(w, 100)].address, "z:1");
+}
+
 TEST(Admission, BoundsInFlightAndQueuedTokens) {
   Admission a(2, 1000);
   EXPECT_TRUE(a.try_admit(400).ok());
