@@ -13,23 +13,6 @@
 
 namespace yoco::redis {
 
-uint16_t crc16_xmodem(std::string_view data) {
-  uint16_t crc = 0;
-  for (unsigned char byte : data) {
-    crc ^= static_cast<uint16_t>(byte) << 8;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : crc << 1;
-  }
-  return crc;
-}
-
-int key_slot(std::string_view key) {
-  if (const size_t open = key.find('{'); open != std::string_view::npos) {
-    const size_t close = key.find('}', open + 1);
-    if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
-  }
-  return crc16_xmodem(key) & (kClusterSlots - 1);
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -113,9 +96,9 @@ class ClusterExecutor final : public Executor {
   const std::vector<std::pair<std::string, int>> seeds_;
   const ConnectOptions opt_;
   const std::optional<CircuitBreakerOptions> breaker_;
-  mutable std::mutex mu_;  // the map, the nodes and their breakers
+  mutable std::mutex mu_;                               // the map, the nodes and their breakers
   std::map<std::string, std::unique_ptr<Node>> nodes_;  // by "host:port"; never removed
-  std::array<Node*, kClusterSlots> slots_;             // the master of each slot
+  std::array<Node*, kClusterSlots> slots_;              // the master of each slot
   bool loaded_ = false;
   bool stale_ = false;
   Clock::time_point last_refresh_{};
@@ -311,8 +294,8 @@ Replies ClusterExecutor::run(Batch& batch, const std::string& what) {
     if (try_again) std::this_thread::sleep_for(kTryAgainPause);
   }
   for (const auto& p : pending)
-    out[p.index] = kv_unavailable("redis-cluster " + what + ": more than " + std::to_string(kMaxRedirects) +
-                                  " redirections");
+    out[p.index] =
+        kv_unavailable("redis-cluster " + what + ": more than " + std::to_string(kMaxRedirects) + " redirections");
   batch.clear();
   return out;
 }

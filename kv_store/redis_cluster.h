@@ -12,26 +12,17 @@
 // the cool-down one call probes the node (success closes its breaker).
 #pragma once
 
-#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "kv_store/circuit_breaker.h"
 #include "kv_store/redis_exec.h"
+#include "kv_store/redis_slot.h"
 
 namespace yoco::redis {
-
-constexpr int kClusterSlots = 16384;
-
-// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), as Redis Cluster defines it.
-uint16_t crc16_xmodem(std::string_view data);
-// The key's hash slot: CRC16 of the hash tag (the text between the first '{' and the next '}',
-// if non-empty) or of the whole key, modulo 16384.
-int key_slot(std::string_view key);
 
 // breaker: the per-node breaker's options; nullopt: no breaker (a down node fails its calls).
 std::unique_ptr<Executor> make_cluster_executor(std::vector<std::pair<std::string, int>> seeds,
