@@ -1280,21 +1280,33 @@ class RedisServer {
 class RedisCluster {
  public:
   static constexpr int kNodes = 6;
-  explicit RedisCluster(int node_timeout_ms = 1000) : node_timeout_ms_(node_timeout_ms) {}
+  // With a PKI the nodes speak only TLS, to clients and on the cluster bus.
+  explicit RedisCluster(const test::TestPki* tls = nullptr, int node_timeout_ms = 1000)
+      : tls_(tls), node_timeout_ms_(node_timeout_ms) {}
   ~RedisCluster() { stop(); }
 
   bool start() {
-    std::string create = "redis-cli --cluster create";
+    std::string create = "redis-cli" + tls_flags() + " --cluster create";
     for (int i = 0; i < kNodes; ++i) {
       const int port = free_port();
       int bus = free_port();
       while (bus == port) bus = free_port();
-      nodes_.push_back(std::make_unique<RedisServer>(
-          port, "", nullptr,
-          std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
-                                   dir_.path() + "/nodes-" + std::to_string(port) + ".conf", "--cluster-node-timeout",
-                                   std::to_string(node_timeout_ms_), "--cluster-port", std::to_string(bus),
-                                   "--cluster-require-full-coverage", "no", "--dir", dir_.path()}));
+      std::vector<std::string> args{"--cluster-enabled",
+                                    "yes",
+                                    "--cluster-config-file",
+                                    dir_.path() + "/nodes-" + std::to_string(port) + ".conf",
+                                    "--cluster-node-timeout",
+                                    std::to_string(node_timeout_ms_),
+                                    "--cluster-port",
+                                    std::to_string(bus),
+                                    "--cluster-require-full-coverage",
+                                    "no",
+                                    "--repl-diskless-sync-delay",  // replicas sync at once, not after 5 s
+                                    "0",
+                                    "--dir",
+                                    dir_.path()};
+      if (tls_) args.insert(args.end(), {"--tls-cluster", "yes", "--tls-replication", "yes"});
+      nodes_.push_back(std::make_unique<RedisServer>(port, "", tls_, std::move(args)));
       if (!nodes_.back()->start()) return false;
       create += " 127.0.0.1:" + std::to_string(port);
     }
@@ -1419,6 +1431,10 @@ class RedisCluster {
     for (size_t i = 0; i < 3; ++i) s += (i ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(nodes_[i]->port());
     return s;
   }
+  // redis-cli's TLS options for these nodes ("" without TLS).
+  std::string tls_flags() const {
+    return tls_ ? " --tls --cacert " + tls_->ca + " --cert " + tls_->client_cert + " --key " + tls_->client_key : "";
+  }
   static std::string run(const std::string& cmd) {
     std::string out;
     if (FILE* f = ::popen(cmd.c_str(), "r")) {
@@ -1431,19 +1447,30 @@ class RedisCluster {
   }
 
  private:
+  const test::TestPki* tls_;
   int node_timeout_ms_;
   test::TempDir dir_;
   std::vector<std::unique_ptr<RedisServer>> nodes_;
 };
 
-enum class RedisBackend { kTcp, kTls, kCluster };
+enum class RedisBackend { kTcp, kTls, kCluster, kClusterTls };
 
 std::string backend_name(const ::testing::TestParamInfo<RedisBackend>& info) {
-  return info.param == RedisBackend::kTcp ? "tcp" : info.param == RedisBackend::kTls ? "tls" : "cluster";
+  switch (info.param) {
+    case RedisBackend::kTcp:
+      return "tcp";
+    case RedisBackend::kTls:
+      return "tls";
+    case RedisBackend::kCluster:
+      return "cluster";
+    case RedisBackend::kClusterTls:
+      return "cluster_tls";
+  }
+  return "?";
 }
 
-// Every KvStoreRedis case runs three times: over plain TCP and over TLS (with a client
-// certificate) to one server, and over plain TCP to a Redis Cluster (3 masters, 3 replicas).
+// Every KvStoreRedis case runs four times: over plain TCP and over TLS (with a client
+// certificate) to one server, and over both to a Redis Cluster (3 masters, 3 replicas).
 class KvStoreRedis : public ::testing::TestWithParam<RedisBackend> {
  protected:
   void SetUp() override {
@@ -1457,7 +1484,7 @@ class KvStoreRedis : public ::testing::TestWithParam<RedisBackend> {
       ASSERT_TRUE(pki_ != nullptr) << "openssl could not make the test certificates";
     }
     if (cluster()) {
-      cluster_ = std::make_unique<RedisCluster>();
+      cluster_ = std::make_unique<RedisCluster>(pki());
       ASSERT_TRUE(cluster_->start()) << "the redis cluster did not start";
       return;
     }
@@ -1465,8 +1492,10 @@ class KvStoreRedis : public ::testing::TestWithParam<RedisBackend> {
     ASSERT_TRUE(server_->start()) << "redis-server did not start";
   }
   virtual std::string password() const { return ""; }
-  virtual bool tls() const { return GetParam() == RedisBackend::kTls; }
-  virtual bool cluster() const { return GetParam() == RedisBackend::kCluster; }
+  virtual bool tls() const { return GetParam() == RedisBackend::kTls || GetParam() == RedisBackend::kClusterTls; }
+  virtual bool cluster() const {
+    return GetParam() == RedisBackend::kCluster || GetParam() == RedisBackend::kClusterTls;
+  }
   const test::TestPki* pki() const { return pki_; }
   // One PKI for the whole binary (key generation is the slow part).
   static const test::TestPki* shared_pki() {
@@ -1499,7 +1528,7 @@ class KvStoreRedis : public ::testing::TestWithParam<RedisBackend> {
   // The store URL the factory takes, with the breaker tuned for tests.
   std::string url() const {
     const std::string where =
-        cluster_ ? "redis-cluster://" + cluster_->seeds()
+        cluster_ ? std::string(pki_ ? "rediss" : "redis") + "-cluster://" + cluster_->seeds()
                  : std::string(pki_ ? "rediss" : "redis") + "://127.0.0.1:" + std::to_string(server_->port());
     std::string u =
         where +
@@ -1520,8 +1549,8 @@ class KvStoreRedis : public ::testing::TestWithParam<RedisBackend> {
   std::string copy_value(const std::string& from, const std::string& to) {
     if (!cluster_) return cli("COPY " + from + " " + to + " REPLACE");
     const std::string port = std::to_string(cluster_->any().port());
-    RedisCluster::run("redis-cli -c -p " + port + " --raw GET '" + from + "' | head -c -1 | redis-cli -c -p " + port +
-                      " -x SET '" + to + "' >/dev/null");
+    const std::string rc = "redis-cli" + cluster_->tls_flags() + " -c -p " + port;
+    RedisCluster::run(rc + " --raw GET '" + from + "' | head -c -1 | " + rc + " -x SET '" + to + "' >/dev/null");
     return cli("EXISTS '" + to + "'");
   }
   void stop_servers() {
@@ -1557,7 +1586,8 @@ class KvStoreRedis : public ::testing::TestWithParam<RedisBackend> {
 };
 
 INSTANTIATE_TEST_SUITE_P(Transport, KvStoreRedis,
-                         ::testing::Values(RedisBackend::kTcp, RedisBackend::kTls, RedisBackend::kCluster),
+                         ::testing::Values(RedisBackend::kTcp, RedisBackend::kTls, RedisBackend::kCluster,
+                                           RedisBackend::kClusterTls),
                          backend_name);
 
 TEST_P(KvStoreRedis, LargeValueRoundTripInChunks) {
@@ -2004,7 +2034,7 @@ TEST_F(KvStoreRedisCluster, MasterKilledUnderLoadCostsNoRequest) {
   auto s = make();
   ASSERT_TRUE(s);
   fill(*s, 60);
-  ASSERT_TRUE(cluster_.wait_replicated(10s)) << "the replicas did not catch up";
+  ASSERT_TRUE(cluster_.wait_replicated(30s)) << "the replicas did not catch up";
   const int victim = cluster_.master_of(rk(keys_[0]));
   std::vector<size_t> on_victim, elsewhere;
   for (size_t i = 0; i < keys_.size(); ++i)
@@ -2101,7 +2131,7 @@ TEST_F(KvStoreRedisCluster, SlowNodeKeepsRequestsBounded) {
   auto s = make();
   ASSERT_TRUE(s);
   fill(*s, 30);
-  ASSERT_TRUE(cluster_.wait_replicated(10s));
+  ASSERT_TRUE(cluster_.wait_replicated(30s)) << "the replicas did not catch up";
   const int slow = cluster_.master_of(rk(keys_[0]));
   size_t other = 0;
   while (cluster_.master_of(rk(keys_[other])) == slow) ++other;
