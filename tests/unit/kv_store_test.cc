@@ -906,6 +906,33 @@ TEST(KvStoreFactory, RedisUrl) {
   EXPECT_FALSE(parse_redis_url("redis://u:%zz@h").ok());
 }
 
+TEST(KvStoreFactory, RedisClusterUrl) {
+  auto c = parse_redis_url("rediss-cluster://:pw@10.0.0.1:7000,[::1]:7001,cache-2?timeout_ms=50&tls_ca=/ca.pem");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE(c->cluster);
+  EXPECT_TRUE(c->tls);
+  EXPECT_EQ(c->password, "pw");
+  EXPECT_EQ(c->seeds, (std::vector<std::pair<std::string, int>>{{"10.0.0.1", 7000}, {"::1", 7001}, {"cache-2", 6379}}));
+  EXPECT_EQ(c->command_timeout, 50ms);
+  EXPECT_EQ(c->tls_options.ca_file, "/ca.pem");
+  EXPECT_FALSE(parse_redis_url("redis-cluster://a:1,,b:2").ok());
+  EXPECT_FALSE(parse_redis_url("redis-cluster://a:1,b:x").ok());
+  // A cluster has only database 0, and the prefix must not hold a hash tag of its own.
+  EXPECT_EQ(make_kv_store("redis-cluster://a:1/2").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(make_kv_store("redis-cluster://a:1?prefix=x{y}").status().code(), StatusCode::kInvalidArgument);
+  // Its seeds' commas do not split tiers; a part that starts a tier does.
+  test::TempDir dir;
+  auto stack =
+      make_kv_store("memory:1MiB, redis-cluster://127.0.0.1:7000,127.0.0.1:7001?timeout_ms=50, dir:" + dir.sub("x"));
+  ASSERT_TRUE(stack.ok()) << stack.status().to_string();
+  const auto tiers = (*stack)->tier_stats();
+  ASSERT_EQ(tiers.size(), 3u);
+  EXPECT_EQ(tiers[1].name, "redis-cluster://127.0.0.1:7000,127.0.0.1:7001");
+  auto lone = make_kv_store("redis-cluster://127.0.0.1:7000");
+  ASSERT_TRUE(lone.ok());
+  EXPECT_EQ((*lone)->name(), "redis-cluster://127.0.0.1:7000");
+}
+
 TEST(KvStoreFactory, ByteSizes) {
   EXPECT_EQ(ok_value(kv::parse_byte_size("256MiB")), int64_t{256} << 20);
   EXPECT_EQ(ok_value(kv::parse_byte_size("10GiB")), int64_t{10} << 30);
