@@ -19,6 +19,7 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kRefreshEvery = std::chrono::milliseconds(100);
 constexpr int kMaxRedirects = 5;
 constexpr auto kTryAgainPause = std::chrono::milliseconds(20);
+constexpr size_t kRefreshTries = 3;  // nodes asked per reload: bounds the caller that reloads
 
 bool starts_with(const redisReply* r, std::string_view prefix) {
   return r->type == REDIS_REPLY_ERROR && static_cast<size_t>(r->len) >= prefix.size() &&
@@ -89,8 +90,9 @@ class ClusterExecutor final : public Executor {
   }
   void refresh(bool must_load);
   Status load_from(Node* n);
-  bool admit(Node* n);
-  void record(Node* n, bool failed, Clock::duration elapsed);
+  // Whether a call may go to the node; `probe`: this call probes an open node after its cool-down.
+  bool admit(Node* n, bool& probe);
+  void record(Node* n, bool probe, bool failed, Clock::duration elapsed);
   void trip_locked(Node* n, Clock::time_point now);
 
   const std::vector<std::pair<std::string, int>> seeds_;
@@ -102,7 +104,8 @@ class ClusterExecutor final : public Executor {
   bool loaded_ = false;
   bool stale_ = false;
   Clock::time_point last_refresh_{};
-  std::mutex refresh_mu_;  // one refresher at a time (it does I/O without mu_)
+  std::mutex refresh_mu_;     // one refresher at a time (it does I/O without mu_)
+  size_t refresh_start_ = 0;  // under refresh_mu_
   KvStoreStats stats_;
 };
 
@@ -153,22 +156,26 @@ void ClusterExecutor::refresh(bool must_load) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const auto now = Clock::now();
-    if (loaded_ && (!stale_ || now - last_refresh_ < kRefreshEvery)) return;
+    if (loaded_ && !stale_) return;
+    if (now - last_refresh_ < kRefreshEvery) return;  // also after a failed first load: calls stay fast
     last_refresh_ = now;
     std::vector<Node*> later;
     for (auto& [_, n] : nodes_) (n->open ? later : ask).push_back(n.get());
     ask.insert(ask.end(), later.begin(), later.end());
   }
-  for (Node* n : ask)
-    if (load_from(n).ok()) return;
+  // Round-robin over the candidates, so a reload that finds the first few down tries others next.
+  for (size_t i = 0; i < std::min(ask.size(), kRefreshTries); ++i)
+    if (load_from(ask[(refresh_start_ + i) % ask.size()]).ok()) return;
+  refresh_start_ += kRefreshTries;
 }
 
-bool ClusterExecutor::admit(Node* n) {
+bool ClusterExecutor::admit(Node* n, bool& probe) {
+  probe = false;
   if (!breaker_) return true;
   std::lock_guard<std::mutex> lock(mu_);
   if (!n->open) return true;
   if (n->probing || Clock::now() < n->retry_at) return false;
-  n->probing = true;  // this call probes the node; the others keep getting fast misses
+  n->probing = probe = true;  // this call probes the node; the others keep getting fast misses
   return true;
 }
 
@@ -179,12 +186,12 @@ void ClusterExecutor::trip_locked(Node* n, Clock::time_point now) {
   n->retry_at = now + n->cooldown;
 }
 
-void ClusterExecutor::record(Node* n, bool failed, Clock::duration elapsed) {
+void ClusterExecutor::record(Node* n, bool probe, bool failed, Clock::duration elapsed) {
   std::lock_guard<std::mutex> lock(mu_);
   if (failed) stale_ = true;  // the node may have failed over: reload the map soon
   if (!breaker_) return;
   const auto now = Clock::now();
-  if (n->probing) {
+  if (probe) {
     n->probing = false;
     if (failed || elapsed > breaker_->slow_call) {
       n->cooldown = std::min(n->cooldown * 2, breaker_->max_cooldown);
@@ -226,6 +233,7 @@ Replies ClusterExecutor::run(Batch& batch, const std::string& what) {
         pending.push_back({i, n, false});
       } else {
         out[i] = kv_unavailable("redis-cluster " + what + ": no node serves the key's slot (map not loaded)");
+        stats_.error();
         stale_ = true;
       }
     }
@@ -246,7 +254,8 @@ Replies ClusterExecutor::run(Batch& batch, const std::string& what) {
         idx.push_back(p.index);
         group.push_back(cmds[p.index]);
       }
-      if (!admit(n)) {
+      bool probe = false;
+      if (!admit(n, probe)) {
         for (size_t i : idx) {
           stats_.dropped();
           out[i] = kv_unavailable("redis-cluster node " + n->pool->address() + ": breaker open, call dropped");
@@ -258,7 +267,7 @@ Replies ClusterExecutor::run(Batch& batch, const std::string& what) {
       const auto t0 = Clock::now();
       Replies r = n->pool->run(group, what);
       const bool failed = !r.empty() && !r[0].ok();
-      record(n, failed, Clock::now() - t0);
+      record(n, probe, failed, Clock::now() - t0);
       size_t k = 0;
       for (size_t j = 0; j < group.size(); ++j) {
         if (group[j].args.size() == 1 && group[j].args[0] == "ASKING") continue;
@@ -285,6 +294,10 @@ Replies ClusterExecutor::run(Batch& batch, const std::string& what) {
           next.push_back({i, n, false});
           try_again = true;
         } else {
+          if (starts_with(reply, "CLUSTERDOWN")) {
+            std::lock_guard<std::mutex> lock(mu_);
+            stale_ = true;  // the cluster is re-forming: its map may change
+          }
           out[i] = std::move(r[j]);
         }
       }
