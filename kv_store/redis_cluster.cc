@@ -147,7 +147,8 @@ Status ClusterExecutor::load_from(Node* n) {
 }
 
 // Reloads the map if it is stale (at most every kRefreshEvery) or was never loaded. Asks the
-// nodes whose breaker is closed first, then the seeds; the first answer wins.
+// nodes without recent failures first (a stopped node would cost the caller a timeout), at most
+// kRefreshTries of them; the first answer wins.
 void ClusterExecutor::refresh(bool must_load) {
   std::unique_lock<std::mutex> busy(refresh_mu_, std::defer_lock);
   if (must_load) busy.lock();  // without a map no command can be routed: wait for the loader
@@ -160,7 +161,7 @@ void ClusterExecutor::refresh(bool must_load) {
     if (now - last_refresh_ < kRefreshEvery) return;  // also after a failed first load: calls stay fast
     last_refresh_ = now;
     std::vector<Node*> later;
-    for (auto& [_, n] : nodes_) (n->open ? later : ask).push_back(n.get());
+    for (auto& [_, n] : nodes_) (n->open || n->failures > 0 ? later : ask).push_back(n.get());
     ask.insert(ask.end(), later.begin(), later.end());
   }
   // Round-robin over the candidates, so a reload that finds the first few down tries others next.
