@@ -61,7 +61,8 @@ struct RedisOptions {
   std::string key_prefix = "yoco:";
   bool tls = false;
   RedisTlsOptions tls_options;  // used only with tls
-  // make_kv_store wraps the store in a CircuitBreaker with these options unless breaker = false.
+  // make_kv_store wraps the store in a CircuitBreaker with these options unless breaker = false;
+  // a cluster store (make_redis_store too) keeps one such breaker per node inside instead.
   bool breaker = true;
   CircuitBreakerOptions breaker_options;
 };
@@ -74,9 +75,11 @@ struct RedisOptions {
 // same parameters; the hosts are seeds, any one reachable node is enough to load the slot map.
 Result<RedisOptions> parse_redis_url(std::string_view url);
 
-// A Redis backend without a breaker. Connects lazily: a Redis that is down makes calls fail with
-// UNAVAILABLE, not the construction; TLS files are read here (INVALID_ARGUMENT naming the
-// parameter). UNIMPLEMENTED when built without hiredis (or, for tls, without OpenSSL).
+// A Redis backend without a breaker (a cluster: with its per-node breakers unless breaker =
+// false). Connects lazily: a Redis that is down makes calls fail with UNAVAILABLE (a cluster's
+// gets: misses), not the construction; TLS files are read here (INVALID_ARGUMENT naming the
+// parameter). UNIMPLEMENTED when built without hiredis (or, for tls, without OpenSSL). A cluster
+// has only database 0 and its prefix may not contain '{' or '}'.
 // Ignores SIGPIPE process-wide if it still has its default action (OpenSSL writes with
 // write(2), and a peer that vanished must not kill the process).
 Result<std::unique_ptr<KvStore>> make_redis_store(const RedisOptions& opt);
