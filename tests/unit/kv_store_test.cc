@@ -2173,6 +2173,9 @@ TEST_F(KvStoreRedisCluster, SlowNodeKeepsRequestsBounded) {
     if (!r.ok()) ++errors;
     else if (!r->has_value() && ms < 50) ++fast_misses;
     EXPECT_TRUE(value_of(s->get(keys_[other])) == values_[other]) << "a healthy master's key, call " << i;
+    t0 = Clock::now();
+    EXPECT_FALSE(s->put(keys_[0], values_[0], 0s).ok());  // a write to it: refused, never waiting long
+    worst = std::max(worst, ms_since(t0));
   }
   cluster_.by_port(slow)->signal(SIGCONT);
   EXPECT_EQ(errors, 0);
