@@ -63,18 +63,46 @@ Result<std::unique_ptr<KvStore>> make_dir(std::string_view part) {
   return std::unique_ptr<KvStore>(std::move(store));
 }
 
+bool is_redis(std::string_view part) {
+  for (std::string_view scheme : {"redis://", "rediss://", "redis-cluster://", "rediss-cluster://"})
+    if (part.rfind(scheme, 0) == 0) return true;
+  return false;
+}
+
+bool is_cluster(std::string_view part) {
+  return part.rfind("redis-cluster://", 0) == 0 || part.rfind("rediss-cluster://", 0) == 0;
+}
+
+// The next tier of `rest` ends at a comma, except in a cluster URL, whose seed list
+// (host:port,host:port) runs on until a part that starts a tier of its own.
+size_t tier_end(std::string_view rest) {
+  size_t comma = rest.find(',');
+  if (!is_cluster(trim(rest.substr(0, comma)))) return comma;
+  while (comma != std::string_view::npos) {
+    const size_t next = rest.find(',', comma + 1);
+    const std::string_view part =
+        trim(rest.substr(comma + 1, next == std::string_view::npos ? next : next - comma - 1));
+    if (part == "memory" || part.rfind("memory:", 0) == 0 || part.rfind("dir:", 0) == 0 || is_redis(part)) break;
+    comma = next;
+  }
+  return comma;
+}
+
 Result<std::unique_ptr<KvStore>> make_redis(std::string_view part) {
   YOCO_ASSIGN_OR_RETURN(RedisOptions opt, parse_redis_url(part));
   YOCO_ASSIGN_OR_RETURN(auto store, make_redis_store(opt));
-  if (!opt.breaker) return store;
+  // A cluster has a breaker per node inside (kv_store/redis_cluster.h): one node down must not
+  // turn the other nodes' hits into misses.
+  if (!opt.breaker || opt.cluster) return store;
   return std::unique_ptr<KvStore>(new CircuitBreaker(std::move(store), opt.breaker_options));
 }
 
 Result<std::unique_ptr<KvStore>> make_tier(std::string_view part) {
   if (part == "memory" || part.rfind("memory:", 0) == 0) return make_memory(part);
   if (part.rfind("dir:", 0) == 0) return make_dir(part);
-  if (part.rfind("redis://", 0) == 0 || part.rfind("rediss://", 0) == 0) return make_redis(part);
-  return invalid_argument("unknown backend (use memory[:SIZE], dir:PATH or redis://HOST:PORT)");
+  if (is_redis(part)) return make_redis(part);
+  return invalid_argument(
+      "unknown backend (use memory[:SIZE], dir:PATH, redis://HOST:PORT or redis-cluster://HOST:PORT,...)");
 }
 
 }  // namespace
@@ -84,7 +112,7 @@ Result<std::unique_ptr<KvStore>> make_kv_store(const std::string& spec) {
   std::string_view rest = spec;
   int index = 0;
   while (true) {
-    const size_t comma = rest.find(',');
+    const size_t comma = tier_end(rest);
     const std::string_view part = trim(rest.substr(0, comma));
     ++index;
     auto tier = part.empty() ? Result<std::unique_ptr<KvStore>>(invalid_argument("empty tier")) : make_tier(part);

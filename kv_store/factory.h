@@ -3,7 +3,9 @@
 //   memory[:SIZE]                      e.g. memory:256MiB (default 256MiB)
 //   dir:PATH[?max_bytes=SIZE&fsync=0|1&low_watermark=0.9]   e.g. dir:///var/cache/yoco?max_bytes=10GiB
 //   redis://[user:password@]host[:port][/db][?...]          see parse_redis_url (redis_store.h)
-// Remote tiers get a CircuitBreaker unless their URL says breaker=0. Errors are
+//   redis-cluster://[user:password@]host:port[,host:port...][?...]   Redis Cluster (its seeds' commas
+//                                      do not split tiers: a tier ends where a part starts a new one)
+// Remote tiers get a CircuitBreaker unless their URL says breaker=0 (a cluster: one per node). Errors are
 // INVALID_ARGUMENT naming the tier ("kv store spec, tier 2 'foo': ...").
 #pragma once
 

@@ -13,7 +13,9 @@
 
 #include "common/checksum.h"
 #include "handoff/bytes.h"
+#include "kv_store/redis_cluster.h"
 #include "kv_store/redis_conn.h"
+#include "kv_store/redis_exec.h"
 #include "kv_store/util.h"
 
 namespace yoco {
@@ -69,16 +71,24 @@ bool decode_manifest(std::string_view s, uint64_t max_value_bytes, Manifest& m) 
   return m.chunks == (m.total + m.chunk_bytes - 1) / m.chunk_bytes;
 }
 
+using redis::Batch;
+using redis::is_ok_status;
+using redis::Replies;
+using redis::reply_text;
 using redis::ReplyPtr;
 
-bool is_ok_status(const redisReply* r) {
-  return r->type == REDIS_REPLY_STATUS && r->len == 2 && std::memcmp(r->str, "OK", 2) == 0;
+// The reply of one command, or why there is none: a failure of the server or an error reply.
+Result<const redisReply*> reply_of(const Replies& rs, size_t i, const std::string& what) {
+  if (!rs[i].ok()) return rs[i].status();
+  const redisReply* r = rs[i]->get();
+  if (r->type == REDIS_REPLY_ERROR) return kv_unavailable("redis " + what + ": " + reply_text(r));
+  return r;
 }
-std::string reply_text(const redisReply* r) { return std::string(r->str ? r->str : "", r->str ? r->len : 0); }
 
 class RedisStore final : public KvStore {
  public:
-  RedisStore(RedisOptions opt, std::shared_ptr<redis::TlsContext> tls) : opt_(std::move(opt)), tls_(std::move(tls)) {}
+  RedisStore(RedisOptions opt, std::unique_ptr<redis::Executor> exec, std::string name)
+      : opt_(std::move(opt)), exec_(std::move(exec)), name_(std::move(name)) {}
 
   KvGetResult get(std::string_view key) override {
     std::string k(key);
@@ -91,139 +101,43 @@ class RedisStore final : public KvStore {
   Status set_add(std::string_view set, std::string_view member) override { return set_op("SADD", set, member); }
   Status set_remove(std::string_view set, std::string_view member) override { return set_op("SREM", set, member); }
   Result<std::vector<std::string>> set_members(std::string_view set) override;
-  std::string name() const override {
-    return std::string(tls_ ? "rediss://" : "redis://") + opt_.host + ":" + std::to_string(opt_.port) + "/" +
-           std::to_string(opt_.db);
+  std::string name() const override { return name_; }
+  KvStoreStatsSnapshot stats() const override {
+    KvStoreStatsSnapshot s = stats_.snapshot();
+    s += exec_->stats();
+    return s;
   }
 
  private:
-  // A pooled connection, returned on destruction (freed if it broke).
-  class Lease {
-   public:
-    Lease(RedisStore* s, std::unique_ptr<redis::Connection> c) : s_(s), c_(std::move(c)) {}
-    Lease(Lease&& o) noexcept = default;
-    Lease(const Lease&) = delete;
-    ~Lease() {
-      if (c_) s_->give_back(std::move(c_));
-    }
-    redis::Connection* get() const { return c_.get(); }
-
-   private:
-    RedisStore* s_;
-    std::unique_ptr<redis::Connection> c_;
-  };
-
-  Result<Lease> borrow();
-  void give_back(std::unique_ptr<redis::Connection> c);
-  Result<std::unique_ptr<redis::Connection>> connect();
   Status set_op(const char* cmd, std::string_view set, std::string_view member);
+  // A failed command of a get: an error, or (cluster, a node down) a miss counted as an error.
+  KvGetResult get_failed(const Status& st) {
+    if (exec_->node_failure_is_miss()) return kv_miss();  // the executor counted the failure
+    return st;
+  }
 
-  std::string mkey(std::string_view key) const { return opt_.key_prefix + std::string(key); }
+  // On a cluster the user key is a hash tag, so a value's manifest and chunks share one slot:
+  // PREFIX "{" KEY "}" (docs/design.md §5, Redis Cluster). One server keeps the plain names.
+  std::string mkey(std::string_view key) const {
+    return opt_.cluster ? opt_.key_prefix + "{" + std::string(key) + "}" : opt_.key_prefix + std::string(key);
+  }
   std::string chunk_key(std::string_view key, uint64_t writer, uint32_t i) const {
     return mkey(key) + ":" + kv::hex64(writer) + ":" + std::to_string(i);
   }
 
   const RedisOptions opt_;
-  const std::shared_ptr<redis::TlsContext> tls_;  // null: plain TCP
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<redis::Connection>> idle_;
-  int open_ = 0;
+  const std::unique_ptr<redis::Executor> exec_;
+  const std::string name_;
 };
-
-Result<std::unique_ptr<redis::Connection>> RedisStore::connect() {
-  YOCO_ASSIGN_OR_RETURN(
-      std::unique_ptr<redis::Connection> conn,
-      redis::Connection::open(opt_.host, opt_.port, opt_.connect_timeout, opt_.command_timeout, tls_));
-  redis::Connection* c = conn.get();
-  if (!opt_.password.empty()) {
-    if (opt_.user.empty()) c->append({"AUTH", opt_.password});
-    else c->append({"AUTH", opt_.user, opt_.password});
-  }
-  const std::string db = std::to_string(opt_.db);
-  if (opt_.db != 0) c->append({"SELECT", db});
-  if (c->pending() > 0) {
-    auto replies = c->run("connection setup");
-    Status st;
-    if (!replies.ok()) {
-      st = replies.status();
-    } else {
-      for (size_t i = 0; i < replies->size() && st.ok(); ++i) {
-        const redisReply* r = (*replies)[i].get();
-        if (is_ok_status(r)) continue;
-        const bool auth = !opt_.password.empty() && i == 0;
-        // The message names the command, never the secret.
-        st =
-            failed_precondition(std::string("redis ") + (auth ? "AUTH" : "SELECT " + db) + " failed: " + reply_text(r));
-      }
-    }
-    if (!st.ok()) return st;
-  }
-  return conn;
-}
-
-Result<RedisStore::Lease> RedisStore::borrow() {
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto deadline = std::chrono::steady_clock::now() + opt_.command_timeout;
-  while (idle_.empty() && open_ >= opt_.pool_size) {
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty() && open_ >= opt_.pool_size)
-      return kv_deadline_exceeded("redis: no free connection in the pool of " + std::to_string(opt_.pool_size) +
-                                  " within " + std::to_string(opt_.command_timeout.count()) + " ms");
-  }
-  if (!idle_.empty()) {
-    std::unique_ptr<redis::Connection> c = std::move(idle_.back());
-    idle_.pop_back();
-    return Lease(this, std::move(c));
-  }
-  ++open_;
-  lock.unlock();
-  auto c = connect();
-  if (!c.ok()) {
-    lock.lock();
-    --open_;
-    cv_.notify_one();
-    return c.status();
-  }
-  return Lease(this, std::move(*c));
-}
-
-void RedisStore::give_back(std::unique_ptr<redis::Connection> c) {
-  std::vector<std::unique_ptr<redis::Connection>> stale;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!c->broken()) {
-      idle_.push_back(std::move(c));
-      cv_.notify_one();
-      return;
-    }
-    // A broken connection usually means the server went away: its idle siblings are as dead,
-    // so they go too and the next call connects afresh.
-    stale.swap(idle_);
-    open_ -= 1 + static_cast<int>(stale.size());
-    cv_.notify_all();
-  }
-  // c and stale close here, outside the lock.
-}
 
 std::vector<KvGetResult> RedisStore::get_many(std::span<const std::string> keys) {
   const size_t n = keys.size();
   std::vector<KvGetResult> out;
   out.reserve(n);
-  auto fail_all = [&](const Status& st) {
-    out.clear();
-    for (size_t i = 0; i < n; ++i) {
-      stats_.error();
-      out.push_back(st);
-    }
-    return std::move(out);
-  };
   if (n == 0) return out;
-  auto lease = borrow();
-  if (!lease.ok()) return fail_all(lease.status());
-  redis::Connection* c = lease->get();
-  for (const auto& k : keys) c->append({"GET", mkey(k)});
-  auto r1 = c->run("GET");
-  if (!r1.ok()) return fail_all(r1.status());
+  Batch b;
+  for (const auto& k : keys) b.add({"GET", b.keep(mkey(k))});
+  const Replies r1 = exec_->run(b, "GET");
 
   struct Found {
     size_t index;
@@ -240,34 +154,47 @@ std::vector<KvGetResult> RedisStore::get_many(std::span<const std::string> keys)
   std::vector<Found> found;
   std::vector<Damaged> damaged;
   for (size_t i = 0; i < n; ++i) {
-    const redisReply* r = (*r1)[i].get();
+    if (!r1[i].ok()) {
+      res[i].emplace(get_failed(r1[i].status()));
+      continue;
+    }
+    const redisReply* r = r1[i]->get();
     if (r->type == REDIS_REPLY_NIL) {
       res[i].emplace(kv_miss());
       continue;
     }
     if (r->type != REDIS_REPLY_STRING) {
-      res[i].emplace(kv_unavailable("redis GET " + keys[i] + ": " + reply_text(r)));
+      res[i].emplace(get_failed(kv_unavailable("redis GET " + keys[i] + ": " + reply_text(r))));
       continue;
     }
-    Found f{i, {}, reply_text(r), c->pending()};
+    Found f{i, {}, reply_text(r), b.size()};
     if (!decode_manifest(f.raw, static_cast<uint64_t>(opt_.max_value_bytes), f.m)) {
       damaged.push_back({i, std::move(f.raw), std::nullopt});
       continue;
     }
-    for (uint32_t j = 0; j < f.m.chunks; ++j) c->append({"GET", chunk_key(keys[i], f.m.writer, j)});
+    for (uint32_t j = 0; j < f.m.chunks; ++j) b.add({"GET", b.keep(chunk_key(keys[i], f.m.writer, j))});
     found.push_back(std::move(f));
   }
-  if (c->pending() > 0) {
-    auto r2 = c->run("GET chunks");
-    if (!r2.ok()) return fail_all(r2.status());
+  if (!b.empty()) {
+    const Replies r2 = exec_->run(b, "GET chunks");
     for (auto& f : found) {
       std::string value;
       value.reserve(f.m.total);
       bool ok = true;
+      std::optional<Status> failed;
       for (uint32_t j = 0; j < f.m.chunks && ok; ++j) {
-        const redisReply* r = (*r2)[f.first_reply + j].get();
+        const Result<ReplyPtr>& rr = r2[f.first_reply + j];
+        if (!rr.ok()) {
+          failed = rr.status();
+          break;
+        }
+        const redisReply* r = rr->get();
         ok = r->type == REDIS_REPLY_STRING && static_cast<uint64_t>(r->len) == f.m.chunk_len(j);
         if (ok) value.append(r->str, r->len);
+      }
+      if (failed) {
+        res[f.index].emplace(get_failed(*failed));
+        continue;
       }
       ok = ok && value.size() == f.m.total && crc32c(value.data(), value.size()) == f.m.crc;
       if (ok) res[f.index].emplace(KvValue(std::move(value)));
@@ -278,18 +205,17 @@ std::vector<KvGetResult> RedisStore::get_many(std::span<const std::string> keys)
   }
   if (!damaged.empty()) {
     for (const auto& d : damaged) {
-      std::vector<std::string> ks{mkey(keys[d.index])};
+      std::vector<std::string_view> args{"EVAL", kDeleteIfSame, ""};
+      args.push_back(b.keep(mkey(keys[d.index])));
       if (d.m)
-        for (uint32_t j = 0; j < d.m->chunks; ++j) ks.push_back(chunk_key(keys[d.index], d.m->writer, j));
-      const std::string nkeys = std::to_string(ks.size());
-      std::vector<std::string_view> args{"EVAL", kDeleteIfSame, nkeys};
-      for (const auto& k : ks) args.push_back(k);
+        for (uint32_t j = 0; j < d.m->chunks; ++j) args.push_back(b.keep(chunk_key(keys[d.index], d.m->writer, j)));
+      args[2] = b.keep(std::to_string(args.size() - 3));
       args.push_back(d.raw);
-      c->append(args);
+      b.add(std::move(args), 3);
       stats_.corrupt();
       res[d.index].emplace(kv_miss());
     }
-    (void)c->run("delete damaged");  // best effort; a broken connection is dropped by the lease
+    (void)exec_->run(b, "delete damaged");  // best effort
   }
   for (size_t i = 0; i < n; ++i) {
     KvGetResult& r = *res[i];
@@ -316,135 +242,108 @@ Status RedisStore::put(std::string_view key, std::string_view value, std::chrono
   const std::string manifest = encode_manifest(m);
   const std::string px = std::to_string(ttl.count() * 1000);
   const std::string mk = mkey(key);
+  const std::string what = "put " + std::string(key);
 
-  auto lease = borrow();
-  if (!lease.ok()) {
-    stats_.error();
-    return lease.status();
-  }
-  redis::Connection* c = lease->get();
+  Batch b;
   for (uint32_t i = 0; i < m.chunks; ++i) {
-    const std::string ck = chunk_key(key, m.writer, i);
+    const std::string_view ck = b.keep(chunk_key(key, m.writer, i));
     const std::string_view part = value.substr(static_cast<size_t>(i * m.chunk_bytes), m.chunk_len(i));
-    if (ttl.count() > 0) c->append({"SET", ck, part, "PX", px});
-    else c->append({"SET", ck, part});
+    if (ttl.count() > 0) b.add({"SET", ck, part, "PX", px});
+    else b.add({"SET", ck, part});
   }
   // SET ... GET (Redis 6.2+) swaps the manifest and names the one it replaced in one step, so
   // of two concurrent writers each removes exactly the chunks it displaced.
   std::vector<std::string_view> set_manifest{"SET", mk, manifest};
   if (ttl.count() > 0) set_manifest.insert(set_manifest.end(), {"PX", px});
   set_manifest.push_back("GET");
-  c->append(set_manifest);
-  auto replies = c->run("put " + std::string(key));
-  if (!replies.ok()) {
-    stats_.error();
-    return replies.status();
-  }
-  for (size_t i = 0; i + 1 < replies->size(); ++i) {
-    if (!is_ok_status((*replies)[i].get())) {
+  b.add(set_manifest);
+  const Replies replies = exec_->run(b, what);
+  for (size_t i = 0; i + 1 < replies.size(); ++i) {
+    auto r = reply_of(replies, i, "SET");
+    if (!r.ok() || !is_ok_status(*r)) {
       stats_.error();
-      return kv_unavailable("redis SET: " + reply_text((*replies)[i].get()));
+      return r.ok() ? kv_unavailable("redis SET: " + reply_text(*r)) : r.status();
     }
   }
-  const redisReply* old = replies->back().get();
+  if (!replies.back().ok()) {
+    stats_.error();
+    return replies.back().status();
+  }
+  const redisReply* old = replies.back()->get();
   if (old->type == REDIS_REPLY_ERROR) {
     // A server before 6.2 (no SET ... GET): a plain SET; displaced chunks are left to their TTL.
     set_manifest.pop_back();
-    c->append(set_manifest);
-    auto r = c->run("put " + std::string(key));
-    if (!r.ok() || !is_ok_status((*r)[0].get())) {
+    b.add(set_manifest);
+    const Replies again = exec_->run(b, what);
+    auto r = reply_of(again, 0, "SET");
+    if (!r.ok() || !is_ok_status(*r)) {
       stats_.error();
-      return r.ok() ? kv_unavailable("redis SET: " + reply_text((*r)[0].get())) : r.status();
+      return r.ok() ? kv_unavailable("redis SET: " + reply_text(*r)) : r.status();
     }
   }
   Manifest om;
   if (old->type == REDIS_REPLY_STRING &&
       decode_manifest(std::string_view(old->str, old->len), static_cast<uint64_t>(opt_.max_value_bytes), om) &&
       om.writer != m.writer && om.chunks > 0) {
-    std::vector<std::string> ks;
-    for (uint32_t j = 0; j < om.chunks; ++j) ks.push_back(chunk_key(key, om.writer, j));
     std::vector<std::string_view> args{"DEL"};
-    for (const auto& k : ks) args.push_back(k);
-    c->append(args);
-    (void)c->run("delete replaced chunks");
+    for (uint32_t j = 0; j < om.chunks; ++j) args.push_back(b.keep(chunk_key(key, om.writer, j)));
+    b.add(std::move(args));
+    (void)exec_->run(b, "delete replaced chunks");
   }
   stats_.written(value.size());
   return Status::Ok();
 }
 
 Status RedisStore::del(std::string_view key) {
-  auto lease = borrow();
-  if (!lease.ok()) {
-    stats_.error();
-    return lease.status();
-  }
-  redis::Connection* c = lease->get();
   const std::string mk = mkey(key);
-  c->append({"GET", mk});
-  auto r = c->run("del " + std::string(key));
-  if (!r.ok()) {
+  const std::string what = "del " + std::string(key);
+  Batch b;
+  b.add({"GET", mk});
+  const Replies r = exec_->run(b, what);
+  if (!r[0].ok()) {
     stats_.error();
-    return r.status();
+    return r[0].status();
   }
-  std::vector<std::string> ks{mk};
-  const redisReply* old = (*r)[0].get();
+  std::vector<std::string_view> args{"DEL", mk};
+  const redisReply* old = r[0]->get();
   Manifest m;
   if (old->type == REDIS_REPLY_STRING &&
       decode_manifest(std::string_view(old->str, old->len), static_cast<uint64_t>(opt_.max_value_bytes), m))
-    for (uint32_t j = 0; j < m.chunks; ++j) ks.push_back(chunk_key(key, m.writer, j));
-  std::vector<std::string_view> args{"DEL"};
-  for (const auto& k : ks) args.push_back(k);
-  c->append(args);
-  auto dr = c->run("del " + std::string(key));
-  if (!dr.ok()) {
+    for (uint32_t j = 0; j < m.chunks; ++j) args.push_back(b.keep(chunk_key(key, m.writer, j)));
+  b.add(std::move(args));
+  const Replies dr = exec_->run(b, what);
+  auto d = reply_of(dr, 0, "DEL");
+  if (!d.ok()) {
     stats_.error();
-    return dr.status();
-  }
-  if ((*dr)[0]->type == REDIS_REPLY_ERROR) {
-    stats_.error();
-    return kv_unavailable("redis DEL: " + reply_text((*dr)[0].get()));
+    return d.status();
   }
   return Status::Ok();
 }
 
 Status RedisStore::set_op(const char* cmd, std::string_view set, std::string_view member) {
-  auto lease = borrow();
-  if (!lease.ok()) {
+  const std::string sk = mkey(set);
+  Batch b;
+  b.add({cmd, sk, member});
+  const Replies r = exec_->run(b, cmd);
+  auto rr = reply_of(r, 0, cmd);
+  if (!rr.ok() || (*rr)->type != REDIS_REPLY_INTEGER) {
     stats_.error();
-    return lease.status();
-  }
-  redis::Connection* c = lease->get();
-  c->append({cmd, mkey(set), member});
-  auto r = c->run(cmd);
-  if (!r.ok()) {
-    stats_.error();
-    return r.status();
-  }
-  if ((*r)[0]->type != REDIS_REPLY_INTEGER) {
-    stats_.error();
-    return kv_unavailable(std::string("redis ") + cmd + ": " + reply_text((*r)[0].get()));
+    return rr.ok() ? kv_unavailable(std::string("redis ") + cmd + ": " + reply_text(*rr)) : rr.status();
   }
   return Status::Ok();
 }
 
 Result<std::vector<std::string>> RedisStore::set_members(std::string_view set) {
-  auto lease = borrow();
-  if (!lease.ok()) {
+  const std::string sk = mkey(set);
+  Batch b;
+  b.add({"SMEMBERS", sk});
+  const Replies r = exec_->run(b, "SMEMBERS");
+  auto rr = reply_of(r, 0, "SMEMBERS");
+  if (!rr.ok() || (*rr)->type != REDIS_REPLY_ARRAY) {
     stats_.error();
-    return lease.status();
+    return rr.ok() ? kv_unavailable("redis SMEMBERS: " + reply_text(*rr)) : rr.status();
   }
-  redis::Connection* c = lease->get();
-  c->append({"SMEMBERS", mkey(set)});
-  auto r = c->run("SMEMBERS");
-  if (!r.ok()) {
-    stats_.error();
-    return r.status();
-  }
-  const redisReply* a = (*r)[0].get();
-  if (a->type != REDIS_REPLY_ARRAY) {
-    stats_.error();
-    return kv_unavailable("redis SMEMBERS: " + reply_text(a));
-  }
+  const redisReply* a = *rr;
   std::vector<std::string> out;
   for (size_t i = 0; i < a->elements; ++i)
     if (a->element[i]->type == REDIS_REPLY_STRING) out.push_back(reply_text(a->element[i]));
@@ -474,7 +373,31 @@ Result<std::unique_ptr<KvStore>> make_redis_store(const RedisOptions& opt) {
     struct sigaction sa;
     if (sigaction(SIGPIPE, nullptr, &sa) == 0 && sa.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
   });
-  return std::unique_ptr<KvStore>(new RedisStore(opt, std::move(tls)));
+  redis::ConnectOptions co;
+  co.user = opt.user;
+  co.password = opt.password;
+  co.db = opt.db;
+  co.connect_timeout = opt.connect_timeout;
+  co.command_timeout = opt.command_timeout;
+  co.pool_size = opt.pool_size;
+  co.tls = tls;
+  const std::string scheme = tls ? "rediss" : "redis";
+  if (opt.cluster) {
+    if (opt.db != 0) return invalid_argument("redis-cluster kv store: a cluster has only database 0");
+    if (opt.key_prefix.find_first_of("{}") != std::string::npos)
+      return invalid_argument("redis-cluster kv store: prefix must not contain { or } (the hash tag is the key)");
+    std::vector<std::pair<std::string, int>> seeds = opt.seeds;
+    if (seeds.empty()) seeds.emplace_back(opt.host, opt.port);
+    std::string name = scheme + "-cluster://";
+    for (size_t i = 0; i < seeds.size(); ++i)
+      name += (i ? "," : "") + seeds[i].first + ":" + std::to_string(seeds[i].second);
+    auto exec =
+        redis::make_cluster_executor(seeds, co, opt.breaker ? std::optional(opt.breaker_options) : std::nullopt);
+    return std::unique_ptr<KvStore>(new RedisStore(opt, std::move(exec), std::move(name)));
+  }
+  auto exec = std::make_unique<redis::SingleExecutor>(opt.host, opt.port, co);
+  return std::unique_ptr<KvStore>(new RedisStore(
+      opt, std::move(exec), scheme + "://" + opt.host + ":" + std::to_string(opt.port) + "/" + std::to_string(opt.db)));
 }
 
 }  // namespace yoco

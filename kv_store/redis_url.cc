@@ -14,6 +14,31 @@ Result<int64_t> ranged(const std::string& v, const std::string& key, int64_t lo,
   return n;
 }
 
+// host[:port] or [v6]:port; the port defaults to 6379.
+Result<std::pair<std::string, int>> parse_host_port(std::string_view rest) {
+  std::string_view host = rest, port;
+  if (!rest.empty() && rest.front() == '[') {
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos) return invalid_argument("redis url: unterminated [ in host");
+    host = rest.substr(1, close - 1);
+    std::string_view after = rest.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return invalid_argument("redis url: junk after ] in host");
+      port = after.substr(1);
+    }
+  } else if (size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+  }
+  if (host.empty()) return invalid_argument("redis url: missing host");
+  int p = 6379;
+  if (!port.empty()) {
+    YOCO_ASSIGN_OR_RETURN(int64_t v, ranged(std::string(port), "port", 1, 65535));
+    p = static_cast<int>(v);
+  }
+  return std::make_pair(std::string(host), p);
+}
+
 }  // namespace
 
 Result<RedisOptions> parse_redis_url(std::string_view url) {
@@ -24,8 +49,15 @@ Result<RedisOptions> parse_redis_url(std::string_view url) {
   } else if (url.rfind("rediss://", 0) == 0) {
     rest = url.substr(9);
     o.tls = true;
+  } else if (url.rfind("redis-cluster://", 0) == 0) {
+    rest = url.substr(16);
+    o.cluster = true;
+  } else if (url.rfind("rediss-cluster://", 0) == 0) {
+    rest = url.substr(17);
+    o.cluster = true;
+    o.tls = true;
   } else {
-    return invalid_argument("redis url: must start with redis:// or rediss://");
+    return invalid_argument("redis url: must start with redis://, rediss://, redis-cluster:// or rediss-cluster://");
   }
   std::string_view query;
   if (size_t q = rest.find('?'); q != std::string_view::npos) {
@@ -54,25 +86,21 @@ Result<RedisOptions> parse_redis_url(std::string_view url) {
       o.user.clear();
     }
   }
-  std::string_view host = rest, port;
-  if (!rest.empty() && rest.front() == '[') {
-    const size_t close = rest.find(']');
-    if (close == std::string_view::npos) return invalid_argument("redis url: unterminated [ in host");
-    host = rest.substr(1, close - 1);
-    std::string_view after = rest.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') return invalid_argument("redis url: junk after ] in host");
-      port = after.substr(1);
+  if (o.cluster) {
+    // host:port[,host:port...]: the seeds.
+    while (true) {
+      const size_t comma = rest.find(',');
+      YOCO_ASSIGN_OR_RETURN(auto hp, parse_host_port(rest.substr(0, comma)));
+      o.seeds.push_back(std::move(hp));
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
     }
-  } else if (size_t colon = rest.rfind(':'); colon != std::string_view::npos) {
-    host = rest.substr(0, colon);
-    port = rest.substr(colon + 1);
-  }
-  if (host.empty()) return invalid_argument("redis url: missing host");
-  o.host = std::string(host);
-  if (!port.empty()) {
-    YOCO_ASSIGN_OR_RETURN(int64_t p, ranged(std::string(port), "port", 1, 65535));
-    o.port = static_cast<int>(p);
+    o.host = o.seeds[0].first;
+    o.port = o.seeds[0].second;
+  } else {
+    YOCO_ASSIGN_OR_RETURN(auto hp, parse_host_port(rest));
+    o.host = std::move(hp.first);
+    o.port = hp.second;
   }
   if (!path.empty()) {
     YOCO_ASSIGN_OR_RETURN(int64_t db, ranged(std::string(path), "database (/db)", 0, 1 << 20));

@@ -12,8 +12,8 @@ namespace yoco {
 namespace {
 
 // --kv-store-password-env: the Redis password comes from the environment (a Kubernetes Secret),
-// never from a flag or a config file. It goes into every redis:// tier that has no userinfo,
-// %-encoded as the URL parser expects.
+// never from a flag or a config file. It goes into every redis:// (or redis-cluster://) tier that
+// has no userinfo, %-encoded as the URL parser expects (a cluster URL's further seeds follow it).
 std::string with_redis_password(const std::string& spec, const std::string& password) {
   std::string enc;
   for (unsigned char ch : password) {
@@ -31,7 +31,7 @@ std::string with_redis_password(const std::string& spec, const std::string& pass
     size_t end = spec.find(',', pos);
     if (end == std::string::npos) end = spec.size();
     std::string tier = spec.substr(pos, end - pos);
-    for (const char* scheme : {"redis://", "rediss://"}) {
+    for (const char* scheme : {"redis://", "rediss://", "redis-cluster://", "rediss-cluster://"}) {
       const size_t n = std::strlen(scheme);
       if (tier.rfind(scheme, 0) == 0) {
         const size_t host_end = tier.find_first_of("/?", n);

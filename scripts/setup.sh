@@ -21,6 +21,7 @@ packages=(
   python3-venv                # build/.venv: tokenizers + tiktoken for the tokenizer reference test
   libucx-dev ucx-utils        # transfer/: the KV transfer engine over UCX; ucx_perftest for bench/
   libhiredis-dev redis-server # kv_store/: the redis backend; its tests start a redis-server
+  redis-tools                 # redis-cli: the tests' Redis Cluster (--cluster create / reshard), key checks
   libssl-dev openssl          # the redis backend's TLS (rediss://); tests make throwaway certificates
   curl                        # tests/openai: SSE framing as `curl -N` sees it; scripts/run.sh
   podman debootstrap          # tests/image (label image): the CPU image built and run, base images from a mirror

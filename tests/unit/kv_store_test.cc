@@ -23,6 +23,8 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "common/checksum.h"
@@ -34,6 +36,7 @@
 #include "kv_store/factory.h"
 #include "kv_store/format.h"
 #include "kv_store/memory_store.h"
+#include "kv_store/redis_slot.h"
 #include "kv_store/redis_store.h"
 #include "kv_store/tiered_store.h"
 #include "kv_store/util.h"
@@ -903,6 +906,33 @@ TEST(KvStoreFactory, RedisUrl) {
   EXPECT_FALSE(parse_redis_url("redis://u:%zz@h").ok());
 }
 
+TEST(KvStoreFactory, RedisClusterUrl) {
+  auto c = parse_redis_url("rediss-cluster://:pw@10.0.0.1:7000,[::1]:7001,cache-2?timeout_ms=50&tls_ca=/ca.pem");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE(c->cluster);
+  EXPECT_TRUE(c->tls);
+  EXPECT_EQ(c->password, "pw");
+  EXPECT_EQ(c->seeds, (std::vector<std::pair<std::string, int>>{{"10.0.0.1", 7000}, {"::1", 7001}, {"cache-2", 6379}}));
+  EXPECT_EQ(c->command_timeout, 50ms);
+  EXPECT_EQ(c->tls_options.ca_file, "/ca.pem");
+  EXPECT_FALSE(parse_redis_url("redis-cluster://a:1,,b:2").ok());
+  EXPECT_FALSE(parse_redis_url("redis-cluster://a:1,b:x").ok());
+  // A cluster has only database 0, and the prefix must not hold a hash tag of its own.
+  EXPECT_EQ(make_kv_store("redis-cluster://a:1/2").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(make_kv_store("redis-cluster://a:1?prefix=x{y}").status().code(), StatusCode::kInvalidArgument);
+  // Its seeds' commas do not split tiers; a part that starts a tier does.
+  test::TempDir dir;
+  auto stack =
+      make_kv_store("memory:1MiB, redis-cluster://127.0.0.1:7000,127.0.0.1:7001?timeout_ms=50, dir:" + dir.sub("x"));
+  ASSERT_TRUE(stack.ok()) << stack.status().to_string();
+  const auto tiers = (*stack)->tier_stats();
+  ASSERT_EQ(tiers.size(), 3u);
+  EXPECT_EQ(tiers[1].name, "redis-cluster://127.0.0.1:7000,127.0.0.1:7001");
+  auto lone = make_kv_store("redis-cluster://127.0.0.1:7000");
+  ASSERT_TRUE(lone.ok());
+  EXPECT_EQ((*lone)->name(), "redis-cluster://127.0.0.1:7000");
+}
+
 TEST(KvStoreFactory, ByteSizes) {
   EXPECT_EQ(ok_value(kv::parse_byte_size("256MiB")), int64_t{256} << 20);
   EXPECT_EQ(ok_value(kv::parse_byte_size("10GiB")), int64_t{10} << 30);
@@ -1227,8 +1257,8 @@ bool port_accepts(int port) {
 // With a PKI, it listens only on a TLS port and requires a client certificate signed by the CA.
 class RedisServer {
  public:
-  RedisServer(int port, std::string password, const test::TestPki* tls = nullptr)
-      : port_(port), password_(std::move(password)), tls_(tls) {}
+  RedisServer(int port, std::string password, const test::TestPki* tls = nullptr, std::vector<std::string> extra = {})
+      : port_(port), password_(std::move(password)), tls_(tls), extra_(std::move(extra)) {}
   ~RedisServer() { stop(); }
 
   bool start() {
@@ -1244,6 +1274,7 @@ class RedisServer {
       const std::vector<std::string> listen =
           tls_ ? tls_->redis_server_args(port_) : std::vector<std::string>{"--port", std::to_string(port_)};
       args.insert(args.end(), listen.begin(), listen.end());
+      args.insert(args.end(), extra_.begin(), extra_.end());
       if (!password_.empty()) {
         args.push_back("--requirepass");
         args.push_back(password_);
@@ -1269,11 +1300,13 @@ class RedisServer {
   }
   void signal(int sig) { ::kill(pid_, sig); }
   int port() const { return port_; }
+  bool running() const { return pid_ > 0; }
 
-  // redis-cli's --raw output of one command (tests poke at chunks with it).
-  std::string cli(const std::string& command) const {
+  // redis-cli's --raw output of one command (tests poke at chunks with it); cluster: -c follows
+  // redirections.
+  std::string cli(const std::string& command, bool cluster = false) const {
     std::string cmd =
-        "redis-cli -h 127.0.0.1 -p " + std::to_string(port_) +
+        "redis-cli " + std::string(cluster ? "-c " : "") + "-h 127.0.0.1 -p " + std::to_string(port_) +
         (password_.empty() ? "" : " -a " + password_ + " --no-auth-warning") +
         (tls_ ? " --tls --cacert " + tls_->ca + " --cert " + tls_->client_cert + " --key " + tls_->client_key : "") +
         " --raw " + command + " 2>&1";
@@ -1292,11 +1325,209 @@ class RedisServer {
   int port_;
   std::string password_;
   const test::TestPki* tls_;
+  std::vector<std::string> extra_;
   pid_t pid_ = -1;
 };
 
-// Every KvStoreRedis case runs twice: over plain TCP and over TLS (with a client certificate).
-class KvStoreRedis : public ::testing::TestWithParam<bool> {
+// A Redis Cluster of Debian's redis-server on 127.0.0.1 owned by the test: 3 masters and 3
+// replicas (redis-cli --cluster create), client and bus ports chosen at run time, every node
+// killed by the destructor, also on failure. A short node timeout keeps fail-over quick; full
+// coverage is not required, so the healthy masters serve while one is down (as a cache should).
+class RedisCluster {
+ public:
+  static constexpr int kNodes = 6;
+  // With a PKI the nodes speak only TLS, to clients and on the cluster bus.
+  explicit RedisCluster(const test::TestPki* tls = nullptr, int node_timeout_ms = 1000)
+      : tls_(tls), node_timeout_ms_(node_timeout_ms) {}
+  ~RedisCluster() { stop(); }
+
+  bool start() {
+    std::string create = "redis-cli" + tls_flags() + " --cluster create";
+    for (int i = 0; i < kNodes; ++i) {
+      const int port = free_port();
+      int bus = free_port();
+      while (bus == port) bus = free_port();
+      std::vector<std::string> args{"--cluster-enabled",
+                                    "yes",
+                                    "--cluster-config-file",
+                                    dir_.path() + "/nodes-" + std::to_string(port) + ".conf",
+                                    "--cluster-node-timeout",
+                                    std::to_string(node_timeout_ms_),
+                                    "--cluster-port",
+                                    std::to_string(bus),
+                                    "--cluster-require-full-coverage",
+                                    "no",
+                                    "--repl-diskless-sync-delay",  // replicas sync at once, not after 5 s
+                                    "0",
+                                    "--dir",
+                                    dir_.path()};
+      if (tls_) args.insert(args.end(), {"--tls-cluster", "yes", "--tls-replication", "yes"});
+      nodes_.push_back(std::make_unique<RedisServer>(port, "", tls_, std::move(args)));
+      if (!nodes_.back()->start()) return false;
+      create += " 127.0.0.1:" + std::to_string(port);
+    }
+    run(create + " --cluster-replicas 1 --cluster-yes >/dev/null 2>&1");
+    return wait_ok(std::chrono::seconds(20));
+  }
+  void stop() {
+    for (auto& n : nodes_) n->stop();
+  }
+  // Until every running node says cluster_state:ok and agrees on 3 masters covering all slots.
+  bool wait_ok(std::chrono::milliseconds limit) {
+    const auto until = Clock::now() + limit;
+    while (Clock::now() < until) {
+      bool ok = true;
+      for (auto& n : nodes_)
+        if (n->running() && n->cli("CLUSTER INFO").find("cluster_state:ok") == std::string::npos) ok = false;
+      if (ok && masters().size() == 3) return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+  RedisServer& node(int i) { return *nodes_[static_cast<size_t>(i)]; }
+  RedisServer* by_port(int port) {
+    for (auto& n : nodes_)
+      if (n->port() == port) return n.get();
+    return nullptr;
+  }
+  // A running node, for commands that any node answers.
+  RedisServer& any() {
+    for (auto& n : nodes_)
+      if (n->running()) return *n;
+    return *nodes_[0];
+  }
+  std::string cli(const std::string& command) { return any().cli(command, true); }
+
+  struct NodeInfo {
+    std::string id;
+    int port = 0;
+    bool master = false;
+    bool failed = false;
+    std::string master_id;
+    int slots = 0;
+    std::vector<std::pair<int, int>> ranges;
+  };
+  // CLUSTER NODES as one running node sees it.
+  std::vector<NodeInfo> nodes() {
+    std::vector<NodeInfo> out;
+    std::istringstream in(any().cli("CLUSTER NODES"));
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::vector<std::string> w;
+      for (std::string x; f >> x;) w.push_back(x);
+      if (w.size() < 8) continue;
+      NodeInfo n;
+      n.id = w[0];
+      n.port = std::atoi(w[1].substr(w[1].rfind(':') + 1).c_str());
+      n.master = w[2].find("master") != std::string::npos;
+      n.failed = w[2].find("fail") != std::string::npos;
+      n.master_id = w[3];
+      for (size_t i = 8; i < w.size(); ++i) {
+        if (w[i].front() == '[') continue;  // a slot being migrated
+        const size_t dash = w[i].find('-');
+        const int lo = std::atoi(w[i].c_str()),
+                  hi = dash == std::string::npos ? lo : std::atoi(w[i].c_str() + dash + 1);
+        n.ranges.emplace_back(lo, hi);
+        n.slots += hi - lo + 1;
+      }
+      out.push_back(n);
+    }
+    return out;
+  }
+  // Ports of the healthy masters that serve slots.
+  std::vector<int> masters() {
+    std::vector<int> out;
+    for (const auto& n : nodes())
+      if (n.master && !n.failed && n.slots > 0) out.push_back(n.port);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  // The port of the master serving a key's slot (CLUSTER KEYSLOT, CLUSTER NODES).
+  int master_of(const std::string& key) {
+    const int slot = std::atoi(cli("CLUSTER KEYSLOT '" + key + "'").c_str());
+    for (const auto& n : nodes())
+      if (n.master && !n.failed)
+        for (const auto& [lo, hi] : n.ranges)
+          if (slot >= lo && slot <= hi) return n.port;
+    return 0;
+  }
+  // A node's id (CLUSTER MYID).
+  std::string id_of(int port) { return by_port(port)->cli("CLUSTER MYID"); }
+  // Until each master's replicas hold as many keys as it does.
+  bool wait_replicated(std::chrono::milliseconds limit) {
+    const auto until = Clock::now() + limit;
+    while (Clock::now() < until) {
+      bool ok = true;
+      const auto all = nodes();
+      for (const auto& m : all) {
+        if (!m.master || m.failed || m.slots == 0) continue;
+        const std::string keys = by_port(m.port)->cli("DBSIZE");
+        for (const auto& r : all)
+          if (r.master_id == m.id && !r.failed && by_port(r.port)->cli("DBSIZE") != keys) ok = false;
+      }
+      if (ok) return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+  // Every key matching a pattern, over all nodes (replicas repeat their masters' keys).
+  std::vector<std::string> keys(const std::string& pattern) {
+    std::set<std::string> all;
+    for (auto& n : nodes_) {
+      if (!n->running()) continue;
+      std::istringstream in(n->cli("KEYS '" + pattern + "'"));
+      for (std::string k; std::getline(in, k);)
+        if (!k.empty()) all.insert(k);
+    }
+    return {all.begin(), all.end()};
+  }
+  std::string seeds() const {
+    std::string s;
+    for (size_t i = 0; i < 3; ++i) s += (i ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(nodes_[i]->port());
+    return s;
+  }
+  // redis-cli's TLS options for these nodes ("" without TLS).
+  std::string tls_flags() const {
+    return tls_ ? " --tls --cacert " + tls_->ca + " --cert " + tls_->client_cert + " --key " + tls_->client_key : "";
+  }
+  static std::string run(const std::string& cmd) {
+    std::string out;
+    if (FILE* f = ::popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+      ::pclose(f);
+    }
+    return out;
+  }
+
+ private:
+  const test::TestPki* tls_;
+  int node_timeout_ms_;
+  test::TempDir dir_;
+  std::vector<std::unique_ptr<RedisServer>> nodes_;
+};
+
+enum class RedisBackend { kTcp, kTls, kCluster, kClusterTls };
+
+std::string backend_name(const ::testing::TestParamInfo<RedisBackend>& info) {
+  switch (info.param) {
+    case RedisBackend::kTcp:
+      return "tcp";
+    case RedisBackend::kTls:
+      return "tls";
+    case RedisBackend::kCluster:
+      return "cluster";
+    case RedisBackend::kClusterTls:
+      return "cluster_tls";
+  }
+  return "?";
+}
+
+// Every KvStoreRedis case runs four times: over plain TCP and over TLS (with a client
+// certificate) to one server, and over both to a Redis Cluster (3 masters, 3 replicas).
+class KvStoreRedis : public ::testing::TestWithParam<RedisBackend> {
  protected:
   void SetUp() override {
     if (find_program("redis-server").empty() || find_program("redis-cli").empty())
@@ -1308,11 +1539,19 @@ class KvStoreRedis : public ::testing::TestWithParam<bool> {
       pki_ = shared_pki();
       ASSERT_TRUE(pki_ != nullptr) << "openssl could not make the test certificates";
     }
+    if (cluster()) {
+      cluster_ = std::make_unique<RedisCluster>(pki());
+      ASSERT_TRUE(cluster_->start()) << "the redis cluster did not start";
+      return;
+    }
     server_ = std::make_unique<RedisServer>(free_port(), password(), pki());
     ASSERT_TRUE(server_->start()) << "redis-server did not start";
   }
   virtual std::string password() const { return ""; }
-  virtual bool tls() const { return GetParam(); }
+  virtual bool tls() const { return GetParam() == RedisBackend::kTls || GetParam() == RedisBackend::kClusterTls; }
+  virtual bool cluster() const {
+    return GetParam() == RedisBackend::kCluster || GetParam() == RedisBackend::kClusterTls;
+  }
   const test::TestPki* pki() const { return pki_; }
   // One PKI for the whole binary (key generation is the slow part).
   static const test::TestPki* shared_pki() {
@@ -1323,7 +1562,12 @@ class KvStoreRedis : public ::testing::TestWithParam<bool> {
 
   RedisOptions options() const {
     RedisOptions o;
-    o.port = server_->port();
+    if (cluster_) {
+      o.cluster = true;
+      for (int i = 0; i < 3; ++i) o.seeds.emplace_back("127.0.0.1", cluster_->node(i).port());
+    } else {
+      o.port = server_->port();
+    }
     o.password = password();
     o.chunk_bytes = 64 << 10;
     o.command_timeout = 200ms;
@@ -1339,8 +1583,11 @@ class KvStoreRedis : public ::testing::TestWithParam<bool> {
   }
   // The store URL the factory takes, with the breaker tuned for tests.
   std::string url() const {
+    const std::string where =
+        cluster_ ? std::string(pki_ ? "rediss" : "redis") + "-cluster://" + cluster_->seeds()
+                 : std::string(pki_ ? "rediss" : "redis") + "://127.0.0.1:" + std::to_string(server_->port());
     std::string u =
-        std::string(pki_ ? "rediss" : "redis") + "://127.0.0.1:" + std::to_string(server_->port()) +
+        where +
         "?timeout_ms=200&connect_timeout_ms=200&pool=2&breaker_failures=3&breaker_cooldown_ms=400&breaker_slow_ms=1000";
     if (pki_) u += "&" + pki_->redis_url_query();
     return u;
@@ -1350,7 +1597,24 @@ class KvStoreRedis : public ::testing::TestWithParam<bool> {
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     return s.ok() ? std::move(s).value() : nullptr;
   }
+  // The Redis name of a store key: PREFIX KEY, on a cluster PREFIX "{" KEY "}".
+  std::string rk(const std::string& key) const { return cluster_ ? "yoco:{" + key + "}" : "yoco:" + key; }
+  // redis-cli's output of one command (a cluster: to any node, following redirections).
+  std::string cli(const std::string& command) { return cluster_ ? cluster_->cli(command) : server_->cli(command); }
+  // Copies a Redis value (a cluster: across slots, so not with COPY).
+  std::string copy_value(const std::string& from, const std::string& to) {
+    if (!cluster_) return cli("COPY " + from + " " + to + " REPLACE");
+    const std::string port = std::to_string(cluster_->any().port());
+    const std::string rc = "redis-cli" + cluster_->tls_flags() + " -c -p " + port;
+    RedisCluster::run(rc + " --raw GET '" + from + "' | head -c -1 | " + rc + " -x SET '" + to + "' >/dev/null");
+    return cli("EXISTS '" + to + "'");
+  }
+  void stop_servers() {
+    if (cluster_) cluster_->stop();
+    else server_->stop();
+  }
   std::vector<std::string> keys_matching(const std::string& pattern) {
+    if (cluster_) return cluster_->keys(pattern);
     std::vector<std::string> out;
     std::string text = server_->cli("KEYS '" + pattern + "'");
     size_t start = 0;
@@ -1365,7 +1629,7 @@ class KvStoreRedis : public ::testing::TestWithParam<bool> {
   }
   // Chunk keys of a value, in chunk order.
   std::vector<std::string> chunks_of(const std::string& key) {
-    auto ks = keys_matching("yoco:" + key + ":*");
+    auto ks = keys_matching(rk(key) + ":*");
     std::sort(ks.begin(), ks.end(), [](const std::string& a, const std::string& b) {
       return std::stoi(a.substr(a.rfind(':') + 1)) < std::stoi(b.substr(b.rfind(':') + 1));
     });
@@ -1374,10 +1638,13 @@ class KvStoreRedis : public ::testing::TestWithParam<bool> {
 
   const test::TestPki* pki_ = nullptr;
   std::unique_ptr<RedisServer> server_;
+  std::unique_ptr<RedisCluster> cluster_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Transport, KvStoreRedis, ::testing::Bool(),
-                         [](const auto& info) { return std::string(info.param ? "tls" : "tcp"); });
+INSTANTIATE_TEST_SUITE_P(Transport, KvStoreRedis,
+                         ::testing::Values(RedisBackend::kTcp, RedisBackend::kTls, RedisBackend::kCluster,
+                                           RedisBackend::kClusterTls),
+                         backend_name);
 
 TEST_P(KvStoreRedis, LargeValueRoundTripInChunks) {
   auto s = store(options());
@@ -1430,7 +1697,7 @@ TEST_P(KvStoreRedis, PipelinedGetMany) {
   ASSERT_TRUE(s->set_add("docs:x", "doc-2").ok());
   ASSERT_TRUE(s->set_remove("docs:x", "doc-1").ok());
   EXPECT_EQ(ok_value(s->set_members("docs:x")), (std::vector<std::string>{"doc-2"}));
-  EXPECT_EQ(server_->cli("SISMEMBER yoco:docs:x doc-2"), "1");
+  EXPECT_EQ(cli("SISMEMBER " + rk("docs:x") + " doc-2"), "1");
 }
 
 TEST_P(KvStoreRedis, TtlExpiry) {
@@ -1438,10 +1705,10 @@ TEST_P(KvStoreRedis, TtlExpiry) {
   ASSERT_TRUE(s->put("short", random_bytes(200000, 5), 1s).ok());
   ASSERT_TRUE(s->put("long", "v", 0s).ok());
   EXPECT_TRUE(s->get("short")->has_value());
-  const std::string pttl = server_->cli("PTTL yoco:short");
+  const std::string pttl = cli("PTTL " + rk("short"));
   EXPECT_GT(std::stoi(pttl), 0) << pttl;
-  for (const auto& ck : chunks_of("short")) EXPECT_GT(std::stoi(server_->cli("PTTL " + ck)), 0) << ck;
-  EXPECT_EQ(server_->cli("PTTL yoco:long"), "-1");
+  for (const auto& ck : chunks_of("short")) EXPECT_GT(std::stoi(cli("PTTL " + ck)), 0) << ck;
+  EXPECT_EQ(cli("PTTL " + rk("long")), "-1");
   std::this_thread::sleep_for(1200ms);
   EXPECT_FALSE(s->get("short")->has_value());
   EXPECT_TRUE(chunks_of("short").empty());
@@ -1457,42 +1724,42 @@ TEST_P(KvStoreRedis, DamagedMissingAndMixedChunksAreMisses) {
   ASSERT_TRUE(s->put("flip", a, 0s).ok());
   auto ck = chunks_of("flip");
   ASSERT_EQ(ck.size(), 4u);
-  server_->cli("SETRANGE " + ck[2] + " 100 Z");
+  cli("SETRANGE " + ck[2] + " 100 Z");
   auto r = s->get("flip");
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->has_value());
   EXPECT_EQ(s->stats().corrupt, ++corrupt);
-  EXPECT_EQ(server_->cli("EXISTS yoco:flip"), "0");
+  EXPECT_EQ(cli("EXISTS " + rk("flip")), "0");
   EXPECT_TRUE(chunks_of("flip").empty());
   // A missing chunk.
   ASSERT_TRUE(s->put("hole", a, 0s).ok());
-  server_->cli("DEL " + chunks_of("hole")[1]);
+  cli("DEL " + chunks_of("hole")[1]);
   r = s->get("hole");
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->has_value());
   EXPECT_EQ(s->stats().corrupt, ++corrupt);
-  EXPECT_EQ(server_->cli("EXISTS yoco:hole"), "0");
+  EXPECT_EQ(cli("EXISTS " + rk("hole")), "0");
   // Two writers' chunks mixed: writer B's chunk 1 in place of writer A's.
   ASSERT_TRUE(s->put("mix", a, 0s).ok());
   ASSERT_TRUE(s->put("other", b, 0s).ok());
   const auto ca = chunks_of("mix"), cb = chunks_of("other");
-  EXPECT_EQ(server_->cli("COPY " + cb[1] + " " + ca[1] + " REPLACE"), "1");
+  EXPECT_EQ(copy_value(cb[1], ca[1]), "1");
   r = s->get("mix");
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->has_value());
   EXPECT_EQ(s->stats().corrupt, ++corrupt);
-  EXPECT_EQ(server_->cli("EXISTS yoco:mix"), "0");
+  EXPECT_EQ(cli("EXISTS " + rk("mix")), "0");
   EXPECT_EQ(value_of(s->get("other")), b);  // untouched
   // A damaged manifest.
   ASSERT_TRUE(s->put("man", a, 0s).ok());
-  server_->cli("SETRANGE yoco:man 20 Q");
+  cli("SETRANGE " + rk("man") + " 20 Q");
   EXPECT_FALSE(s->get("man")->has_value());
   EXPECT_EQ(s->stats().corrupt, ++corrupt);
-  EXPECT_EQ(server_->cli("EXISTS yoco:man"), "0");
+  EXPECT_EQ(cli("EXISTS " + rk("man")), "0");
   // Within get_many, one bad value does not spoil the others.
   ASSERT_TRUE(s->put("g1", a, 0s).ok());
   ASSERT_TRUE(s->put("g2", b, 0s).ok());
-  server_->cli("SETRANGE " + chunks_of("g1")[0] + " 0 X");
+  cli("SETRANGE " + chunks_of("g1")[0] + " 0 X");
   std::vector<std::string> keys{"g1", "g2"};
   auto many = s->get_many(keys);
   EXPECT_FALSE(many[0]->has_value());
@@ -1540,8 +1807,8 @@ class KvStoreRedisAuth : public KvStoreRedis {
  protected:
   std::string password() const override { return "s3cret-pw"; }
 };
-INSTANTIATE_TEST_SUITE_P(Transport, KvStoreRedisAuth, ::testing::Bool(),
-                         [](const auto& info) { return std::string(info.param ? "tls" : "tcp"); });
+INSTANTIATE_TEST_SUITE_P(Transport, KvStoreRedisAuth, ::testing::Values(RedisBackend::kTcp, RedisBackend::kTls),
+                         backend_name);
 
 TEST_P(KvStoreRedisAuth, PasswordRequired) {
   auto good = store(options());
@@ -1572,7 +1839,12 @@ TEST_P(KvStoreRedisAuth, PasswordRequired) {
   EXPECT_EQ(server_->cli("-n 0 EXISTS yoco:in-db-2"), "0");
 }
 
-TEST_P(KvStoreRedis, BreakerWhenTheServerIsKilledAndRestarted) {
+// One server's outage (a cluster's: KvStoreRedisCluster.*).
+class KvStoreRedisOneServer : public KvStoreRedis {};
+INSTANTIATE_TEST_SUITE_P(Transport, KvStoreRedisOneServer, ::testing::Values(RedisBackend::kTcp, RedisBackend::kTls),
+                         backend_name);
+
+TEST_P(KvStoreRedisOneServer, BreakerWhenTheServerIsKilledAndRestarted) {
   auto made = make_kv_store(url());
   ASSERT_TRUE(made.ok()) << made.status().to_string();
   KvStore& s = **made;
@@ -1614,7 +1886,7 @@ TEST_P(KvStoreRedis, BreakerWhenTheServerIsKilledAndRestarted) {
   EXPECT_EQ(again.cli("KEYS 'yoco:__yoco_probe__*'"), "");  // the probe cleaned up
 }
 
-TEST_P(KvStoreRedis, BreakerWhenTheServerIsStoppedAndContinued) {
+TEST_P(KvStoreRedisOneServer, BreakerWhenTheServerIsStoppedAndContinued) {
   auto made = make_kv_store(url());
   ASSERT_TRUE(made.ok());
   KvStore& s = **made;
@@ -1654,7 +1926,7 @@ TEST_P(KvStoreRedis, CacheOverTieredMemoryAndRedis) {
   SequenceState st = random_state(c, 22, 8);
   auto rec = save_document(cache, tokens, st, c, 600s);
   ASSERT_TRUE(rec.ok()) << rec.status().to_string();
-  EXPECT_EQ(server_->cli("SISMEMBER yoco:docs:" + fingerprint_hex(kFp) + " " + rec->id), "1");
+  EXPECT_EQ(cli("SISMEMBER " + rk("docs:" + fingerprint_hex(kFp)) + " " + rec->id), "1");
   // A second process: its own memory tier is empty, redis has everything.
   auto other = make_kv_store("memory:16MiB," + url());
   KvCache cache2(**other, cache_options(c, 4));
@@ -1665,15 +1937,288 @@ TEST_P(KvStoreRedis, CacheOverTieredMemoryAndRedis) {
   ASSERT_TRUE(restore_prefix(cache2, *(*doc)->cached, c, back).ok());
   EXPECT_EQ(serialize_state(back, c, kFp), serialize_state(st, c, kFp));
   // Redis gone: the memory tier still serves, lookups never fail.
-  server_->stop();
+  stop_servers();
   EXPECT_EQ(cache2.longest_cached_prefix(tokens), 5);
   EXPECT_FALSE(cache2.delete_document(rec->id).ok());  // the redis copy could not be deleted: said so
+}
+
+// Redis Cluster's CRC16 and hash tags against the values Redis documents (no server needed).
+TEST(KvStoreClusterSlot, Crc16AndHashTags) {
+  EXPECT_EQ(redis::crc16_xmodem("123456789"), 0x31C3);
+  EXPECT_EQ(redis::key_slot("foo"), 12182);
+  EXPECT_EQ(redis::key_slot("{user1000}.following"), redis::key_slot("{user1000}.followers"));
+  EXPECT_EQ(redis::key_slot("foo{}{bar}"), redis::crc16_xmodem("foo{}{bar}") % 16384);  // an empty tag: the whole key
+  EXPECT_EQ(redis::key_slot("foo{{bar}}zap"), redis::key_slot("{bar"));
+  EXPECT_EQ(redis::key_slot("foo{bar}{zap}"), redis::key_slot("bar"));
+  EXPECT_EQ(redis::key_slot("yoco:{k}"), redis::key_slot("yoco:{k}:0123456789abcdef:7"));
+}
+
+// Faults of a Redis Cluster (3 masters + 3 replicas, node timeout 1 s) under the store built
+// from a redis-cluster:// URL (a breaker per node), plain TCP.
+class KvStoreRedisCluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (find_program("redis-server").empty() || find_program("redis-cli").empty())
+      GTEST_SKIP() << "redis-server / redis-cli not installed (apt-get install redis-server): redis cases skipped";
+    auto probe = make_redis_store(RedisOptions{});
+    if (!probe.ok() && probe.status().code() == StatusCode::kUnimplemented)
+      GTEST_SKIP() << "built without hiredis: " << probe.status().message();
+    ASSERT_TRUE(cluster_.start()) << "the redis cluster did not start";
+  }
+  std::unique_ptr<KvStore> make(const std::string& params = "") {
+    auto s = make_kv_store("redis-cluster://" + cluster_.seeds() +
+                           "?timeout_ms=200&connect_timeout_ms=200&pool=2&chunk_bytes=16KiB&breaker_failures=2"
+                           "&breaker_cooldown_ms=300&breaker_slow_ms=1000" +
+                           params);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+  // n keys with values of 1 to 4 chunks; all written.
+  void fill(KvStore& s, int n) {
+    for (int i = 0; i < n; ++i) {
+      keys_.push_back(key_name({i}));
+      values_.push_back(random_bytes(1000 + static_cast<size_t>(i % 4) * 17000, static_cast<uint32_t>(i)));
+      ASSERT_TRUE(s.put(keys_.back(), values_.back(), 0s).ok()) << keys_.back();
+    }
+  }
+  static std::string rk(const std::string& key) { return "yoco:{" + key + "}"; }
+
+  // Readers checking every value until stopped: a failed call or a wrong value is counted.
+  struct Load {
+    std::atomic<bool> stop{false};
+    std::atomic<int> errors{0}, wrong{0}, hits{0}, misses{0};
+    std::atomic<int> slowest_ms{0};
+    std::vector<std::thread> threads;
+    void start(KvStore& s, const std::vector<std::string>& keys, const std::vector<std::string>& values,
+               int readers = 3) {
+      for (int t = 0; t < readers; ++t)
+        threads.emplace_back([&, t] {
+          std::mt19937 g(static_cast<uint32_t>(t));
+          while (!stop) {
+            std::vector<std::string> ks;
+            std::vector<size_t> idx;
+            for (int j = 0; j < 6; ++j) {
+              idx.push_back(g() % keys.size());
+              ks.push_back(keys[idx.back()]);
+            }
+            const auto t0 = Clock::now();
+            auto got = s.get_many(ks);
+            const int ms = static_cast<int>(ms_since(t0));
+            if (ms > slowest_ms) slowest_ms = ms;
+            for (size_t j = 0; j < ks.size(); ++j) {
+              if (!got[j].ok()) ++errors;
+              else if (!got[j]->has_value()) ++misses;
+              else if (**got[j] != values[idx[j]]) ++wrong;
+              else ++hits;
+            }
+          }
+        });
+    }
+    void finish() {
+      stop = true;
+      for (auto& t : threads) t.join();
+      threads.clear();
+    }
+    ~Load() { finish(); }
+  };
+  // Whether every key is a hit with its value, within `limit`.
+  bool all_hit(KvStore& s, const std::vector<size_t>& which, std::chrono::milliseconds limit) {
+    const auto until = Clock::now() + limit;
+    std::vector<std::string> ks;
+    for (size_t i : which) ks.push_back(keys_[i]);
+    while (Clock::now() < until) {
+      auto got = s.get_many(ks);
+      bool ok = true;
+      for (size_t j = 0; j < ks.size(); ++j)
+        ok = ok && got[j].ok() && got[j]->has_value() && **got[j] == values_[which[j]];
+      if (ok) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+
+  RedisCluster cluster_;
+  std::vector<std::string> keys_, values_;
+};
+
+TEST_F(KvStoreRedisCluster, KeySlotsMatchTheServerAndAValueLivesInOneSlot) {
+  std::vector<std::string> names{"foo",
+                                 "bar",
+                                 "yoco:{k-1}",
+                                 "yoco:{k-1}:0123456789abcdef:3",
+                                 "{user1000}.following",
+                                 "foo{}{bar}",
+                                 "foo{{bar}}zap",
+                                 "foo{bar}{zap}",
+                                 "a}b{c",
+                                 "{}",
+                                 "}{"};
+  std::mt19937 g(7);
+  for (int i = 0; i < 40; ++i) {
+    std::string k;
+    for (int j = 0; j < 1 + i % 13; ++j) k += "abcdefghijklmnopqrstuvwxyz0123456789:-_{}"[g() % 41];
+    names.push_back(k);
+  }
+  for (const auto& k : names)
+    EXPECT_EQ(redis::key_slot(k), std::atoi(cluster_.cli("CLUSTER KEYSLOT '" + k + "'").c_str())) << k;
+  auto s = make();
+  ASSERT_TRUE(s);
+  fill(*s, 30);
+  // Every part of a value (manifest and chunks) is on the one master that serves its slot.
+  const auto parts = cluster_.keys(rk(keys_[3]) + "*");
+  ASSERT_EQ(parts.size(), 1u + 4u);  // 52000 bytes in 16 KiB chunks, and the manifest
+  RedisServer* owner = cluster_.by_port(cluster_.master_of(rk(keys_[3])));
+  ASSERT_TRUE(owner);
+  for (const auto& p : parts) {
+    EXPECT_EQ(redis::key_slot(p), redis::key_slot(rk(keys_[3]))) << p;
+    EXPECT_EQ(owner->cli("EXISTS '" + p + "'"), "1") << p;  // no -c: on this node itself
+  }
+  // The values spread over all three masters, and all read back.
+  std::set<int> owners;
+  for (const auto& k : keys_) owners.insert(cluster_.master_of(rk(k)));
+  EXPECT_EQ(owners.size(), 3u);
+  std::vector<size_t> all(keys_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  EXPECT_TRUE(all_hit(*s, all, 0ms + 1s));
+  EXPECT_EQ(s->stats().errors, 0u);
+}
+
+// SIGKILL a master under load: no call fails and no value is wrong; its keys are misses while it
+// is down (the node's breaker), the other masters keep serving, and once its replica is promoted
+// (the map is reloaded) its keys are hits again.
+TEST_F(KvStoreRedisCluster, MasterKilledUnderLoadCostsNoRequest) {
+  auto s = make();
+  ASSERT_TRUE(s);
+  fill(*s, 60);
+  ASSERT_TRUE(cluster_.wait_replicated(30s)) << "the replicas did not catch up";
+  const int victim = cluster_.master_of(rk(keys_[0]));
+  std::vector<size_t> on_victim, elsewhere;
+  for (size_t i = 0; i < keys_.size(); ++i)
+    (cluster_.master_of(rk(keys_[i])) == victim ? on_victim : elsewhere).push_back(i);
+  ASSERT_FALSE(on_victim.empty());
+  ASSERT_FALSE(elsewhere.empty());
+  Load load;
+  load.start(*s, keys_, values_);
+  std::this_thread::sleep_for(300ms);
+  const int hits_before = load.hits;
+  cluster_.by_port(victim)->stop();  // SIGKILL
+  const auto killed = Clock::now();
+  // While it is down: its keys are misses, the others hits.
+  std::this_thread::sleep_for(300ms);
+  const int misses_down = load.misses, hits_down = load.hits;
+  std::this_thread::sleep_for(200ms);
+  EXPECT_GT(load.misses.load(), 0);
+  EXPECT_GT(load.hits.load(), hits_down) << "the other masters stopped serving";
+  EXPECT_GE(misses_down, 0);
+  // The replica takes over (node timeout 1 s, then the election).
+  bool promoted = false;
+  while (!promoted && ms_since(killed) < 20000) {
+    const auto m = cluster_.masters();
+    promoted = m.size() == 3 && std::find(m.begin(), m.end(), victim) == m.end();
+    if (!promoted) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(promoted) << "no replica was promoted";
+  EXPECT_TRUE(all_hit(*s, on_victim, 0ms + 5s)) << "hits did not resume after the promotion";
+  load.finish();
+  EXPECT_GT(hits_before, 0);
+  EXPECT_EQ(load.errors.load(), 0) << "a call failed";
+  EXPECT_EQ(load.wrong.load(), 0) << "a wrong value was returned";
+  EXPECT_GE(s->stats().breaker_trips, 1u);
+  EXPECT_LT(load.slowest_ms.load(), 2 * 200 + 400) << "a call waited past the timeouts";
+}
+
+// A slot moved while reading: a value whose chunks (then also its manifest) are already on the
+// importing node is read through ASK; after the slot is handed over, through MOVED and a new map.
+// Then redis-cli --cluster reshard moves 1000 slots under load: every read is an exact hit.
+TEST_F(KvStoreRedisCluster, ReshardingWhileReadingFollowsAskAndMoved) {
+  auto s = make();
+  ASSERT_TRUE(s);
+  fill(*s, 40);
+  const std::string key = keys_[3];  // 4 chunks
+  const int src = cluster_.master_of(rk(key));
+  int dst = 0;
+  for (int m : cluster_.masters())
+    if (m != src) dst = m;
+  ASSERT_NE(dst, 0);
+  const std::string slot = std::to_string(redis::key_slot(rk(key)));
+  RedisServer &from = *cluster_.by_port(src), &to = *cluster_.by_port(dst);
+  const std::string from_id = cluster_.id_of(src), to_id = cluster_.id_of(dst);
+  ASSERT_EQ(to.cli("CLUSTER SETSLOT " + slot + " IMPORTING " + from_id), "OK");
+  ASSERT_EQ(from.cli("CLUSTER SETSLOT " + slot + " MIGRATING " + to_id), "OK");
+  auto migrate = [&](const std::vector<std::string>& ks) {
+    std::string cmd = "MIGRATE 127.0.0.1 " + std::to_string(dst) + " '' 0 5000 KEYS";
+    for (const auto& k : ks) cmd += " '" + k + "'";
+    return from.cli(cmd);
+  };
+  auto parts = cluster_.keys(rk(key) + ":*");
+  ASSERT_EQ(parts.size(), 4u);
+  ASSERT_EQ(migrate(parts), "OK");  // the chunks moved, the manifest not yet
+  EXPECT_TRUE(value_of(s->get(key)) == values_[3]);
+  ASSERT_EQ(migrate({rk(key)}), "OK");  // now everything, the slot still migrating
+  EXPECT_TRUE(value_of(s->get(key)) == values_[3]);
+  for (int port : {dst, src})
+    ASSERT_EQ(cluster_.by_port(port)->cli("CLUSTER SETSLOT " + slot + " NODE " + to_id), "OK");
+  EXPECT_TRUE(value_of(s->get(key)) == values_[3]);  // MOVED
+  EXPECT_TRUE(value_of(s->get(key)) == values_[3]);
+  EXPECT_EQ(s->stats().errors, 0u);
+  // A whole slot range, under load.
+  Load load;
+  load.start(*s, keys_, values_);
+  std::this_thread::sleep_for(200ms);
+  const std::string out =
+      RedisCluster::run("redis-cli --cluster reshard 127.0.0.1:" + std::to_string(src) + " --cluster-from " + from_id +
+                        " --cluster-to " + to_id + " --cluster-slots 1000 --cluster-yes --cluster-pipeline 2 2>&1");
+  std::this_thread::sleep_for(200ms);
+  load.finish();
+  EXPECT_TRUE(cluster_.wait_ok(5s)) << out;
+  EXPECT_GT(load.hits.load(), 0);
+  EXPECT_EQ(load.errors.load(), 0);
+  EXPECT_EQ(load.misses.load(), 0);
+  EXPECT_EQ(load.wrong.load(), 0);
+  std::vector<size_t> all(keys_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  EXPECT_TRUE(all_hit(*s, all, 0ms + 1s));
+}
+
+// A master that stops answering (SIGSTOP): calls wait at most the command timeout, then its
+// breaker makes its keys misses at once while the other masters keep serving hits; after it
+// continues (or its replica took over), its keys are hits again.
+TEST_F(KvStoreRedisCluster, SlowNodeKeepsRequestsBounded) {
+  auto s = make();
+  ASSERT_TRUE(s);
+  fill(*s, 30);
+  ASSERT_TRUE(cluster_.wait_replicated(30s)) << "the replicas did not catch up";
+  const int slow = cluster_.master_of(rk(keys_[0]));
+  size_t other = 0;
+  while (cluster_.master_of(rk(keys_[other])) == slow) ++other;
+  cluster_.by_port(slow)->signal(SIGSTOP);
+  int fast_misses = 0, errors = 0;
+  double worst = 0;
+  for (int i = 0; i < 12; ++i) {
+    auto t0 = Clock::now();
+    auto r = s->get(keys_[0]);
+    const double ms = ms_since(t0);
+    worst = std::max(worst, ms);
+    if (!r.ok()) ++errors;
+    else if (!r->has_value() && ms < 50) ++fast_misses;
+    EXPECT_TRUE(value_of(s->get(keys_[other])) == values_[other]) << "a healthy master's key, call " << i;
+    t0 = Clock::now();
+    EXPECT_FALSE(s->put(keys_[0], values_[0], 0s).ok());  // a write to it: refused, never waiting long
+    worst = std::max(worst, ms_since(t0));
+  }
+  cluster_.by_port(slow)->signal(SIGCONT);
+  EXPECT_EQ(errors, 0);
+  EXPECT_LT(worst, 200 + 300) << "a call waited past the command timeout";
+  EXPECT_GE(fast_misses, 8) << "the stopped node's breaker did not turn its keys into fast misses";
+  EXPECT_GE(s->stats().breaker_trips, 1u);
+  EXPECT_TRUE(all_hit(*s, {0}, 0ms + 10s)) << "hits did not resume";
 }
 
 // TLS only: what is verified, and how failures read. The server requires a client certificate.
 class KvStoreRedisTls : public KvStoreRedis {
  protected:
   bool tls() const override { return true; }
+  bool cluster() const override { return false; }
   // A store that does not retry through a breaker, so each call shows its own failure.
   Result<std::unique_ptr<KvStore>> direct(const RedisOptions& o) { return make_redis_store(o); }
   static Status get_status(KvStore& s) {
