@@ -14,7 +14,8 @@ int num_threads();
 // Physical cores among the CPUs this process may run on (sched_getaffinity + sysfs topology):
 // hyperthreads of one core count once. The CPU count when the topology is unreadable.
 int physical_cores();
-// What `--threads 0` means: one thread per physical core (bench/README.md, threads).
+// What `--threads 0` means: OMP_NUM_THREADS when set, else one thread per physical core
+// (bench/README.md, threads).
 int default_threads();
 
 // --- gemm.cc -----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
@@ -42,7 +43,8 @@ int physical_cores() {
 }
 
 int default_threads() {
-  static const int n = physical_cores();
+  // An explicit OMP_NUM_THREADS is the user's choice; otherwise one thread per physical core.
+  static const int n = std::getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : physical_cores();
   return n;
 }
 
