@@ -1,11 +1,11 @@
 // CRC32C: the hardware three-stream version (common/checksum.cc) against the table version over
 // random lengths, alignments and running CRCs, across the block sizes where the streams change.
+#include "common/checksum.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
-
-#include "common/checksum.h"
 
 namespace yoco {
 namespace {
