@@ -98,10 +98,12 @@ if m:
     print(f"decode-step products alone, {m['preset']}, {g['threads']} threads, "
           f"{g['weight_bytes_per_step'] / 1e6:.0f} MB of weights per step; roof = bytes / read bandwidth "
           f"({bw:.1f} GB/s) = {g['weight_bytes_per_step'] / bw / 1e6:.1f} ms")
-    print("| batch | ms/step | weights GB/s | % of read bw | tok/s |\n|---:|---:|---:|---:|---:|")
+    print("| batch | OpenBLAS ms/step (before) | ms/step (now) | weights GB/s | % of read bw | tok/s |\n"
+          "|---:|---:|---:|---:|---:|---:|")
     for r in g["rows"]:
-        print(f"| {r['batch']} | {r['ms_per_step']:.1f} | {r['weight_gb_s']:.1f} | {100 * r['weight_gb_s'] / bw:.0f}% "
-              f"| {r['tokens_per_s']:.1f} |")
+        before = f"{r['openblas_ms_per_step']:.1f}" if "openblas_ms_per_step" in r else "-"
+        print(f"| {r['batch']} | {before} | {r['ms_per_step']:.1f} | {r['weight_gb_s']:.1f} | "
+              f"{100 * r['weight_gb_s'] / bw:.0f}% | {r['tokens_per_s']:.1f} |")
     print()
 for preset in ("mid-gret", "mid-swa"):
     rows = []

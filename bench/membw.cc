@@ -14,7 +14,8 @@
 // decode_gemm (with --preset NAME, default mid-gret): the matrix products of one decode step of
 //         that model (every weight matrix once, y = x·Wᵀ for m = batch rows) at --threads' last
 //         count, per batch size in --batches: ms per step and the weights' bytes / time in GB/s,
-//         to set against `read` (bench/README.md, decode at memory speed).
+//         to set against `read` (bench/README.md, decode at memory speed); with OpenBLAS also
+//         the same products through cblas_sgemm (what the engine did for batches 2..16 before).
 // crc32c: the checksum alone over --crc-mib of cache-warm and of cold data, the library's
 //         crc32c() (hardware, interleaved) and the one-stream hardware loop it replaced.
 #include <omp.h>
@@ -35,6 +36,10 @@
 #include "common/json.h"
 #include "kernels/cpu/ops.h"
 #include "model/random_model.h"
+
+#if defined(YOCO_HAVE_CBLAS)
+#include <cblas.h>
+#endif
 
 using namespace yoco;
 using Clock = std::chrono::steady_clock;
@@ -142,21 +147,35 @@ Json decode_gemm(const ModelConfig& c, const std::vector<int64_t>& batches, int6
   const int64_t max_m = *std::max_element(batches.begin(), batches.end());
   std::vector<float> x(static_cast<size_t>(max_m) * max_k, 1.0f), y(static_cast<size_t>(max_m) * max_n);
   Json::Array rows;
-  for (int64_t m : batches) {
+  auto step_seconds = [&](int64_t m, bool blas) {
     double best = 1e30;
     for (int r = 0; r < reps; ++r) {
       auto t0 = Clock::now();
       for (size_t i = 0; i < shapes.size(); ++i) {
         const auto [n, k] = shapes[i];
+#if defined(YOCO_HAVE_CBLAS)
+        if (blas) {  // what gemm() did for m >= 2 before the small-m path
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), n, k, 1.0f, x.data(), k,
+                      w[i].data(), k, 0.0f, y.data(), n);
+          continue;
+        }
+#endif
         cpu::linear(x.data(), w[i].data(), y.data(), static_cast<int>(m), n, k);
       }
       best = std::min(best, since(t0));
     }
+    return best;
+  };
+  for (int64_t m : batches) {
+    const double best = step_seconds(m, false);
     Json::Object row;
     row["batch"] = Json(m);
     row["ms_per_step"] = Json(best * 1e3);
     row["weight_gb_s"] = Json(bytes / best / 1e9);
     row["tokens_per_s"] = Json(m / best);
+#if defined(YOCO_HAVE_CBLAS)
+    if (m <= 2 * cpu::kSmallM) row["openblas_ms_per_step"] = Json(step_seconds(m, true) * 1e3);
+#endif
     rows.push_back(Json(std::move(row)));
   }
   Json::Object out;
