@@ -2,7 +2,7 @@
 # The memory-side limits of the CPU engine in one command (bench/README.md, "Decode at memory
 # speed, threads, transfer at memcpy speed"): read bandwidth and the 1-vs-2-thread compute test
 # (membw), decode at batch 1..64 on mid-gret / mid-swa (engine_bench), the checksum alone, the KV
-# transfer over shm against memcpy and ucx_perftest, and the transfer's share of TTFT at 4K prompts.
+# transfer over shm against memcpy and ucx_perftest, and the transfer's share of TTFT at 4K-token prompts.
 # Writes JSON into bench/results/cpu_mem/ and prints the tables of bench/README.md.
 #   bench/cpu_mem.sh [all|membw|decode|transfer|perftest|serve|table]...   (default: all)
 # Needs: cmake --build build --target membw engine_bench transfer_bench (serve: also the cluster
@@ -68,8 +68,16 @@ fi
 
 if want serve; then
   echo "== serve: 4K-token prompts, transfer share of TTFT (load $(load))" >&2
+  # 4000-token prompts (the bundled model holds 4096 positions: prompt + 8 generated), K/V over
+  # shared memory (the one-host case) and over tcp.
   rm -f "$OUT/serve.jsonl"
-  SERVE_BENCH_JSON="$OUT/serve.jsonl" bench/serve_bench.sh 8 4096 8 0.5 >&2
+  for tls in "posix,sysv,cma,self,tcp" tcp; do
+    SERVE_UCX_TLS=$tls SERVE_BENCH_JSON="$OUT/serve.jsonl.tmp" bench/serve_bench.sh 8 4000 8 0.5 >&2
+    python3 -c 'import json, sys
+for l in open(sys.argv[1]):
+    j = json.loads(l); j["ucx_tls"] = sys.argv[2]; print(json.dumps(j))' "$OUT/serve.jsonl.tmp" "$tls" >>"$OUT/serve.jsonl"
+    rm -f "$OUT/serve.jsonl.tmp"
+  done
 fi
 
 # ---- tables -----------------------------------------------------------------------------------
@@ -136,10 +144,10 @@ if tc:
     print()
 p = os.path.join(out, "serve.jsonl")
 if os.path.exists(p):
-    print("| setup | prompt | TTFT p50 ms | transfer share of TTFT |\n|---|---:|---:|---:|")
+    print("| setup | UCX_TLS | prompt | TTFT p50 ms | transfer share of TTFT |\n|---|---|---:|---:|---:|")
     for line in open(p):
         j = json.loads(line)
         r = j["result"]
-        print(f"| {j['setup']} | {r['config']['prompt_tokens']} | {r['ttft_ms']['p50']:.0f} | "
+        print(f"| {j['setup']} | {j.get('ucx_tls', 'tcp')} | {r['config']['prompt_tokens']} | {r['ttft_ms']['p50']:.0f} | "
               f"{100 * r.get('transfer_share_of_ttft', 0):.2f}% |")
 EOF
