@@ -9,7 +9,7 @@ namespace yoco::cpu {
 namespace {
 
 // 16 floats: one AVX-512 register, two AVX2 registers or four SSE ones, as the clone compiled for
-// the running CPU decides (the clones below are chosen at load time, docs/design.md, CPU kernels).
+// the running CPU decides (the clones below are chosen at load time; docs/design.md §2.5, precision).
 typedef float v16 __attribute__((vector_size(64), aligned(4)));
 constexpr int kLanes = 16;
 constexpr int kRowTile = 4;  // rows of W per tile: each is read from memory once for all m rows of x
