@@ -10,13 +10,15 @@ namespace {
 
 // 16 floats: one AVX-512 register, two AVX2 registers or four SSE ones, as the clone compiled for
 // the running CPU decides (the clones below are chosen at load time; docs/design.md §2.5, precision).
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
+typedef float v16 __attribute__((vector_size(64)));
 constexpr int kLanes = 16;
 constexpr int kRowTile = 4;  // rows of W per tile: each is read from memory once for all m rows of x
 
-inline v16 load(const float* p) { return *reinterpret_cast<const v16*>(p); }
+// An unaligned load that may alias the floats (the idiom of the compilers' own _mm512_loadu_ps).
+typedef float v16_unaligned __attribute__((vector_size(64), aligned(4), may_alias));
+[[gnu::always_inline]] inline v16 load(const float* p) { return *reinterpret_cast<const v16_unaligned*>(p); }
 
-inline float hsum(v16 v) {
+[[gnu::always_inline]] inline float hsum(v16 v) {
   // Fixed pairwise order, so a result never depends on how many rows were computed together.
   float s[kLanes];
   for (int i = 0; i < kLanes; ++i) s[i] = v[i];
@@ -28,16 +30,23 @@ inline float hsum(v16 v) {
 // C[M rows starting at a, R rows of W starting at w]: every output is the same sequence of
 // operations (16-lane partial sums over k, pairwise lane sum, then the scalar tail) whatever R and M.
 template <int R, int M>
-inline void tile(int k, float alpha, const float* a, int lda, const float* w, int ldb, float beta, float* c, int ldc) {
+[[gnu::always_inline]] inline void tile(int k, float alpha, const float* a, int lda, const float* w, int ldb,
+                                        float beta, float* c, int ldc) {
+  // Fully unrolled, so the R·M accumulators and M inputs live in registers.
   v16 acc[R][M];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
     for (int i = 0; i < M; ++i) acc[r][i] = v16{};
   const int kv = k - k % kLanes;
   for (int p = 0; p < kv; p += kLanes) {
     v16 x[M];
+#pragma GCC unroll 4
     for (int i = 0; i < M; ++i) x[i] = load(a + static_cast<int64_t>(i) * lda + p);
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const v16 wr = load(w + static_cast<int64_t>(r) * ldb + p);
+#pragma GCC unroll 4
       for (int i = 0; i < M; ++i) acc[r][i] += wr * x[i];
     }
   }
@@ -55,8 +64,8 @@ inline void tile(int k, float alpha, const float* a, int lda, const float* w, in
 
 // All m rows of x against R rows of W, x rows four at a time (16 accumulators at R = 4).
 template <int R>
-inline void row_tile(int m, int k, float alpha, const float* a, int lda, const float* w, int ldb, float beta, float* c,
-                     int ldc) {
+[[gnu::always_inline]] inline void row_tile(int m, int k, float alpha, const float* a, int lda, const float* w, int ldb,
+                                            float beta, float* c, int ldc) {
   int i = 0;
   for (; i + 4 <= m; i += 4)
     tile<R, 4>(k, alpha, a + static_cast<int64_t>(i) * lda, lda, w, ldb, beta, c + static_cast<int64_t>(i) * ldc, ldc);
@@ -77,7 +86,7 @@ inline void row_tile(int m, int k, float alpha, const float* a, int lda, const f
   }
 }
 
-// Rows [j0, j1) of W.
+// Rows [j0, j1) of W. Everything above is inlined into each clone, so each is compiled for its ISA.
 __attribute__((target_clones("default", "avx2", "avx512f"))) void rows(int m, int k, float alpha, const float* a,
                                                                        int lda, const float* b, int ldb, float beta,
                                                                        float* c, int ldc, int j0, int j1) {
