@@ -5,6 +5,10 @@
 
 #include "kernels/cpu/ops.h"
 
+// The vector helpers below are always inlined, so the ABI of passing a 64-byte vector without
+// AVX-512 (GCC's -Wpsabi note in builds without -march=native) never applies.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace yoco::cpu {
 namespace {
 
@@ -18,7 +22,7 @@ constexpr int kRowTile = 4;  // rows of W per tile: each is read from memory onc
 typedef float v16_unaligned __attribute__((vector_size(64), aligned(4), may_alias));
 [[gnu::always_inline]] inline v16 load(const float* p) { return *reinterpret_cast<const v16_unaligned*>(p); }
 
-[[gnu::always_inline]] inline float hsum(v16 v) {
+[[gnu::always_inline]] inline float hsum(const v16& v) {
   // Fixed pairwise order, so a result never depends on how many rows were computed together.
   float s[kLanes];
   for (int i = 0; i < kLanes; ++i) s[i] = v[i];
