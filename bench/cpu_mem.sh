@@ -120,16 +120,18 @@ for preset in ("mid-gret", "mid-swa"):
         if d: rows.append((t, d))
     if not rows: continue
     bytes_step = rows[0][1]["decode_weight_bytes_per_step"]
-    print(f"engine_bench {preset} decode (context 512), {bytes_step / 1e6:.0f} MB of weights per step")
-    hdr = "| batch |" + "".join(f" t{t} ms/step | t{t} tok/s | t{t} roof/step |" for t, _ in rows)
-    print(hdr + "\n|---:|" + "---:|---:|---:|" * len(rows))
+    print(f"engine_bench {preset} decode (context 512), {bytes_step / 1e6:.0f} MB of weights per step; "
+          "cpu = process CPU ms per step / threads (load-independent); roof/cpu = the roof at that thread count / cpu")
+    hdr = "| batch |" + "".join(f" t{t} ms/step | t{t} cpu | t{t} roof/cpu | t{t} tok/s |" for t, _ in rows)
+    print(hdr + "\n|---:|" + "---:|---:|---:|---:|" * len(rows))
     batches = [r["batch"] for r in rows[0][1]["decode"]]
     for i, b in enumerate(batches):
         line = f"| {b} |"
         for t, d in rows:
             r = d["decode"][i]
             roof = bytes_step / (read.get(t, 0) * 1e9) * 1e3 if m else float("nan")
-            line += f" {r['ms_per_step']:.1f} | {r['tokens_per_s']:.1f} | {roof / r['ms_per_step']:.2f} |"
+            cpu = r.get("cpu_ms_per_step", float("nan")) / t
+            line += f" {r['ms_per_step']:.1f} | {cpu:.1f} | {roof / cpu:.2f} | {r['tokens_per_s']:.1f} |"
         print(line)
     print()
 tc, tn = load("transfer-crc.json"), load("transfer-nocrc.json")

@@ -32,6 +32,15 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
+// User + system CPU seconds of the whole process: a load-independent measure of the work done on
+// a shared machine (a thread waiting for its CPU is not charged; a spinning one is).
+double process_cpu_seconds() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 double peak_rss_mb() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -162,11 +171,13 @@ int main(int argc, char** argv) {
     std::vector<int32_t> next(b, 1);
     if (Status s = model.decode_step(ptrs, next, logits.data()); !s.ok()) return die(s);  // warm-up
     auto t0 = clock_type::now();
+    const double cpu0 = process_cpu_seconds();
     for (int64_t i = 0; i < steps.value(); ++i) {
       for (int64_t j = 0; j < b; ++j) next[j] = static_cast<int32_t>((i * 131 + j) % c.vocab_size);
       if (Status s = model.decode_step(ptrs, next, logits.data()); !s.ok()) return die(s);
     }
     const double sec = seconds_since(t0);
+    const double cpu_sec = process_cpu_seconds() - cpu0;
     Json::Object row;
     row["batch"] = Json(b);
     row["context"] = Json(ctx.value());
@@ -174,6 +185,7 @@ int main(int argc, char** argv) {
     row["seconds"] = Json(sec);
     row["tokens_per_s"] = Json(static_cast<double>(b * steps.value()) / sec);
     row["ms_per_step"] = Json(sec * 1e3 / static_cast<double>(steps.value()));
+    row["cpu_ms_per_step"] = Json(cpu_sec * 1e3 / static_cast<double>(steps.value()));
     decode_rows.push_back(Json(std::move(row)));
   }
 
