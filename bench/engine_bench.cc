@@ -32,6 +32,15 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
+// User + system CPU seconds of the whole process: a load-independent measure of the work done on
+// a shared machine (a thread waiting for its CPU is not charged; a spinning one is).
+double process_cpu_seconds() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 double peak_rss_mb() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -162,17 +171,21 @@ int main(int argc, char** argv) {
     std::vector<int32_t> next(b, 1);
     if (Status s = model.decode_step(ptrs, next, logits.data()); !s.ok()) return die(s);  // warm-up
     auto t0 = clock_type::now();
+    const double cpu0 = process_cpu_seconds();
     for (int64_t i = 0; i < steps.value(); ++i) {
       for (int64_t j = 0; j < b; ++j) next[j] = static_cast<int32_t>((i * 131 + j) % c.vocab_size);
       if (Status s = model.decode_step(ptrs, next, logits.data()); !s.ok()) return die(s);
     }
     const double sec = seconds_since(t0);
+    const double cpu_sec = process_cpu_seconds() - cpu0;
     Json::Object row;
     row["batch"] = Json(b);
     row["context"] = Json(ctx.value());
     row["steps"] = Json(steps.value());
     row["seconds"] = Json(sec);
     row["tokens_per_s"] = Json(static_cast<double>(b * steps.value()) / sec);
+    row["ms_per_step"] = Json(sec * 1e3 / static_cast<double>(steps.value()));
+    row["cpu_ms_per_step"] = Json(cpu_sec * 1e3 / static_cast<double>(steps.value()));
     decode_rows.push_back(Json(std::move(row)));
   }
 
@@ -191,6 +204,10 @@ int main(int argc, char** argv) {
   out["kv_bytes_per_token_f32"] = Json(kv_per_token);
   out["transformer_kv_bytes_per_token_f32"] = Json(transformer_kv_per_token);
   out["peak_rss_mb"] = Json(peak_rss_mb());
+  // What one decode step must read from memory at least: every weight matrix once (the
+  // embedding only one row when untied), whatever the batch (bench/README.md, decode at memory speed).
+  const ModelWeights& w = model.weights();
+  out["decode_weight_bytes_per_step"] = Json(w.bytes() - (w.tied ? 0 : static_cast<int64_t>(w.embed.size()) * 4));
   if (f->get_bool("json")) {
     std::cout << Json(std::move(out)).dump() << "\n";
     return 0;
@@ -200,10 +217,11 @@ int main(int argc, char** argv) {
   for (const auto& r : out["prefill"].as_array())
     std::printf("%-10lld %12.3f %14.1f\n", static_cast<long long>(r.find("tokens")->as_int()),
                 r.find("seconds")->as_double(), r.find("tokens_per_s")->as_double());
-  std::printf("%-10s %12s %14s\n", "decode B", "seconds", "tokens/s");
+  std::printf("%-10s %12s %14s %12s\n", "decode B", "seconds", "tokens/s", "ms/step");
   for (const auto& r : out["decode"].as_array())
-    std::printf("%-10lld %12.3f %14.1f\n", static_cast<long long>(r.find("batch")->as_int()),
-                r.find("seconds")->as_double(), r.find("tokens_per_s")->as_double());
+    std::printf("%-10lld %12.3f %14.1f %12.2f\n", static_cast<long long>(r.find("batch")->as_int()),
+                r.find("seconds")->as_double(), r.find("tokens_per_s")->as_double(),
+                r.find("ms_per_step")->as_double());
   std::printf("KV bytes/token (f32): %lld (a Transformer of the same size: %lld)  peak RSS %.0f MB\n",
               static_cast<long long>(kv_per_token), static_cast<long long>(transformer_kv_per_token), peak_rss_mb());
   return 0;

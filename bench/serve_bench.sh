@@ -4,7 +4,8 @@
 # against the same decode worker prefilling locally (no disaggregation), reached through a second
 # router with no prefill workers (colocated mode).
 # Usage: bench/serve_bench.sh [requests] [prompt_tokens] [max_tokens] [rates...]
-# Environment: YOCO_BUILD_DIR (default build); SERVE_BENCH_JSON=FILE appends one JSON line per run
+# Environment: YOCO_BUILD_DIR (default build); SERVE_UCX_TLS (the workers' UCX_TLS, default tcp;
+# posix,sysv,cma,self,tcp for shared memory); SERVE_BENCH_JSON=FILE appends one JSON line per run
 # ({"setup": "disaggregated"|"colocated", "rate": R, "result": <yoco-cli bench --json>}) instead of
 # printing the tables (bench/paper/ uses it); each run then gets its own prompts (seed 1, 2, ...),
 # so no run is served from the prompts a previous run left in the prefill worker's prompt cache.
@@ -18,7 +19,7 @@ shift 3 2>/dev/null || true
 RATES=${*:-4 16}
 state=$(mktemp -d -t yoco-bench.XXXXXX)
 python3 deploy/local/cluster.py --bin-dir "$BUILD" --model models/kjv-yoco --prefill 1 --decode 1 --threads 1 \
-  --state-dir "$state" >"$state/out" 2>"$state/err" &
+  --ucx-tls "${SERVE_UCX_TLS:-tcp}" --state-dir "$state" >"$state/out" 2>"$state/err" &
 launcher=$!
 colo=
 trap 'kill $colo $launcher 2>/dev/null; wait $colo $launcher 2>/dev/null; rm -rf "$state"' EXIT

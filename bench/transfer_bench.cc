@@ -2,7 +2,7 @@
 // (tcp and shared memory), against plain memcpy in one process on the same host.
 //
 //   build/bench/transfer_bench [--transports tcp,shm] [--paths push,pull] [--min-bytes 4096]
-//                              [--max-bytes 67108864] [--reps 3] [--kv-dim 512] [--no-row-crc]
+//                              [--max-bytes 67108864] [--reps 3] [--kv-dim 512] [--no-row-crc] [--json]
 //
 // One message = one put_rows call carrying K and V rows (2 · kv_dim · 4 bytes per row). For
 // each size the sender (a child process: this binary with --role sender) fills one 64 MiB
@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json.h"
 #include "model/kv_pool.h"
 #include "model/random_model.h"
 #include "transfer/ucx_transport.h"
@@ -243,7 +244,7 @@ int main(int argc, char** argv) {
   std::string role = "bench", transports = "tcp,shm", paths = "push,pull";
   int64_t min_bytes = 4096, max_bytes = 64LL << 20;
   int reps = 3, kv_dim = 512;
-  bool row_crc = true;
+  bool row_crc = true, json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -255,6 +256,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--kv-dim") kv_dim = std::stoi(next());
     else if (a == "--no-row-crc") row_crc = false;
+    else if (a == "--json") json = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -294,6 +296,22 @@ int main(int argc, char** argv) {
     results.push_back(bench_transport(transport(n.substr(0, n.find(' '))), n.substr(n.find(' ') + 1), sizes, kv_dim,
                                       reps, row_crc, rows));
 
+  if (json) {  // one object: {"row_checksums", "rows": [{"bytes", "memcpy_gb_s", "<transport> <path>": GB/s}]}
+    Json::Array rows_out;
+    for (int64_t s : sizes) {
+      Json::Object row;
+      row["bytes"] = Json(s);
+      row["memcpy_gb_s"] = Json(mem[s]);
+      for (size_t i = 0; i < names.size(); ++i)
+        if (results[i].count(s)) row[names[i]] = Json(results[i][s]);
+      rows_out.push_back(Json(std::move(row)));
+    }
+    Json::Object o;
+    o["row_checksums"] = Json(row_crc);
+    o["rows"] = Json(std::move(rows_out));
+    std::printf("%s\n", Json(std::move(o)).dump().c_str());
+    return 0;
+  }
   std::printf("| message | memcpy GB/s |");
   for (const auto& n : names) std::printf(" %s GB/s |", n.c_str());
   std::printf("\n|---|---|");

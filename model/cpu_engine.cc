@@ -13,7 +13,8 @@ Status unknown(Engine::SeqId id) { return Status(StatusCode::kNotFound, "engine:
 
 }  // namespace
 
-CpuEngine::CpuEngine(const Model& model, KvPool* pool, int threads) : model_(model), pool_(pool), threads_(threads) {}
+CpuEngine::CpuEngine(const Model& model, KvPool* pool, int threads)
+    : model_(model), pool_(pool), threads_(threads > 0 ? threads : cpu::default_threads()) {}
 
 CpuEngine::~CpuEngine() {
   for (auto& s : slots_)

@@ -12,8 +12,8 @@ namespace yoco {
 
 class CpuEngine final : public Engine {
  public:
-  // `model` (and `pool`, when given) must outlive the engine. threads > 0: the kernels' thread
-  // count, set on each thread that calls the engine (EngineOptions::threads).
+  // `model` (and `pool`, when given) must outlive the engine. threads: the kernels' thread count,
+  // set on each thread that calls the engine (EngineOptions::threads); 0 = cpu::default_threads().
   CpuEngine(const Model& model, KvPool* pool = nullptr, int threads = 0);
   ~CpuEngine() override;
 

@@ -45,7 +45,8 @@ struct EngineOptions {
   // −1: the CPU engine; N ≥ 0: CUDA device N (common/flags.h's parse_device_flag gives it).
   int device = -1;
   // CPU engine: the kernels' thread count, set on each thread that calls the engine (OpenMP's
-  // count is a per-thread setting); 0 leaves the thread's default.
+  // count is a per-thread setting); 0 = one per physical core the process may use (hyperthreads
+  // share a core's vector units, and decode is bound by memory: bench/README.md, threads).
   int threads = 0;
   // CUDA engine: its sizes (`cuda.device` is replaced by `device`).
   CudaEngineOptions cuda;

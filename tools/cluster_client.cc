@@ -500,6 +500,8 @@ struct BenchSample {
   std::vector<double> itl;  // seconds between tokens, one entry per token after the first delta
   double e2e = NAN;
   int64_t output_tokens = 0;
+  double transfer = 0;     // the router's timings: K/V transfer not hidden behind prefill
+  double first_token = 0;  // and the server-side time to the first token
 };
 
 BenchSample run_one(v1::Yoco::Stub& stub, const Connection& conn, const v1::GenerateRequest& req) {
@@ -511,6 +513,10 @@ BenchSample run_one(v1::Yoco::Stub& stub, const Connection& conn, const v1::Gene
   std::optional<Clock::time_point> last;
   v1::GenerateResponse resp;
   while (reader->Read(&resp)) {
+    if (resp.has_final()) {
+      s.transfer = resp.final().timings().transfer_seconds();
+      s.first_token = resp.final().timings().first_token_seconds();
+    }
     if (!resp.has_delta() || resp.delta().token_ids_size() == 0) continue;
     const auto now = Clock::now();
     const int k = resp.delta().token_ids_size();
@@ -637,6 +643,7 @@ int cmd_bench(int argc, char** argv) {
   std::map<std::string, int64_t> errors;
   std::map<std::string, std::string> first_error;
   std::vector<double> ttft, itl, e2e;
+  double transfer_sum = 0, first_token_sum = 0;
   for (const auto& s : samples) {
     if (!s.status.ok()) {
       const std::string code = grpc_code_name(s.status.error_code());
@@ -649,7 +656,11 @@ int cmd_bench(int argc, char** argv) {
     if (std::isfinite(s.ttft)) ttft.push_back(s.ttft);
     itl.insert(itl.end(), s.itl.begin(), s.itl.end());
     e2e.push_back(s.e2e);
+    transfer_sum += s.transfer;
+    first_token_sum += s.first_token;
   }
+  // The K/V transfer's share of the time to first token, as the router timed both (0 colocated).
+  const double transfer_share = first_token_sum > 0 ? transfer_sum / first_token_sum : 0;
   for (const auto& [code, msg] : first_error)
     std::fprintf(stderr, "bench: first %s error: %s\n", code.c_str(), msg.c_str());
   const double req_per_s = wall > 0 ? completed / wall : 0, tok_per_s = wall > 0 ? out_tokens / wall : 0;
@@ -667,6 +678,7 @@ int cmd_bench(int argc, char** argv) {
     o["ttft_ms"] = percentiles_json(ttft, {50, 90, 99});
     o["itl_ms"] = percentiles_json(itl, {50, 90, 99});
     o["e2e_ms"] = percentiles_json(e2e, {50, 99});
+    o["transfer_share_of_ttft"] = number(transfer_share);
     Json::Object conf;
     conf["rate"] = number(c.rate);
     conf["concurrency"] = Json(c.concurrency);
@@ -702,6 +714,7 @@ int cmd_bench(int argc, char** argv) {
     std::printf("TTFT ms           p50 %.1f  p90 %.1f  p99 %.1f\n", ms(ttft, 50), ms(ttft, 90), ms(ttft, 99));
     std::printf("ITL ms            p50 %.2f  p90 %.2f  p99 %.2f\n", ms(itl, 50), ms(itl, 90), ms(itl, 99));
     std::printf("E2E ms            p50 %.1f  p99 %.1f\n", ms(e2e, 50), ms(e2e, 99));
+    std::printf("transfer / TTFT   %.2f%% (server timings, all requests)\n", 100 * transfer_share);
   }
   return completed > 0 ? 0 : 1;  // errors are results; nothing completing is a failed run
 }

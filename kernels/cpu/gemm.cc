@@ -49,18 +49,9 @@ void gemm(int m, int n, int k, float alpha, const float* a, int lda, const float
       for (int j = 0; j < n; ++j) c[static_cast<int64_t>(i) * ldc + j] *= beta;
     return;
   }
-  if (m == 1 && b_trans) {
-    // One row times Wᵀ (a decode step of one sequence): each output is a dot product with one
-    // contiguous row of W, so W streams once. Threads join only for matrices big enough to pay
-    // for waking them: a one-sequence step is dozens of small products (bench/README.md).
-#pragma omp parallel for schedule(static) if (static_cast <int64_t>(n) * k > (1 << 20))
-    for (int j = 0; j < n; ++j) {
-      const float* row = b + static_cast<int64_t>(j) * ldb;
-      float acc = 0;
-#pragma omp simd reduction(+ : acc)
-      for (int p = 0; p < k; ++p) acc += row[p] * a[p];
-      c[j] = alpha * acc + (beta == 0 ? 0.0f : beta * c[j]);
-    }
+  if (b_trans && m <= kSmallM) {
+    // A decode step (m = batch rows times Wᵀ): W streams from memory once for all rows (gemv.cc).
+    gemm_small_m(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
 #if defined(YOCO_HAVE_CBLAS)

@@ -8,9 +8,15 @@
 
 namespace yoco::cpu {
 
-// Threads used by kernels and BLAS. 0 = all hardware threads.
+// Threads used by kernels and BLAS. 0 = default_threads().
 void set_num_threads(int n);
 int num_threads();
+// Physical cores among the CPUs this process may run on (sched_getaffinity + sysfs topology):
+// hyperthreads of one core count once. The CPU count when the topology is unreadable.
+int physical_cores();
+// What `--threads 0` means: OMP_NUM_THREADS when set, else one thread per physical core
+// (bench/README.md, threads).
+int default_threads();
 
 // --- gemm.cc -----------------------------------------------------------------------
 // C[m,n] = alpha · A[m,k] · op(B) + beta · C, op(B) = B[n,k]ᵀ when b_trans else B[k,n].
@@ -24,6 +30,16 @@ inline void linear(const float* x, const float* w, float* y, int m, int n, int k
   gemm(m, n, k, 1.0f, x, k, w, k, true, accumulate ? 1.0f : 0.0f, y, n);
 }
 bool gemm_uses_blas();
+
+// --- gemv.cc -----------------------------------------------------------------------
+// gemm with b_trans for m <= kSmallM rows (a decode step: m = batch): tiles of 4 rows of B are
+// read from memory once for all m rows, so a step costs one pass over the weights whatever m.
+// Each output is computed by the same operations whatever m is.
+constexpr int kSmallM = 16;
+// Products with a smaller B run on one thread (waking the others costs more than they save).
+constexpr int64_t kSmallMThreadBytes = int64_t{1} << 20;
+void gemm_small_m(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+                  float* c, int ldc);
 
 // --- rmsnorm.cc --------------------------------------------------------------------
 // y = x / sqrt(mean(x²) + eps) · w over each of `rows` rows of `dim`; w may be null (no weight).

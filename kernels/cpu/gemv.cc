@@ -1,0 +1,126 @@
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cpu/ops.h"
+
+// The vector helpers below are always inlined, so the ABI of passing a 64-byte vector without
+// AVX-512 (GCC's -Wpsabi note in builds without -march=native) never applies.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace yoco::cpu {
+namespace {
+
+// 16 floats: one AVX-512 register, two AVX2 registers or four SSE ones, as the clone compiled for
+// the running CPU decides (the clones below are chosen at load time; docs/design.md §2.5, precision).
+typedef float v16 __attribute__((vector_size(64)));
+constexpr int kLanes = 16;
+constexpr int kRowTile = 4;  // rows of W per tile: each is read from memory once for all m rows of x
+
+// An unaligned load that may alias the floats (the idiom of the compilers' own _mm512_loadu_ps).
+typedef float v16_unaligned __attribute__((vector_size(64), aligned(4), may_alias));
+[[gnu::always_inline]] inline v16 load(const float* p) { return *reinterpret_cast<const v16_unaligned*>(p); }
+
+[[gnu::always_inline]] inline float hsum(const v16& v) {
+  // Fixed pairwise order, so a result never depends on how many rows were computed together.
+  float s[kLanes];
+  for (int i = 0; i < kLanes; ++i) s[i] = v[i];
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int i = 0; i < w; ++i) s[i] += s[i + w];
+  return s[0];
+}
+
+// C[M rows starting at a, R rows of W starting at w]: every output is the same sequence of
+// operations (16-lane partial sums over k, pairwise lane sum, then the scalar tail) whatever R and M.
+template <int R, int M>
+[[gnu::always_inline]] inline void tile(int k, float alpha, const float* a, int lda, const float* w, int ldb,
+                                        float beta, float* c, int ldc) {
+  // Fully unrolled, so the R·M accumulators and M inputs live in registers.
+  v16 acc[R][M];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int i = 0; i < M; ++i) acc[r][i] = v16{};
+  const int kv = k - k % kLanes;
+  for (int p = 0; p < kv; p += kLanes) {
+    v16 x[M];
+#pragma GCC unroll 4
+    for (int i = 0; i < M; ++i) x[i] = load(a + static_cast<int64_t>(i) * lda + p);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const v16 wr = load(w + static_cast<int64_t>(r) * ldb + p);
+#pragma GCC unroll 4
+      for (int i = 0; i < M; ++i) acc[r][i] += wr * x[i];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const float* wr = w + static_cast<int64_t>(r) * ldb;
+    for (int i = 0; i < M; ++i) {
+      const float* xi = a + static_cast<int64_t>(i) * lda;
+      float s = hsum(acc[r][i]);
+      for (int p = kv; p < k; ++p) s += wr[p] * xi[p];
+      float& out = c[static_cast<int64_t>(i) * ldc + r];
+      out = alpha * s + (beta == 0 ? 0.0f : beta * out);
+    }
+  }
+}
+
+// All m rows of x against R rows of W, x rows four at a time (16 accumulators at R = 4).
+template <int R>
+[[gnu::always_inline]] inline void row_tile(int m, int k, float alpha, const float* a, int lda, const float* w, int ldb,
+                                            float beta, float* c, int ldc) {
+  int i = 0;
+  for (; i + 4 <= m; i += 4)
+    tile<R, 4>(k, alpha, a + static_cast<int64_t>(i) * lda, lda, w, ldb, beta, c + static_cast<int64_t>(i) * ldc, ldc);
+  const float* ai = a + static_cast<int64_t>(i) * lda;
+  float* ci = c + static_cast<int64_t>(i) * ldc;
+  switch (m - i) {
+    case 3:
+      tile<R, 3>(k, alpha, ai, lda, w, ldb, beta, ci, ldc);
+      break;
+    case 2:
+      tile<R, 2>(k, alpha, ai, lda, w, ldb, beta, ci, ldc);
+      break;
+    case 1:
+      tile<R, 1>(k, alpha, ai, lda, w, ldb, beta, ci, ldc);
+      break;
+    default:
+      break;
+  }
+}
+
+// Rows [j0, j1) of W. Everything above is inlined into each clone, so each is compiled for its ISA.
+__attribute__((target_clones("default", "avx2", "avx512f"))) void rows(int m, int k, float alpha, const float* a,
+                                                                       int lda, const float* b, int ldb, float beta,
+                                                                       float* c, int ldc, int j0, int j1) {
+  int j = j0;
+  for (; j + kRowTile <= j1; j += kRowTile)
+    row_tile<kRowTile>(m, k, alpha, a, lda, b + static_cast<int64_t>(j) * ldb, ldb, beta, c + j, ldc);
+  for (; j < j1; ++j) row_tile<1>(m, k, alpha, a, lda, b + static_cast<int64_t>(j) * ldb, ldb, beta, c + j, ldc);
+}
+
+}  // namespace
+
+void gemm_small_m(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+                  float* c, int ldc) {
+  // Threads join only for matrices big enough to pay for waking them: a one-sequence step is
+  // dozens of small products (bench/README.md, decode at memory speed).
+  const int64_t weight_bytes = static_cast<int64_t>(n) * k * 4;
+  const int threads = weight_bytes >= kSmallMThreadBytes ? num_threads() : 1;
+  const int tiles = (n + kRowTile - 1) / kRowTile;
+  if (threads <= 1 || tiles < 2) {
+    rows(m, k, alpha, a, lda, b, ldb, beta, c, ldc, 0, n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    // Contiguous runs of whole tiles per thread: each streams its own part of W once.
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int j0 = std::min(n, static_cast<int>(static_cast<int64_t>(tiles) * t / nt) * kRowTile);
+    const int j1 = std::min(n, static_cast<int>(static_cast<int64_t>(tiles) * (t + 1) / nt) * kRowTile);
+    if (j0 < j1) rows(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
+  }
+}
+
+}  // namespace yoco::cpu

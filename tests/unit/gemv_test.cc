@@ -1,0 +1,72 @@
+// The small-m product (kernels/cpu/gemv.cc: decode steps, m = batch rows times Wᵀ) against the
+// plain triple loop, over shapes that hit every tile and tail, strided operands, alpha/beta, and
+// the threaded split.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernels/cpu/ops.h"
+
+namespace yoco {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// Largest |a - b| relative to the size of the dot products (sqrt(k) for unit normals).
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b, int k) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m / std::sqrt(static_cast<double>(std::max(k, 1)));
+}
+
+void check(int m, int n, int k, int pad, float alpha, float beta, uint32_t seed) {
+  const int lda = k + pad, ldb = k + 2 * pad, ldc = n + pad;
+  auto a = randn(static_cast<size_t>(m) * lda, seed), b = randn(static_cast<size_t>(n) * ldb, seed + 1);
+  auto c1 = randn(static_cast<size_t>(m) * ldc, seed + 2), c2 = c1;
+  cpu::gemm(m, n, k, alpha, a.data(), lda, b.data(), ldb, true, beta, c1.data(), ldc);
+  cpu::gemm_reference(m, n, k, alpha, a.data(), lda, b.data(), ldb, true, beta, c2.data(), ldc);
+  EXPECT_LT(max_rel_diff(c1, c2, k), 1e-5) << "m " << m << " n " << n << " k " << k << " pad " << pad;
+}
+
+TEST(GemmSmallM, MatchesReferenceOverTilesAndTails) {
+  uint32_t seed = 1;
+  for (int m = 1; m <= cpu::kSmallM + 1; ++m)
+    for (int n : {1, 3, 4, 5, 9, 37})
+      for (int k : {1, 7, 16, 17, 33, 100}) check(m, n, k, m % 3, 1.0f, 0.0f, seed++);
+}
+
+TEST(GemmSmallM, AlphaBetaAndStrides) {
+  for (int m : {1, 2, 5, 16})
+    for (auto [alpha, beta] : {std::pair{0.5f, 0.25f}, {1.0f, 1.0f}, {-2.0f, 0.0f}})
+      check(m, 23, 70, 5, alpha, beta, 7);
+}
+
+TEST(GemmSmallM, ThreadedSplitMatchesReference) {
+  // n · k · 4 bytes above kSmallMThreadBytes: the rows of W are split between the threads.
+  const int k = 1024, n = static_cast<int>(cpu::kSmallMThreadBytes / (4 * k)) + 37;
+  cpu::set_num_threads(2);
+  for (int m : {1, 2, 3, 8, 16}) check(m, n, k, 0, 1.0f, 0.0f, 11);
+  cpu::set_num_threads(0);
+}
+
+TEST(GemmSmallM, RowResultDoesNotDependOnBatch) {
+  // A sequence's logits are the same bits whether it decodes alone or in a batch.
+  const int n = 41, k = 131, m = 11;
+  auto a = randn(static_cast<size_t>(m) * k, 3), b = randn(static_cast<size_t>(n) * k, 4);
+  std::vector<float> all(static_cast<size_t>(m) * n), one(n);
+  cpu::gemm(m, n, k, 1.0f, a.data(), k, b.data(), k, true, 0.0f, all.data(), n);
+  for (int i = 0; i < m; ++i) {
+    cpu::gemm(1, n, k, 1.0f, a.data() + static_cast<size_t>(i) * k, k, b.data(), k, true, 0.0f, one.data(), n);
+    for (int j = 0; j < n; ++j) EXPECT_EQ(one[j], all[static_cast<size_t>(i) * n + j]) << "row " << i << " col " << j;
+  }
+}
+
+}  // namespace
+}  // namespace yoco
