@@ -8,13 +8,13 @@
 # Run once per router --decode-routing (free-blocks, kv); reports decode residency (decode side:
 # leading whole blocks found in the pool on arrival / whole blocks shipped; router side: predicted)
 # and client TTFT p50/p99. Writes bench/results/kv_routing.json.
-# Usage: bench/kv_routing.sh   (environment: REQUESTS=256 CONCURRENCY=2 DOC_TOKENS=1024 KV_BLOCKS=140
+# Usage: bench/kv_routing.sh   (environment: REQUESTS=256 CONCURRENCY=2 DOC_TOKENS=1024 KV_BLOCKS=80
 #        MAX_TOKENS=8 YOCO_BUILD_DIR=build OUT=bench/results/kv_routing.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${YOCO_BUILD_DIR:-build}
 export REQUESTS=${REQUESTS:-256} CONCURRENCY=${CONCURRENCY:-2} DOC_TOKENS=${DOC_TOKENS:-1024}
-export KV_BLOCKS=${KV_BLOCKS:-140} MAX_TOKENS=${MAX_TOKENS:-8}
+export KV_BLOCKS=${KV_BLOCKS:-80} MAX_TOKENS=${MAX_TOKENS:-8}
 out=${OUT:-bench/results/kv_routing.json}
 work=$(mktemp -d -t yoco-kvroute.XXXXXX)
 launcher=
@@ -26,7 +26,7 @@ trap cleanup EXIT
 for mode in free-blocks kv; do
   state="$work/$mode"
   python3 deploy/local/cluster.py --bin-dir "$BUILD" --model models/kjv-yoco --prefill 1 --decode 2 --threads 1 \
-    --kv-blocks "$KV_BLOCKS" --state-dir "$state" --router-arg=--decode-routing="$mode" \
+    --kv-blocks "$KV_BLOCKS" --state-dir "$state" --router-arg=--decode-routing="$mode" ${ROUTER_ARGS:-} \
     >"$work/$mode.out" 2>"$work/$mode.err" &
   launcher=$!
   for ((i = 0; i < 1200; i++)); do [[ -f "$state/cluster.json" ]] && break; sleep 0.1; done

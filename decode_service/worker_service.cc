@@ -232,6 +232,7 @@ Result<SequenceState> DecodeWorkerService::admit(CommittedSequence& c) {
 grpc::Status DecodeWorkerService::GetLoad(grpc::ServerContext*, const internal::v1::LoadRequest*,
                                           internal::v1::DecodeLoad* load) {
   load->set_free_kv_blocks(pool_.free_blocks());
+  load->set_kept_kv_blocks(pool_.kept_blocks());
   load->set_total_kv_blocks(pool_.total_blocks());
   load->set_block_size(pool_.block_size());
   load->set_running(batcher_.running());

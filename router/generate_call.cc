@@ -187,7 +187,10 @@ GenerateCall::Step GenerateCall::pick_decode(DecodePick* pick) {
                       "no healthy decode worker" + (last_error_.empty() ? "" : " (last error: " + last_error_ + ")")});
   }
   const int64_t block_rows = std::max<int64_t>(1, snap[*di].kv_block_rows);
-  *pick = {snap[*di].address, snap[*di].fingerprint, (rows_needed + block_rows - 1) / block_rows};
+  // Pending load: the blocks this request adds there (resident ones are shared, not added), so
+  // requests in flight for a prefix a worker holds do not make it look full.
+  const int64_t blocks = (rows_needed + block_rows - 1) / block_rows;
+  *pick = {snap[*di].address, snap[*di].fingerprint, std::max<int64_t>(1, blocks - chosen_resident_blocks_)};
   return Step::next();
 }
 
@@ -205,6 +208,7 @@ std::optional<size_t> GenerateCall::choose_decode(const std::vector<WorkerSnapsh
   else if (auto kv = pick_decode_kv(snap, rows_needed, chains, lim.decode_cost, exclude)) i = kv->index;
   if (!i) return i;
   const DecodeChoice c = residency(snap[*i], *i, chains);
+  chosen_resident_blocks_ = c.resident_blocks;
   core_.metrics().observe_decode_residency(c.prompt_blocks, c.resident_blocks);
   for (const PromptChain& p : chains)  // colocated workers prefill locally and index nothing
     if (p.block_rows == snap[*i].kv_block_rows && !core_.colocated())

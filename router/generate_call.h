@@ -108,6 +108,7 @@ class GenerateCall {
   // The stream so far.
   std::vector<int32_t> generated_;
   std::vector<std::string> bad_prefill_, bad_decode_;
+  int64_t chosen_resident_blocks_ = 0;  // of the last choose_decode's pick: its predicted resident run
   int prefill_failures_ = 0, migrations_ = 0;
   std::string last_error_;
   v1::Timings timings_;

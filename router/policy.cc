@@ -82,6 +82,11 @@ DecodeChoice residency(const WorkerSnapshot& w, size_t index, const std::vector<
   return c;
 }
 
+// Free blocks that hold nothing (the kept ones hold a cached prefix until evicted).
+static int64_t empty_blocks(const WorkerSnapshot& w) {
+  return std::max<int64_t>(0, w.free_kv_blocks - w.kept_kv_blocks);
+}
+
 std::optional<DecodeChoice> pick_decode_kv(const std::vector<WorkerSnapshot>& workers, int64_t rows_needed,
                                            const std::vector<PromptChain>& chains, const DecodeCost& cost,
                                            const std::vector<std::string>& exclude) {
@@ -95,11 +100,12 @@ std::optional<DecodeChoice> pick_decode_kv(const std::vector<WorkerSnapshot>& wo
     const int64_t used = std::max<int64_t>(0, w.total_kv_blocks - w.free_kv_blocks);
     const int64_t added =
         std::max<int64_t>(0, (rows_needed + w.kv_block_rows - 1) / w.kv_block_rows - c.resident_blocks);
-    const double x = cost.cost(c.prompt_blocks - c.resident_blocks, used + added);
+    const int64_t evicted = std::max<int64_t>(0, added - empty_blocks(w));
+    const double x = cost.cost(c.prompt_blocks - c.resident_blocks, used + added + evicted);
     bool better = !best || x < best_cost;
     if (best && x == best_cost) {
       const WorkerSnapshot& b = workers[best->index];
-      better = w.free_kv_blocks > b.free_kv_blocks || (w.free_kv_blocks == b.free_kv_blocks && w.running < b.running);
+      better = empty_blocks(w) > empty_blocks(b) || (empty_blocks(w) == empty_blocks(b) && w.running < b.running);
     }
     if (better) {
       best = c;

@@ -23,6 +23,7 @@ struct WorkerSnapshot {
   int running = 0;              // decode: sequences in the running batch
   std::string fingerprint;      // the model it reported ("" before its first successful poll)
   int64_t total_kv_blocks = 0;  // decode: blocks in its pool
+  int64_t kept_kv_blocks = 0;   // decode: of the free blocks, those still holding a cached prefix
   // decode: the prefix-chain keys of the blocks its pool held at the last poll (DecodeLoad
   // resident_blocks), plus those of requests sent to it since; null: none. Never older than
   // the last poll, so a dropped prefix is forgotten at the next report.
@@ -60,10 +61,13 @@ std::optional<size_t> pick_decode(const std::vector<WorkerSnapshot>& workers, in
 //   cost = ship_weight · ship + load_weight · load
 //   ship = the prompt's whole blocks the worker does not hold as a leading run (to prefill + send)
 //   load = the blocks its sequences hold (total − free) + the blocks this one adds there
-//          (its blocks − the resident ones, which it shares)
-// ties to more free blocks, then fewer running. Both terms are in blocks, so with the default
-// weights (1, 1) the holder of a prefix keeps getting it until it carries about twice the prefix's
-// blocks more load than the others; with nothing resident anywhere the choice is the least used.
+//          (added = its blocks − the resident ones, which it shares) + the kept prefix blocks
+//          those evict (added beyond the blocks that hold nothing: free − kept)
+// ties to more blocks that hold nothing, then fewer running. All terms are in blocks, so with
+// the default weights (1, 1) the holder of a prefix keeps getting it until it carries about twice
+// the prefix's blocks more load than the others; a prefix held nowhere goes where it evicts the
+// fewest cached prefixes (so they spread over the workers instead of pushing each other out); with
+// nothing resident and nothing kept anywhere the choice is the least used.
 struct DecodeCost {
   double ship_weight = 1.0;
   double load_weight = 1.0;

@@ -82,6 +82,7 @@ void WorkerGroup::poll_all() {
       w.snap.running = load.running();
       w.snap.fingerprint = load.fingerprint();
       w.snap.total_kv_blocks = load.total_kv_blocks();
+      w.snap.kept_kv_blocks = load.kept_kv_blocks();
       if (st.ok() && load.resident_blocks_size() > 0)
         w.snap.resident = std::make_shared<const std::unordered_set<uint64_t>>(load.resident_blocks().begin(),
                                                                                load.resident_blocks().end());
@@ -108,7 +109,12 @@ std::vector<WorkerSnapshot> WorkerGroup::snapshot() const {
   for (const auto& [a, w] : workers_) {
     WorkerSnapshot s = w.snap;
     if (role_ == WorkerRole::kPrefill) s.queued_tokens += w.pending;
-    else s.free_kv_blocks = std::max<int64_t>(0, s.free_kv_blocks - w.pending);
+    else {
+      s.free_kv_blocks = std::max<int64_t>(0, s.free_kv_blocks - w.pending);
+      // The blocks of requests that finished since the poll are kept prefixes now (until the
+      // next report says what the pool really kept).
+      s.kept_kv_blocks = std::min(s.free_kv_blocks, s.kept_kv_blocks + std::max<int64_t>(0, w.sent - w.pending));
+    }
     out.push_back(std::move(s));
   }
   return out;
@@ -119,7 +125,9 @@ void WorkerGroup::add_pending(const std::string& address, int64_t n) {
   auto it = workers_.find(address);
   // A poll in between resets the count (the worker's own figure then includes the work), so
   // the release of work sent before it must not go below zero.
-  if (it != workers_.end()) it->second.pending = std::max<int64_t>(0, it->second.pending + n);
+  if (it == workers_.end()) return;
+  it->second.pending = std::max<int64_t>(0, it->second.pending + n);
+  if (n > 0) it->second.sent += n;
 }
 
 void WorkerGroup::add_resident(const std::string& address, std::span<const uint64_t> keys) {

@@ -67,6 +67,7 @@ class WorkerGroup {
   struct Worker {
     WorkerSnapshot snap;
     int64_t pending = 0;  // prefill: tokens, decode: blocks, sent since the last poll
+    int64_t sent = 0;     // decode: blocks sent since the last poll, finished or not
   };
   void loop();
   void poll_all();

@@ -117,6 +117,23 @@ TEST(PickDecodeKv, CostTradesBlocksToShipAgainstLoad) {
   EXPECT_EQ(residency(big, 0, chains).prompt_blocks, 0);
 }
 
+TEST(PickDecodeKv, NewPrefixesGoWhereTheyEvictTheFewestKeptOnes) {
+  // Both pools all free by the free-block count, but 99 of e's free blocks hold kept prefixes.
+  const std::vector<PromptChain> chains = {{32, {31, 32}}};
+  std::vector<WorkerSnapshot> w = {decode_worker("e:1", 100, 100, {41, 42}), decode_worker("f:1", 100, 100, {})};
+  w[0].kept_kv_blocks = 99;
+  // A prompt held nowhere (2 blocks): on e it evicts one kept block. e: 2 + (2 + 1) = 5, f: 2 + 2 = 4.
+  EXPECT_EQ(w[pick_decode_kv(w, 64, chains, DecodeCost{})->index].address, "f:1");
+  // A prompt e holds (3 blocks, 2 resident): e: 1 + (1 + 0) = 2, f: 3 + 3 = 6.
+  const std::vector<PromptChain> held = {{32, {41, 42, 43}}};
+  EXPECT_EQ(w[pick_decode_kv(w, 96, held, DecodeCost{})->index].address, "e:1");
+  // Equal cost: the one with more empty blocks (not merely more free ones).
+  w[0].kept_kv_blocks = 50;  // e: 2 + 2 = 4 = f's
+  EXPECT_EQ(w[pick_decode_kv(w, 64, chains, DecodeCost{})->index].address, "f:1");
+  // The free-blocks-only choice cannot tell the two apart (tie: fewer running, then the first).
+  EXPECT_EQ(w[*pick_decode(w, 64)].address, "e:1");
+}
+
 TEST(PickDecodeKv, LeadingRunOnlyAndNoSummaryMeansNothingHeld) {
   const std::unordered_set<uint64_t> held = {1, 2, 4};
   const std::vector<uint64_t> keys = {1, 2, 3, 4};
