@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 
 #if defined(YOCO_HAVE_CBLAS)
@@ -63,6 +64,7 @@ void gemm(int m, int n, int k, float alpha, const float* a, int lda, const float
     }
     return;
   }
+  if (m >= kLibraryMinRows && gemm_dnnl(m, n, k, alpha, a, lda, b, ldb, b_trans, beta, c, ldc)) return;
 #if defined(YOCO_HAVE_CBLAS)
   cblas_sgemm(CblasRowMajor, CblasNoTrans, b_trans ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
               ldc);
