@@ -35,6 +35,12 @@ struct PrefillOptions {
   int retention_chunk = 64;  // C of the chunkwise gated-retention form
 };
 
+class Model;
+// The `--dtype` flag of the workers, yoco-cli and engine_bench: "fp32" (the default) or "bf16"
+// (Model::use_bf16_weights), on the CPU engine only (device < 0: EngineOptions::device); the
+// CUDA engine always computes in bf16 from the fp32 tensors. Errors name --dtype.
+Status apply_dtype_flag(Model& model, const std::string& dtype, int device);
+
 // Tensor parallelism (model/tensor_parallel.h): a Model built with world N > 1 is one rank of
 // N. It holds its slice of the weights, its states hold only its heads (and its KV heads of
 // the global cache), and every call that computes (prefill, logits, decode_step, forward,

@@ -22,6 +22,15 @@ std::vector<std::vector<float>*> matrices(ModelWeights& w) {
 
 }  // namespace
 
+Status apply_dtype_flag(Model& model, const std::string& dtype, int device) {
+  if (dtype == "fp32") return Status::Ok();
+  if (dtype != "bf16") return invalid_argument("--dtype: \"" + dtype + "\" is not fp32 or bf16");
+  if (device >= 0)
+    return invalid_argument("--dtype: bf16 is the CPU engine's option (the CUDA engine computes in bf16 already)");
+  model.use_bf16_weights();
+  return Status::Ok();
+}
+
 void Model::use_bf16_weights() {
   if (bf16_weights()) return;
   for (std::vector<float>* t : matrices(w_)) {

@@ -75,7 +75,7 @@ void from_bf16(const bf16* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = widen(x[i]);
 }
 
-bool linear_bf16_rounds_x(int m) { return m >= kBf16LibraryMinRows && dnnl_enabled(); }
+bool linear_bf16_rounds_x(int m) { return m >= kBf16LibraryMinRows && dnnl_bf16_supported(); }
 
 void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate) {
   if (m <= 0 || n <= 0) return;

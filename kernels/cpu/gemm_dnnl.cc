@@ -108,15 +108,21 @@ std::shared_ptr<const Entry> primitive(const Key& key) {
     po.append_sum(key.beta);
     attr.set_post_ops(po);
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, c.eng);
   if (c.prims.size() >= kMaxPrimitives) c.prims.clear();
-  auto p = std::make_shared<const Entry>(Entry{pd, dnnl::matmul(pd)});
+  std::shared_ptr<const Entry> p;
+  try {
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, c.eng);
+    p = std::make_shared<const Entry>(Entry{pd, dnnl::matmul(pd)});
+  } catch (const dnnl::error&) {
+    // No kernel for this CPU (bf16 below AVX-512): remembered as null, the caller's path runs.
+  }
   c.prims.emplace(key, p);
   return p;
 }
 
-void run(const Key& key, const void* a, const void* b, float* c) {
+bool run(const Key& key, const void* a, const void* b, float* c) {
   std::shared_ptr<const Entry> p = primitive(key);
+  if (!p) return false;
   Cache& cc = cache();
   thread_local dnnl::stream stream(cc.eng);
   dnnl::memory am(p->pd.src_desc(), cc.eng, const_cast<void*>(a));
@@ -124,6 +130,7 @@ void run(const Key& key, const void* a, const void* b, float* c) {
   dnnl::memory cm(p->pd.dst_desc(), cc.eng, c);
   p->prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
   stream.wait();
+  return true;
 }
 
 }  // namespace
@@ -132,19 +139,23 @@ bool gemm_dnnl(int m, int n, int k, float alpha, const float* a, int lda, const 
                float beta, float* c, int ldc) {
   // Inside our own parallel regions (per-head products) the caller's path is already one thread each.
   if (!dnnl_enabled() || omp_in_parallel() || m <= 0 || n <= 0 || k <= 0) return false;
-  run(Key{m, n, k, lda, ldb, ldc, omp_get_max_threads(), b_trans, false, alpha, beta}, a, b, c);
-  return true;
+  return run(Key{m, n, k, lda, ldb, ldc, omp_get_max_threads(), b_trans, false, alpha, beta}, a, b, c);
 }
 
 bool gemm_dnnl_bf16(int m, int n, int k, const bf16* a, int lda, const bf16* w, int ldw, float beta, float* c,
                     int ldc) {
   if (!dnnl_enabled() || omp_in_parallel() || m <= 0 || n <= 0 || k <= 0) return false;
-  run(Key{m, n, k, lda, ldw, ldc, omp_get_max_threads(), true, true, 1.0f, beta}, a, w, c);
-  return true;
+  return run(Key{m, n, k, lda, ldw, ldc, omp_get_max_threads(), true, true, 1.0f, beta}, a, w, c);
+}
+
+bool dnnl_bf16_supported() {
+  static const bool ok = dnnl_enabled() && primitive(Key{32, 32, 32, 32, 32, 32, 1, true, true, 1.0f, 0.0f}) != nullptr;
+  return ok;
 }
 
 #else
 
+bool dnnl_bf16_supported() { return false; }
 bool gemm_dnnl(int, int, int, float, const float*, int, const float*, int, bool, float, float*, int) { return false; }
 bool gemm_dnnl_bf16(int, int, int, const bf16*, int, const bf16*, int, float, float*, int) { return false; }
 

@@ -24,6 +24,7 @@ bool gemm_dnnl(int m, int n, int k, float alpha, const float* a, int lda, const 
                float beta, float* c, int ldc);
 // C[m,n] = A[m,k] · W[n,k]ᵀ (+ beta · C) in bf16 with fp32 sums; false as gemm_dnnl.
 using bf16 = uint16_t;
+bool dnnl_bf16_supported();  // oneDNN has a bf16 matmul for this CPU (AVX-512 and up)
 bool gemm_dnnl_bf16(int m, int n, int k, const bf16* a, int lda, const bf16* w, int ldw, float beta, float* c, int ldc);
 
 // --- bf16.cc -----------------------------------------------------------------------
