@@ -12,6 +12,8 @@
 #include "kernels/cpu/ops.h"
 
 #if defined(YOCO_HAVE_DNNL)
+#include <oneapi/dnnl/dnnl_version.h>
+
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
@@ -102,7 +104,9 @@ std::shared_ptr<const Entry> primitive(const Key& key) {
   dnnl::memory::desc b_md(dims{key.k, key.n}, in, key.b_trans ? dims{1, key.ldb} : dims{key.ldb, 1});
   dnnl::memory::desc c_md(dims{key.m, key.n}, dt::f32, dims{key.ldc, 1});
   dnnl::primitive_attr attr;
+#if DNNL_VERSION_MAJOR < 3
   if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
+#endif
   if (key.beta != 0.0f) {
     dnnl::post_ops po;
     po.append_sum(key.beta);
@@ -111,7 +115,11 @@ std::shared_ptr<const Entry> primitive(const Key& key) {
   if (c.prims.size() >= kMaxPrimitives) c.prims.clear();
   std::shared_ptr<const Entry> p;
   try {
+#if DNNL_VERSION_MAJOR < 3
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, c.eng);
+#else
+    dnnl::matmul::primitive_desc pd(c.eng, a_md, b_md, c_md, attr);
+#endif
     p = std::make_shared<const Entry>(Entry{pd, dnnl::matmul(pd)});
   } catch (const dnnl::error&) {
     // No kernel for this CPU (bf16 below AVX-512): remembered as null, the caller's path runs.
@@ -139,6 +147,9 @@ bool gemm_dnnl(int m, int n, int k, float alpha, const float* a, int lda, const 
                float beta, float* c, int ldc) {
   // Inside our own parallel regions (per-head products) the caller's path is already one thread each.
   if (!dnnl_enabled() || omp_in_parallel() || m <= 0 || n <= 0 || k <= 0) return false;
+#if DNNL_VERSION_MAJOR >= 3
+  if (alpha != 1.0f) return false;  // oneDNN 3 takes scales as run-time arguments: not wired up
+#endif
   return run(Key{m, n, k, lda, ldb, ldc, omp_get_max_threads(), b_trans, false, alpha, beta}, a, b, c);
 }
 
