@@ -28,8 +28,9 @@ struct Shape {
 // The projections one token passes through (model/weights.h's fused matrices).
 std::vector<Shape> model_shapes(const ModelConfig& c) {
   const int D = c.dim;
-  return {{"wqkvg", c.self_qkv_rows(), D}, {"wo", D, D},        {"w13", 2 * c.hidden_dim, D},
-          {"w2", D, c.hidden_dim},         {"wkv", 2 * c.kv_dim(), D}, {"output", c.vocab_size, D}};
+  return {{"wqkvg", c.self_qkv_rows(), D}, {"wo", D, D},
+          {"w13", 2 * c.hidden_dim, D},    {"w2", D, c.hidden_dim},
+          {"wkv", 2 * c.kv_dim(), D},      {"output", c.vocab_size, D}};
 }
 
 std::vector<float> random_floats(int64_t n, uint32_t seed) {
