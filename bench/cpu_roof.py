@@ -89,5 +89,13 @@ def main(d):
               f"{e['weight_bytes'] / f['weight_bytes']:.3f} of fp32")
 
 
+    for p in sorted(glob.glob(os.path.join(d, "score-*-bf16.json"))):
+        f = p[:-10] + "-fp32.json"
+        if os.path.exists(f):
+            a, b = load(f)["token_logprobs"], load(p)["token_logprobs"]
+            print(f"{os.path.basename(p)[6:-10]}: bf16 vs fp32 max |d log p| over {len(a)} scored tokens "
+                  f"{max(abs(x - y) for x, y in zip(a, b)):.4f}")
+
+
 if __name__ == "__main__":
     main(sys.argv[1])

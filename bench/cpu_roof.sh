@@ -44,4 +44,15 @@ for p in ${presets//,/ }; do
   eb fp32 onednn fp32
   eb bf16 onednn bf16
 done
+# Accuracy of the bf16 path on the bench presets (too big for CI): yoco-cli score of one random
+# 512-token sequence with --dtype fp32 and bf16, max |Δ log p| over its tokens.
+if [[ -x "$bin/tools/yoco-cli" ]]; then
+  toks=$(python3 -c "import random; random.seed(5); print(','.join(str(random.randrange(32000)) for _ in range(512)))")
+  for p in ${presets//,/ }; do
+    for dt in fp32 bf16; do
+      "$bin/tools/yoco-cli" score --model "/tmp/yoco-bench-$p" --tokens "$toks" --threads "$threads" --dtype "$dt" \
+        --json > "$out/score-$p-$dt.json"
+    done
+  done
+fi
 python3 bench/cpu_roof.py "$out" | tee "$out/summary.md"
