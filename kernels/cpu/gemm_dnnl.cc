@@ -59,12 +59,14 @@ namespace {
 
 // One product's shape: primitives are JIT-compiled for exact sizes and strides, so each distinct
 // shape is built once (a model has a handful: its projections × the chunk and tail row counts).
+// All members 4 bytes wide, so the struct has no padding and memcmp / byte hashing are exact.
 struct Key {
   int m, n, k, lda, ldb, ldc, threads;
-  bool b_trans, bf16;
+  int b_trans, bf16;
   float alpha, beta;
   bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof(Key)) == 0; }
 };
+static_assert(sizeof(Key) == 11 * 4, "Key must have no padding");
 struct KeyHash {
   size_t operator()(const Key& k) const {
     size_t h = 1469598103934665603ull;
