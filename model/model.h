@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/status.h"
@@ -146,6 +147,8 @@ class Model {
   int kv_row_ = 0;
   // bf16 copies of w_'s matrices, keyed by the (emptied) fp32 vector they replace.
   std::unordered_map<const std::vector<float>*, std::vector<uint16_t>> bf16_;
+  // Of those, the matrices whose products take x as two bf16 terms (cpu::linear_bf16's split_x).
+  std::unordered_set<const std::vector<float>*> bf16_split_;
 };
 
 }  // namespace yoco

@@ -40,6 +40,14 @@ void Model::use_bf16_weights() {
     bf16_.emplace(t, std::move(b));
     std::vector<float>().swap(*t);  // frees the fp32 copy
   }
+  // Gated retention sums k·vᵀ over the whole sequence into S, so the rounding of the activations
+  // entering the self-decoder's products does not average out: with gRet those products take x as
+  // two bf16 terms. Measured (bench/README.md, "Goal 2"): mid-gret max |Δ log p| 0.050 → 0.009
+  // over 511 tokens, prefill 2.0× → 1.6× the fp32 path. SWA and the Transformer stay within 2e-2
+  // without it.
+  if (!cfg_.is_swa() && !cfg_.is_transformer())
+    for (auto& L : w_.self_layers)
+      for (const auto* t : {&L.wqkvg, &L.wgt, &L.wo, &L.w13, &L.w2}) bf16_split_.insert(t);
 }
 
 int64_t Model::weight_bytes() const {
@@ -52,7 +60,8 @@ void Model::linear(const float* x, const std::vector<float>& w, float* y, int ro
                    bool accumulate) const {
   if (!bf16_.empty()) {
     auto it = bf16_.find(&w);
-    if (it != bf16_.end()) return cpu::linear_bf16(x, it->second.data(), y, rows, n, k, accumulate);
+    if (it != bf16_.end())
+      return cpu::linear_bf16(x, it->second.data(), y, rows, n, k, accumulate, bf16_split_.count(&w) > 0);
   }
   cpu::linear(x, w.data(), y, rows, n, k, accumulate);
 }

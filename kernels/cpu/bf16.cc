@@ -34,6 +34,15 @@ const bf16* rounded_rows(const float* x, int64_t n) {
   return buf.data();
 }
 
+// What rounding x to bf16 left out, itself in bf16 (x ≈ hi + lo to ~16 significant bits).
+const bf16* rounding_residual(const float* x, const bf16* hi, int64_t n) {
+  thread_local std::vector<bf16> buf;
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(n);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) buf[i] = round_bf16(x[i] - widen(hi[i]));
+  return buf.data();
+}
+
 // Few rows (a decode step): each weight row is read once from memory for all m rows of x, in
 // bf16, so a step streams half the bytes of the fp32 path. x stays fp32 (the step is bound by
 // the weight stream, not by arithmetic), which keeps its rounding error out of the products.
@@ -77,22 +86,30 @@ void from_bf16(const bf16* x, float* y, int64_t n) {
 
 bool linear_bf16_rounds_x(int m) { return m >= kBf16LibraryMinRows && dnnl_bf16_supported(); }
 
-void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate) {
+void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate, bool split_x) {
   if (m <= 0 || n <= 0) return;
-  if (linear_bf16_rounds_x(m) &&
-      gemm_dnnl_bf16(m, n, k, rounded_rows(x, static_cast<int64_t>(m) * k), k, w, k, accumulate ? 1.0f : 0.0f, y, n))
-    return;
+  const int64_t len = static_cast<int64_t>(m) * k;
+  if (linear_bf16_rounds_x(m)) {
+    const bf16* hi = rounded_rows(x, len);
+    if (gemm_dnnl_bf16(m, n, k, hi, k, w, k, accumulate ? 1.0f : 0.0f, y, n)) {
+      if (split_x) gemm_dnnl_bf16(m, n, k, rounding_residual(x, hi, len), k, w, k, 1.0f, y, n);
+      return;
+    }
+  }
   gemv_rows_bf16(x, w, y, m, n, k, accumulate);
 }
 
-void linear_bf16_reference(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate) {
+void linear_bf16_reference(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate,
+                           bool split_x) {
   const bool round_x = linear_bf16_rounds_x(m);
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j) {
       float s = 0;
       for (int p = 0; p < k; ++p) {
         const float xv = x[static_cast<int64_t>(i) * k + p];
-        s += (round_x ? widen(round_bf16(xv)) : xv) * widen(w[static_cast<int64_t>(j) * k + p]);
+        const float hi = widen(round_bf16(xv));
+        const float xr = !round_x ? xv : split_x ? hi + widen(round_bf16(xv - hi)) : hi;
+        s += xr * widen(w[static_cast<int64_t>(j) * k + p]);
       }
       float& out = y[static_cast<int64_t>(i) * n + j];
       out = accumulate ? out + s : s;
