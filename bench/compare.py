@@ -10,7 +10,8 @@ def main(engine_path, torch_path):
     c = e["config"]
     mixer = f"SWA {c['sliding_window']}" if c.get("sliding_window") else "gRet"
     print(f"### {engine_path.split('/')[-1].split('.')[0]}: dim {c['dim']}, {c['n_layers']} layers, {mixer}, "
-          f"loops {c['n_loops']}, threads {e['threads']}")
+          f"loops {c['n_loops']}, threads {e['threads']}, {e.get('dtype', 'fp32')} "
+          f"(engine GEMM: {e.get('gemm_library', 'openblas' if e.get('blas') else 'reference')})")
     print()
     print("| prefill tokens | engine tok/s | torch tok/s | speedup |")
     print("|---:|---:|---:|---:|")

@@ -1,7 +1,7 @@
 // Engine benchmark: prefill tokens/s over prompt lengths, decode tokens/s over batch sizes,
 // peak RSS and state bytes per token. Prints a table, or JSON with --json. Never asserts speed.
 //   engine_bench --model DIR | --preset NAME (e.g. small-gret, small-transformer)  [--threads N] [--prefill-lens 1024,4096]
-//                [--decode-batches 1,8,32] [--decode-context 512] [--decode-steps 16] [--repeats 3]
+//                [--decode-batches 1,8,32] [--decode-context 512] [--decode-steps 16] [--repeats 3] [--dtype fp32|bf16]
 // With --preset, the config may be changed before the random weights are made (bench/paper/ uses
 // these for the Transformer and YOCO-U of a preset's sizes): --transformer (the Transformer
 // baseline of the same sizes), --loops T, --nope (no RoPE in the cross-decoder). --write-model DIR
@@ -19,6 +19,7 @@
 #include "bench/bench_modes.h"
 #include "common/flags.h"
 #include "common/json.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "model/model.h"
 #include "model/random_model.h"
@@ -84,7 +85,8 @@ int main(int argc, char** argv) {
                          "throughput-context",
                          "generate",
                          "memory-budget-mb",
-                         "max-batch"},
+                         "max-batch",
+                         "dtype"},
                         {"json", "transformer", "nope", "describe"});
   if (!f.ok()) return die(f.status());
   auto threads = f->get_int("threads", 0);
@@ -105,6 +107,7 @@ int main(int argc, char** argv) {
   }
   auto m = Model::load(dir);
   if (!m.ok()) return die(m.status());
+  if (Status s = apply_dtype_flag(**m, f->get("dtype", "fp32"), -1); !s.ok()) return die(s);
   const Model& model = **m;
   const ModelConfig& c = model.config();
 
@@ -199,6 +202,9 @@ int main(int argc, char** argv) {
   out["config"] = c.to_json();
   out["threads"] = Json(cpu::num_threads());
   out["blas"] = Json(cpu::gemm_uses_blas());
+  out["gemm_library"] = Json(cpu::gemm_library());
+  out["dtype"] = Json(model.bf16_weights() ? "bf16" : "fp32");
+  out["weight_bytes"] = Json(model.weight_bytes());
   out["prefill"] = Json(std::move(prefill_rows));
   out["decode"] = Json(std::move(decode_rows));
   out["kv_bytes_per_token_f32"] = Json(kv_per_token);

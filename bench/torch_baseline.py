@@ -1,11 +1,13 @@
 #!/usr/bin/python3
-"""Straightforward PyTorch (CPU, float32) YOCO implementation used as a benchmark baseline.
+"""Straightforward PyTorch (CPU, float32 or bfloat16) YOCO implementation used as a benchmark baseline.
 
 Written from docs/design.md §2 only: self-decoder (gated retention or sliding-window attention,
 optionally looped n_loops times), one global KV cache, cross-decoder.  It is meant to be a fair
 baseline: idiomatic batched tensor code, no deliberate slowness, no custom kernels.
 
   --check              prefill + greedy decode == full forward (max |d log-prob| < 1e-4), exit 1 if not
+  --dtype bf16         the engine's bf16 path in PyTorch terms: every matrix held in torch.bfloat16,
+                       products in bf16 (oneDNN on CPU), norms, softmax, states and decays in float32
   --prefill-lens ...   prefill throughput (self-decoder + K/V + cross-decoder for the last token only)
   --decode-batches ... batched decode throughput after prefilling --decode-context tokens per sequence
 
@@ -94,7 +96,7 @@ def causal(tq, tk=None, q0=0):
 
 
 class YOCO:
-    def __init__(self, mdir):
+    def __init__(self, mdir, dtype=torch.float32):
         p = json.load(open(os.path.join(mdir, "params.json")))
         self.dim, self.n_layers = p["dim"], p["n_layers"]
         self.hs, self.hq, self.hkv = p["n_self_heads"], p["n_attn_heads"], p["n_attn_kv_heads"]
@@ -114,6 +116,9 @@ class YOCO:
         if "output_projection.weight" not in self.W or p.get("tie_embeddings") is True:
             self.W["output_projection.weight"] = self.W["embed_tokens.weight"]
         self._validate()
+        self.dtype = dtype
+        if dtype != torch.float32:  # matrices only: the 1-D norm weights stay float32
+            self.W = {n: (t.to(dtype) if t.dim() == 2 else t) for n, t in self.W.items()}
 
     def _validate(self):
         names = ["embed_tokens.weight", "layer_norm.weight", "cross_decoder.kv_layer_norm.weight",
@@ -131,7 +136,8 @@ class YOCO:
             raise SystemExit(f"checkpoint is missing {len(missing)} tensors, e.g. {missing[:3]}")
 
     def lin(self, x, name):
-        return F.linear(x, self.W[name])
+        w = self.W[name]
+        return F.linear(x, w) if w.dtype == torch.float32 else F.linear(x.to(w.dtype), w).float()
 
     def ffn(self, x, pre):
         # SwiGLU with the YOCO naming: fc1 is the activated branch, gate the linear one.
@@ -139,7 +145,7 @@ class YOCO:
                         pre + "ffn.fc2.weight")
 
     def embed(self, tokens):
-        return F.embedding(tokens, self.W["embed_tokens.weight"]) * math.sqrt(self.dim)
+        return F.embedding(tokens, self.W["embed_tokens.weight"]).float() * math.sqrt(self.dim)
 
     # ---------------------------------------------------------------- self-decoder
     def self_layer(self, i, h, cs, mode, st, pos):
@@ -348,7 +354,7 @@ def run_check(m, prompt_len=100, steps=8, B=2):
 
 
 def bench(m, args):
-    res = {"impl": "torch", "threads": args.threads, "torch_version": torch.__version__,
+    res = {"impl": "torch", "threads": args.threads, "torch_version": torch.__version__, "dtype": args.dtype,
            "prefill": [], "decode": []}
     g = torch.Generator().manual_seed(0)
     for n in [int(x) for x in args.prefill_lens.split(",") if x]:
@@ -394,6 +400,7 @@ def main():
     ap.add_argument("--model", required=True, help="directory with params.json + model.safetensors")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--check", action="store_true", help="run the correctness self-check")
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="weights and products (default fp32)")
     ap.add_argument("--prefill-lens", help="comma list (default 1024,4096; empty string: none)")
     ap.add_argument("--decode-batches", help="comma list (default 1,4,16,32; empty string: none)")
     ap.add_argument("--decode-context", type=int, default=512)
@@ -404,7 +411,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     with torch.inference_mode():
-        m = YOCO(args.model)
+        m = YOCO(args.model, torch.bfloat16 if args.dtype == "bf16" else torch.float32)
         if args.check:
             ok = run_check(m)
             print("check:", "PASS" if ok else "FAIL", file=sys.stderr)

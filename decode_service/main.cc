@@ -52,7 +52,7 @@ int run(int argc, char** argv) {
   ServerFlags f(
       kProgram, argc, argv,
       {"model", "kv-blocks", "block-size", "max-running", "max-waiting", "threads", "ucx-listen", "ucx-advertise",
-       "ucx-transports", "ucx-no-peer-error-handling", "no-prefix-sharing", "device", "cuda-kv-blocks",
+       "ucx-transports", "ucx-no-peer-error-handling", "no-prefix-sharing", "device", "dtype", "cuda-kv-blocks",
        "cuda-max-context", "cuda-graphs", "max-lease-ms", "no-prefix-retention", "residency-keys"},
       {"ucx-no-peer-error-handling", "no-prefix-sharing", "cuda-graphs", "no-prefix-retention"});
   ServerOptions so = server_options(f);
@@ -75,6 +75,9 @@ int run(int argc, char** argv) {
 
   auto model = Model::load(model_dir);
   if (!model.ok()) return exit_with(kProgram, model.status().message(), 1);
+  // --dtype bf16: bf16 weights and products on the CPU engine (model/model.h).
+  if (Status st = apply_dtype_flag(**model, f.str("dtype", "fp32"), eo.device); !st.ok())
+    return exit_with(kProgram, st.message(), 2);
   if ((*model)->config().is_transformer())  // its state has no hand-off format
     return exit_with(kProgram,
                      "--model: arch \"transformer\" is the benchmark baseline; the cluster serves arch \"yoco\"", 2);
@@ -103,8 +106,11 @@ int run(int argc, char** argv) {
   auto server = Server::start(so, {&worker}, registry, [&] { worker.refresh_metrics(); },
                               {{"ucx_address", Json((*receiver)->address())}});
   if (!server.ok()) return exit_with(kProgram, server.status().message(), 1);
-  (*server)->log_serving(
-      LogFields().kv("ucx", (*receiver)->address()).kv("model", model_dir).kv("device", (*engine)->device()));
+  (*server)->log_serving(LogFields()
+                             .kv("ucx", (*receiver)->address())
+                             .kv("model", model_dir)
+                             .kv("device", (*engine)->device())
+                             .kv("dtype", std::string((*model)->bf16_weights() ? "bf16" : "fp32")));
 
   // Running and waiting sequences finish; new calls are refused.
   (*server)->wait_and_drain(

@@ -93,12 +93,12 @@ Status Model::agree(const Status& local) const {
 Status Model::add_row_parallel(const float* x, const std::vector<float>& w, float* h, int rows, int k) const {
   const int D = cfg_.dim;
   if (tp_.world == 1) {
-    cpu::linear(x, w.data(), h, rows, D, k, /*accumulate=*/true);
+    linear(x, w, h, rows, D, k, /*accumulate=*/true);
     return Status::Ok();
   }
   // Sum the partial products first, then add: every rank adds the same bits to the same h.
   std::vector<float> y(static_cast<size_t>(rows) * D);
-  cpu::linear(x, w.data(), y.data(), rows, D, k);
+  linear(x, w, y.data(), rows, D, k);
   YOCO_RETURN_IF_ERROR(tp_.comm->all_reduce_sum(y.data(), y.size()));
   cpu::add_inplace(h, y.data(), static_cast<int64_t>(y.size()));
   return Status::Ok();
@@ -123,7 +123,7 @@ Status Model::ffn(float* h, int rows, const std::vector<float>& norm, const std:
   std::vector<float> x(static_cast<size_t>(rows) * D), u(static_cast<size_t>(rows) * 2 * H),
       act(static_cast<size_t>(rows) * H);
   cpu::rmsnorm(h, D, norm.data(), x.data(), D, rows, D, static_cast<float>(cfg_.norm_eps));
-  cpu::linear(x.data(), w13.data(), u.data(), rows, 2 * H, D);
+  linear(x.data(), w13, u.data(), rows, 2 * H, D);
   // docs/design.md §2.2: fc1 is the activated branch, gate the linear one.
   cpu::silu_mul(u.data(), 2 * H, u.data() + H, 2 * H, act.data(), H, rows, H);
   return add_row_parallel(act.data(), w2, h, rows, H);
@@ -145,7 +145,7 @@ Status Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& s
       const SelfLayerWeights& L = w_.self_layers[l];
       SelfLayerState& S = st.self[static_cast<size_t>(loop) * cfg_.n_self_layers + l];
       cpu::rmsnorm(h, D, L.mixer_norm.data(), x.data(), D, n, D, eps);
-      cpu::linear(x.data(), L.wqkvg.data(), proj.data(), n, R, D);
+      linear(x.data(), L.wqkvg, proj.data(), n, R, D);
       float* q = proj.data();
       float* k = proj.data() + Dl;
       float* v = proj.data() + 2 * Dl;
@@ -155,7 +155,7 @@ Status Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& s
       if (!cfg_.is_swa()) {
         gt.resize(static_cast<size_t>(n) * Hs);
         a.resize(static_cast<size_t>(n) * Hs);
-        cpu::linear(x.data(), L.wgt.data(), gt.data(), n, Hs, D);
+        linear(x.data(), L.wgt, gt.data(), n, Hs, D);
         const float inv_tau = 1.0f / static_cast<float>(cfg_.gate_logit_normalizer);
         for (int t = 0; t < n; ++t)
           for (int hh = 0; hh < Hs; ++hh)
@@ -228,14 +228,14 @@ Status Model::self_decoder_step(float* h, std::span<SequenceState* const> states
       const SelfLayerWeights& L = w_.self_layers[l];
       const size_t si = static_cast<size_t>(loop) * cfg_.n_self_layers + l;
       cpu::rmsnorm(h, D, L.mixer_norm.data(), x.data(), D, B, D, eps);
-      cpu::linear(x.data(), L.wqkvg.data(), proj.data(), B, R, D);
+      linear(x.data(), L.wqkvg, proj.data(), B, R, D);
       float* q = proj.data();
       float* k = proj.data() + Dl;
       float* v = proj.data() + 2 * Dl;
       cpu::rope_apply(q, R, B, Hs, hd, rope.cos.data(), rope.sin.data());
       cpu::rope_apply(k, R, B, Hs, hd, rope.cos.data(), rope.sin.data());
       if (!cfg_.is_swa()) {
-        cpu::linear(x.data(), L.wgt.data(), gt.data(), B, Hs, D);
+        linear(x.data(), L.wgt, gt.data(), B, Hs, D);
         const float inv_tau = 1.0f / static_cast<float>(cfg_.gate_logit_normalizer);
         const float kscale = 1.0f / std::sqrt(static_cast<float>(hd));
         for (int b = 0; b < B; ++b) cpu::scale_inplace(k + static_cast<int64_t>(b) * R, kscale, Dl);
@@ -281,7 +281,7 @@ void Model::global_kv(const float* h, int n, const int64_t* positions, float* k_
   const int D = cfg_.dim, KV = sd_.kv_dim;
   std::vector<float> x(static_cast<size_t>(n) * D), kv(static_cast<size_t>(n) * 2 * KV);
   cpu::rmsnorm(h, D, w_.kv_norm.data(), x.data(), D, n, D, static_cast<float>(cfg_.norm_eps));
-  cpu::linear(x.data(), w_.wkv.data(), kv.data(), n, 2 * KV, D);
+  linear(x.data(), w_.wkv, kv.data(), n, 2 * KV, D);
   for (int t = 0; t < n; ++t) {
     std::memcpy(k_out + static_cast<int64_t>(t) * KV, &kv[static_cast<size_t>(t) * 2 * KV], KV * 4);
     std::memcpy(v_out + static_cast<int64_t>(t) * KV, &kv[static_cast<size_t>(t) * 2 * KV + KV], KV * 4);
@@ -308,7 +308,7 @@ Status Model::cross_decoder(float* h, int rows, const int64_t* positions, std::s
 
   for (const CrossLayerWeights& L : w_.cross_layers) {
     cpu::rmsnorm(h, D, L.mixer_norm.data(), x.data(), D, rows, D, eps);
-    cpu::linear(x.data(), L.wq.data(), q.data(), rows, Dq, D);
+    linear(x.data(), L.wq, q.data(), rows, Dq, D);
     if (rope) cpu::rope_apply(q.data(), Dq, rows, Ha, hdc, rope->cos.data(), rope->sin.data());
     if (chunk_of_one_sequence) {
       const SequenceState& st = *states[0];
@@ -346,7 +346,7 @@ void Model::output_head(const float* h, int rows, float* logits) const {
   const int D = cfg_.dim;
   std::vector<float> x(static_cast<size_t>(rows) * D);
   cpu::rmsnorm(h, D, w_.final_norm.data(), x.data(), D, rows, D, static_cast<float>(cfg_.norm_eps));
-  cpu::linear(x.data(), w_.output_matrix(), logits, rows, cfg_.vocab_size, D);
+  linear(x.data(), w_.tied ? w_.embed : w_.output, logits, rows, cfg_.vocab_size, D);
 }
 
 // docs/design.md §2.6 with the kernels and numerics of the cross-decoder: q|k|v in one product, RoPE on q
@@ -367,7 +367,7 @@ Status Model::transformer_layers(float* h, int rows, const int64_t* positions, s
   for (int l = 0; l < L; ++l) {
     const SelfLayerWeights& W = w_.self_layers[l];
     cpu::rmsnorm(h, D, W.mixer_norm.data(), x.data(), D, rows, D, eps);
-    cpu::linear(x.data(), W.wqkvg.data(), proj.data(), rows, R, D);
+    linear(x.data(), W.wqkvg, proj.data(), rows, R, D);
     float* q = proj.data();
     float* k = proj.data() + Dq;
     float* v = proj.data() + Dq + KV;
@@ -456,7 +456,7 @@ Status Model::prefill(SequenceState& st, std::span<const int32_t> tokens, const 
     for (size_t off = 0; off < tokens.size(); off += opt.chunk_tokens) {
       const int n = static_cast<int>(std::min<size_t>(opt.chunk_tokens, tokens.size() - off));
       h.resize(static_cast<size_t>(n) * D);
-      cpu::embed(w_.embed.data(), D, tokens.data() + off, n, std::sqrt(static_cast<float>(D)), h.data());
+      embed_rows(tokens.data() + off, n, h.data());
       const std::vector<int64_t> positions = consecutive(st.position, n);
       YOCO_RETURN_IF_ERROR(transformer_layers(h.data(), n, positions.data(), one, true));
       st.last_hidden.assign(h.end() - D, h.end());
@@ -470,7 +470,7 @@ Status Model::prefill(SequenceState& st, std::span<const int32_t> tokens, const 
     h.resize(static_cast<size_t>(n) * D);
     k.resize(static_cast<size_t>(n) * KV);
     v.resize(static_cast<size_t>(n) * KV);
-    cpu::embed(w_.embed.data(), D, tokens.data() + off, n, std::sqrt(static_cast<float>(D)), h.data());
+    embed_rows(tokens.data() + off, n, h.data());
     YOCO_RETURN_IF_ERROR(self_decoder_chunk(h.data(), n, pos0, st, opt));
     const std::vector<int64_t> positions = consecutive(pos0, n);
     global_kv(h.data(), n, positions.data(), k.data(), v.data());
@@ -518,7 +518,7 @@ Status Model::decode_step(std::span<SequenceState* const> states, std::span<cons
   }()));
   if (cfg_.is_transformer()) {
     std::vector<float> h(static_cast<size_t>(B) * D);
-    cpu::embed(w_.embed.data(), D, tokens.data(), B, std::sqrt(static_cast<float>(D)), h.data());
+    embed_rows(tokens.data(), B, h.data());
     std::vector<int64_t> positions(B);
     for (int b = 0; b < B; ++b) {
       positions[b] = states[b]->position;
@@ -534,7 +534,7 @@ Status Model::decode_step(std::span<SequenceState* const> states, std::span<cons
     return Status::Ok();
   }
   std::vector<float> h(static_cast<size_t>(B) * D), k(static_cast<size_t>(B) * KV), v(static_cast<size_t>(B) * KV);
-  cpu::embed(w_.embed.data(), D, tokens.data(), B, std::sqrt(static_cast<float>(D)), h.data());
+  embed_rows(tokens.data(), B, h.data());
   YOCO_RETURN_IF_ERROR(self_decoder_step(h.data(), states));
   std::vector<int64_t> positions(B);
   for (int b = 0; b < B; ++b) positions[b] = states[b]->position;
@@ -572,7 +572,7 @@ Status Model::forward(std::span<const int32_t> tokens, const LogitsSink& sink, c
       const int64_t pos0 = st.position;
       h.resize(static_cast<size_t>(n) * D);
       logits.resize(static_cast<size_t>(n) * V);
-      cpu::embed(w_.embed.data(), D, tokens.data() + off, n, std::sqrt(static_cast<float>(D)), h.data());
+      embed_rows(tokens.data() + off, n, h.data());
       const std::vector<int64_t> positions = consecutive(pos0, n);
       YOCO_RETURN_IF_ERROR(transformer_layers(h.data(), n, positions.data(), one, true));
       st.position += n;
@@ -586,7 +586,7 @@ Status Model::forward(std::span<const int32_t> tokens, const LogitsSink& sink, c
     const int64_t pos0 = st.position;
     h.resize(static_cast<size_t>(n) * D);
     logits.resize(static_cast<size_t>(n) * V);
-    cpu::embed(w_.embed.data(), D, tokens.data() + off, n, std::sqrt(static_cast<float>(D)), h.data());
+    embed_rows(tokens.data() + off, n, h.data());
     YOCO_RETURN_IF_ERROR(self_decoder_chunk(h.data(), n, pos0, st, opt));
     st.k.resize(static_cast<size_t>(pos0 + n) * KV);
     st.v.resize(static_cast<size_t>(pos0 + n) * KV);

@@ -19,6 +19,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/status.h"
@@ -33,6 +35,12 @@ struct PrefillOptions {
   int chunk_tokens = 512;    // tokens per self-decoder pass: the prefill token budget
   int retention_chunk = 64;  // C of the chunkwise gated-retention form
 };
+
+class Model;
+// The `--dtype` flag of the workers, yoco-cli and engine_bench: "fp32" (the default) or "bf16"
+// (Model::use_bf16_weights), on the CPU engine only (device < 0: EngineOptions::device); the
+// CUDA engine always computes in bf16 from the fp32 tensors. Errors name --dtype.
+Status apply_dtype_flag(Model& model, const std::string& dtype, int device);
 
 // Tensor parallelism (model/tensor_parallel.h): a Model built with world N > 1 is one rank of
 // N. It holds its slice of the weights, its states hold only its heads (and its KV heads of
@@ -49,9 +57,21 @@ class Model {
   // Keeps tp.rank's slice of the loaded full-model weights.
   static Result<std::unique_ptr<Model>> create(LoadedWeights w, const TensorParallel& tp);
   explicit Model(LoadedWeights w);
+  Model(const Model&) = delete;  // bf16_ is keyed by the addresses of w_'s vectors
+  Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
+  // The fp32 tensors. After use_bf16_weights() its matrices are empty (their bf16 copies replace
+  // them); only the norm vectors remain.
   const ModelWeights& weights() const { return w_; }
+  // The bf16 compute path (docs/design.md, CPU compute precision): every matrix (projections,
+  // embedding, output head) is rounded to bf16 and its fp32 copy freed, so resident weights halve;
+  // products then run bf16 × bf16 with fp32 sums, and norms, softmax, retention state and
+  // log-decays stay fp32. Call once, before any engine is made over the model; CPU engine only.
+  void use_bf16_weights();
+  bool bf16_weights() const { return !bf16_.empty(); }
+  // Bytes of resident weights (fp32 tensors plus bf16 matrices).
+  int64_t weight_bytes() const;
   uint64_t fingerprint() const { return fingerprint_; }
   bool has_cross_decoder() const { return w_.set == WeightSet::kFull; }
   const TensorParallel& tensor_parallel() const { return tp_; }
@@ -111,6 +131,11 @@ class Model {
   // the blocks (RESOURCE_EXHAUSTED otherwise, before anything is consumed).
   Status make_room(SequenceState& st, int64_t rows) const;
   void store_kv_rows(SequenceState& st, int64_t pos0, int n, const float* k, const float* v) const;
+  // y = x·Wᵀ (+ y) with W in fp32 or its bf16 copy (model_bf16.cc).
+  void linear(const float* x, const std::vector<float>& w, float* y, int rows, int n, int k,
+              bool accumulate = false) const;
+  // h[i] = √dim · embedding row of ids[i].
+  void embed_rows(const int32_t* ids, int n, float* h) const;
   Status ffn(float* h, int rows, const std::vector<float>& norm, const std::vector<float>& w13,
              const std::vector<float>& w2) const;
 
@@ -120,6 +145,10 @@ class Model {
   TensorParallel tp_;
   ShardDims sd_;
   int kv_row_ = 0;
+  // bf16 copies of w_'s matrices, keyed by the (emptied) fp32 vector they replace.
+  std::unordered_map<const std::vector<float>*, std::vector<uint16_t>> bf16_;
+  // Of those, the matrices whose products take x as two bf16 terms (cpu::linear_bf16's split_x).
+  std::unordered_set<const std::vector<float>*> bf16_split_;
 };
 
 }  // namespace yoco

@@ -51,7 +51,7 @@ int run(int argc, char** argv) {
       kProgram, argc, argv,
       {"model", "threads", "chunk-tokens", "max-active", "max-queued-tokens", "ucx-transports",
        "ucx-no-peer-error-handling", "inject-chunk-delay-ms", "inject-commit-delay-ms", "kv-store", "kv-block-tokens",
-       "no-prompt-cache", "kv-store-password-env", "device", "cuda-kv-blocks", "cuda-max-context"},
+       "no-prompt-cache", "kv-store-password-env", "device", "dtype", "cuda-kv-blocks", "cuda-max-context"},
       {"ucx-no-peer-error-handling", "no-prompt-cache"});
   ServerOptions so = server_options(f);
   require_client_ca(f, so.tls);                 // internal services: only the router, by its client certificate
@@ -65,6 +65,9 @@ int run(int argc, char** argv) {
 
   auto model = Model::load(model_dir, WeightSet::kPrefill);
   if (!model.ok()) return exit_with(kProgram, "--model: " + model.status().message(), 1);
+  // --dtype bf16: bf16 weights and products on the CPU engine (model/model.h).
+  if (Status st = apply_dtype_flag(**model, f.str("dtype", "fp32"), eo.device); !st.ok())
+    return exit_with(kProgram, st.message(), 2);
   if ((*model)->config().is_transformer())  // its state has no hand-off format
     return exit_with(kProgram,
                      "--model: arch \"transformer\" is the benchmark baseline; the cluster serves arch \"yoco\"", 2);
@@ -105,7 +108,8 @@ int run(int argc, char** argv) {
                              .kv("fingerprint", hex64((*model)->fingerprint()))
                              .kv("chunk_tokens", lim.chunk_tokens)
                              .kv("max_active", lim.max_active)
-                             .kv("device", (*engine)->device()));
+                             .kv("device", (*engine)->device())
+                             .kv("dtype", std::string((*model)->bf16_weights() ? "bf16" : "fp32")));
 
   // Refuse new work, let queued and in-flight jobs finish (bounded by --drain-seconds).
   auto finish = [&](std::chrono::steady_clock::time_point until) {

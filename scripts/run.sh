@@ -4,7 +4,9 @@
 # continuation of a KJV-style prompt through the router with yoco-cli (gRPC), ask for the same
 # through the router's OpenAI-compatible HTTP API with curl, and stop the cluster.
 # YOCO_MODEL and YOCO_PROMPT override the defaults; extra arguments go to `yoco-cli generate`
-# (e.g. --temperature 0.8 --seed 1).
+# (e.g. --temperature 0.8 --seed 1). The workers compute in bf16 where the CPU has bf16 dot-product
+# instructions (AVX512-BF16 or AMX; bench/README.md, "CPU GEMM roof and the bf16 path"), else in
+# fp32; YOCO_DTYPE=fp32|bf16 overrides.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -12,6 +14,7 @@ scripts/build.sh --target yoco-cli yoco-decode yoco-prefill yoco-router >/dev/nu
 MODEL=${YOCO_MODEL:-models/kjv-yoco}   # the bundled YOCO trained on the King James Bible
 PROMPT=${YOCO_PROMPT:-In the beginning God created}
 READY_SECONDS=120
+DTYPE=${YOCO_DTYPE:-$(grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null && echo bf16 || echo fp32)}
 
 state=$(mktemp -d -t yoco-run.XXXXXX)
 launcher=
@@ -30,7 +33,8 @@ stop_cluster() {  # on any exit: the cluster must not outlive this script
 trap stop_cluster EXIT
 
 python3 deploy/local/cluster.py --bin-dir build --model "$MODEL" --prefill 1 --decode 1 --state-dir "$state" \
-  --http-port 0 >"$state/launcher.out" 2>"$state/launcher.err" &
+  --http-port 0 --prefill-arg=--dtype --prefill-arg="$DTYPE" --decode-arg=--dtype --decode-arg="$DTYPE" \
+  >"$state/launcher.out" 2>"$state/launcher.err" &
 launcher=$!
 for ((i = 0; i < READY_SECONDS * 10; i++)); do
   [[ -f "$state/cluster.json" ]] && break

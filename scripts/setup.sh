@@ -10,6 +10,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config ccache
   libopenblas-openmp-dev      # CPU BLAS; the OpenMP build nests cleanly in our OpenMP regions
+  libdnnl-dev                 # oneDNN: the large CPU matrix products and the bf16 path (AVX-512/AMX at run time)
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev libomp-dev   # libFuzzer targets (clang + its OpenMP runtime)
   clang-format                # scripts/check_format.sh (the format_check test)

@@ -38,11 +38,11 @@ void usage() {
                "  make-random-model --preset NAME --out DIR [--seed S] [--dtype f32|bf16] [--tied]\n"
                "  presets                               list the model presets\n"
                "  info --model DIR [--json]             config, sizes and fingerprint\n"
-               "  score --model DIR (--tokens 1,2,3 | --text TEXT) [--json] [--threads N]\n"
+               "  score --model DIR (--tokens 1,2,3 | --text TEXT) [--json] [--threads N] [--dtype fp32|bf16]\n"
                "  generate --model DIR (--tokens 1,2,3 | --prompt TEXT) --max-tokens N [--temperature T]\n"
                "           [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--presence-penalty P]\n"
                "           [--frequency-penalty F] [--seed S] [--stop-token-ids 1,2] [--ignore-eos] [--json]\n"
-               "           [--threads N] [--chunk-tokens N]\n"
+               "           [--threads N] [--chunk-tokens N] [--dtype fp32|bf16]\n"
                "  tokenize --model DIR --text TEXT [--allow-special] [--json]\n"
                "  detokenize --model DIR --tokens 1,2,3\n"
                "  make-key --name NAME [--admin] [--max-concurrent N] [--tokens-per-minute N] [--max-context N]\n"
@@ -141,7 +141,8 @@ int cmd_info(int argc, char** argv) {
 }
 
 int cmd_score(int argc, char** argv) {
-  auto f = Flags::parse(argc, argv, 2, {"model", "tokens", "text", "json", "threads", "chunk-tokens"}, {"json"});
+  auto f =
+      Flags::parse(argc, argv, 2, {"model", "tokens", "text", "json", "threads", "chunk-tokens", "dtype"}, {"json"});
   if (!f.ok()) return fail(f.status());
   if (!f->has("model")) return fail(invalid_argument("--model: required"));
   if (Status st = set_threads(f.value()); !st.ok()) return fail(st);
@@ -149,6 +150,7 @@ int cmd_score(int argc, char** argv) {
   if (!toks.ok()) return fail(toks.status());
   auto m = Model::load(f->get("model"));
   if (!m.ok()) return fail(m.status());
+  if (Status st = apply_dtype_flag(**m, f->get("dtype", "fp32"), -1); !st.ok()) return fail(st);
   PrefillOptions opt;
   auto chunk = f->get_int("chunk-tokens", opt.chunk_tokens);
   if (!chunk.ok()) return fail(chunk.status());
@@ -178,7 +180,7 @@ int cmd_generate(int argc, char** argv) {
   auto f = Flags::parse(argc, argv, 2,
                         {"model", "tokens", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p",
                          "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "stop-token-ids",
-                         "json", "threads", "chunk-tokens", "ignore-eos"},
+                         "json", "threads", "chunk-tokens", "ignore-eos", "dtype"},
                         {"json", "ignore-eos"});
   if (!f.ok()) return fail(f.status());
   if (!f->has("model")) return fail(invalid_argument("--model: required"));
@@ -221,6 +223,7 @@ int cmd_generate(int argc, char** argv) {
   }
   auto m = Model::load(f->get("model"));
   if (!m.ok()) return fail(m.status());
+  if (Status st = apply_dtype_flag(**m, f->get("dtype", "fp32"), -1); !st.ok()) return fail(st);
   const bool json = f->get_bool("json");
   // With a text prompt the output is text, streamed as tokens arrive, and EOS ends it.
   std::function<void(int32_t)> on_token = [&](int32_t t) {

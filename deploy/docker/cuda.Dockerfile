@@ -11,7 +11,7 @@ FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cmake ninja-build g++ pkg-config \
-      libopenblas-openmp-dev libboost-dev libpcre2-dev libucx-dev libhiredis-dev \
+      libopenblas-openmp-dev libdnnl-dev libboost-dev libpcre2-dev libucx-dev libhiredis-dev \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -33,11 +33,12 @@ LABEL org.opencontainers.image.title="yoco-cuda" \
       org.opencontainers.image.description="YOCO serving cluster (router, prefill and decode workers, CLI) with the CUDA backend" \
       org.opencontainers.image.version="${YOCO_VERSION}" \
       org.opencontainers.image.base.name="docker.io/nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU}"
-# Runtime libraries only: the CPU image's list under Ubuntu 24.04's names. The CUDA runtime comes
-# with the base image; the driver is mounted by the NVIDIA container toolkit.
+# Runtime libraries only: the CPU image's list under Ubuntu 24.04's names (oneDNN through its -dev
+# package, which pulls the runtime library whatever its soname). The CUDA runtime comes with the
+# base image; the driver is mounted by the NVIDIA container toolkit.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libgrpc++1.51t64 libprotobuf32t64 libucx0 ucx-utils libopenblas0-openmp libpcre2-8-0 libgomp1 \
+      libgrpc++1.51t64 libprotobuf32t64 libucx0 ucx-utils libopenblas0-openmp libdnnl-dev libpcre2-8-0 libgomp1 \
       libhiredis1.1.0 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 10001 yoco \

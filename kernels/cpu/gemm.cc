@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 
 #if defined(YOCO_HAVE_CBLAS)
@@ -54,6 +55,7 @@ void gemm(int m, int n, int k, float alpha, const float* a, int lda, const float
     gemm_small_m(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
+  if (m >= kLibraryMinRows && gemm_dnnl(m, n, k, alpha, a, lda, b, ldb, b_trans, beta, c, ldc)) return;
 #if defined(YOCO_HAVE_CBLAS)
   cblas_sgemm(CblasRowMajor, CblasNoTrans, b_trans ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
               ldc);

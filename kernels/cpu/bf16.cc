@@ -1,0 +1,128 @@
+// The bf16 compute path's kernels (kernels/cpu/matmul.h).
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+
+namespace yoco::cpu {
+
+namespace {
+
+inline bf16 round_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16>((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<bf16>(u >> 16);
+}
+
+inline float widen(bf16 h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Rows of x in bf16, reused across calls on the calling thread.
+const bf16* rounded_rows(const float* x, int64_t n) {
+  thread_local std::vector<bf16> buf;
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(n);
+  to_bf16(x, buf.data(), n);
+  return buf.data();
+}
+
+// What rounding x to bf16 left out, itself in bf16 (x ≈ hi + lo to ~16 significant bits).
+const bf16* rounding_residual(const float* x, const bf16* hi, int64_t n) {
+  thread_local std::vector<bf16> buf;
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(n);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) buf[i] = round_bf16(x[i] - widen(hi[i]));
+  return buf.data();
+}
+
+// Few rows (a decode step): each weight row is read once from memory for all m rows of x, in
+// bf16, so a step streams half the bytes of the fp32 path. x stays fp32 (the step is bound by
+// the weight stream, not by arithmetic), which keeps its rounding error out of the products.
+void gemv_rows_bf16(const float* xb, const bf16* w, float* y, int m, int n, int k, bool accumulate) {
+  constexpr int kMaxRows = 16;
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(n) * k > (1 << 18))
+  for (int j = 0; j < n; ++j) {
+    const bf16* row = w + static_cast<int64_t>(j) * k;
+    for (int i0 = 0; i0 < m; i0 += kMaxRows) {
+      const int mi = std::min(kMaxRows, m - i0);
+      float acc[kMaxRows] = {};
+      for (int i = 0; i < mi; ++i) {
+        const float* xr = xb + static_cast<int64_t>(i0 + i) * k;
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int p = 0; p < k; ++p) s += widen(row[p]) * xr[p];
+        acc[i] = s;
+      }
+      for (int i = 0; i < mi; ++i) {
+        float& out = y[static_cast<int64_t>(i0 + i) * n + j];
+        out = accumulate ? out + acc[i] : acc[i];
+      }
+    }
+  }
+}
+
+// Rows up to which the plain loop beats oneDNN's bf16 matmul (bench/gemm_roof.cc).
+constexpr int kBf16LibraryMinRows = 8;
+
+}  // namespace
+
+void to_bf16(const float* x, bf16* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = round_bf16(x[i]);
+}
+
+void from_bf16(const bf16* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = widen(x[i]);
+}
+
+bool linear_bf16_rounds_x(int m) { return m >= kBf16LibraryMinRows && dnnl_bf16_supported(); }
+
+void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate, bool split_x) {
+  if (m <= 0 || n <= 0) return;
+  const int64_t len = static_cast<int64_t>(m) * k;
+  if (linear_bf16_rounds_x(m)) {
+    const bf16* hi = rounded_rows(x, len);
+    if (gemm_dnnl_bf16(m, n, k, hi, k, w, k, accumulate ? 1.0f : 0.0f, y, n)) {
+      if (split_x) gemm_dnnl_bf16(m, n, k, rounding_residual(x, hi, len), k, w, k, 1.0f, y, n);
+      return;
+    }
+  }
+  gemv_rows_bf16(x, w, y, m, n, k, accumulate);
+}
+
+void linear_bf16_reference(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate,
+                           bool split_x) {
+  const bool round_x = linear_bf16_rounds_x(m);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      float s = 0;
+      for (int p = 0; p < k; ++p) {
+        const float xv = x[static_cast<int64_t>(i) * k + p];
+        const float hi = widen(round_bf16(xv));
+        const float xr = !round_x ? xv : split_x ? hi + widen(round_bf16(xv - hi)) : hi;
+        s += xr * widen(w[static_cast<int64_t>(j) * k + p]);
+      }
+      float& out = y[static_cast<int64_t>(i) * n + j];
+      out = accumulate ? out + s : s;
+    }
+}
+
+void embed_bf16(const bf16* table, int dim, const int32_t* ids, int n, float scale, float* out) {
+  for (int i = 0; i < n; ++i) {
+    const bf16* row = table + static_cast<int64_t>(ids[i]) * dim;
+    float* o = out + static_cast<int64_t>(i) * dim;
+#pragma omp simd
+    for (int d = 0; d < dim; ++d) o[d] = scale * widen(row[d]);
+  }
+}
+
+}  // namespace yoco::cpu

@@ -1,0 +1,48 @@
+// Matrix products beyond gemm.cc's plain fp32 entry point: the library that runs the large
+// fp32 products (chosen by measurement, bench/README.md "GEMM roof"), and the bf16 path
+// (bf16 weights, fp32 activations converted per product, fp32 accumulation; docs/design.md,
+// CPU compute precision).
+#pragma once
+
+#include <cstdint>
+
+namespace yoco::cpu {
+
+// --- gemm_dnnl.cc ------------------------------------------------------------------
+// True when this build has oneDNN and it may be used (YOCO_GEMM_LIBRARY=openblas|reference in
+// the environment turns it off, for measurements).
+bool dnnl_enabled();
+// The library that runs fp32 products of at least kLibraryMinRows rows: "onednn", "openblas" or
+// "reference" (the triple loop of a build without BLAS).
+const char* gemm_library();
+// Fewest rows of A for which gemm() hands an fp32 product to oneDNN: below it, the primitive's
+// fixed cost beats its speed (bench/gemm_roof.cc).
+inline constexpr int kLibraryMinRows = 32;
+// gemm() through oneDNN's matmul, primitives cached per shape. False (nothing written) when
+// oneDNN is unavailable or disabled; the caller then runs its own path.
+bool gemm_dnnl(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, bool b_trans,
+               float beta, float* c, int ldc);
+// C[m,n] = A[m,k] · W[n,k]ᵀ (+ beta · C) in bf16 with fp32 sums; false as gemm_dnnl.
+using bf16 = uint16_t;
+bool dnnl_bf16_supported();  // oneDNN has a bf16 matmul for this CPU (AVX-512 and up)
+bool gemm_dnnl_bf16(int m, int n, int k, const bf16* a, int lda, const bf16* w, int ldw, float beta, float* c, int ldc);
+
+// --- bf16.cc -----------------------------------------------------------------------
+// bfloat16 is held as its 16 bits. Conversion rounds to nearest even (NaN stays NaN).
+void to_bf16(const float* x, bf16* y, int64_t n);
+void from_bf16(const bf16* x, float* y, int64_t n);
+// y[m,n] = x[m,k] · W[n,k]ᵀ (+ y when accumulate) with W in bf16 and fp32 sums. Products of many
+// rows run through oneDNN's bf16 matmul with x rounded to bf16 (linear_bf16_rounds_x); those of
+// few rows (decode steps) are bound by reading W and keep x in fp32. split_x: x is rounded to two
+// bf16 terms hi + lo and both are multiplied (twice the work, ~16 significant bits of x), for
+// products whose outputs accumulate over a whole sequence (gated retention's q, k, v).
+void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate = false,
+                 bool split_x = false);
+bool linear_bf16_rounds_x(int m);
+// The plain loop linear_bf16 is tested against: the same rounding of x, fp32 sums.
+void linear_bf16_reference(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate = false,
+                           bool split_x = false);
+// out[i] = scale · table[ids[i]] from a bf16 table.
+void embed_bf16(const bf16* table, int dim, const int32_t* ids, int n, float scale, float* out);
+
+}  // namespace yoco::cpu
