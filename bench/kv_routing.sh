@@ -58,7 +58,9 @@ def counters():
             "router_predicted": r.get("yoco_router_residency_predicted_hits_total", 0),
             "decode_blocks": sum(x.get("yoco_kv_residency_blocks_total", 0) for x in d),
             "decode_hits": sum(x.get("yoco_kv_resident_blocks_total", 0) for x in d),
-            "per_worker_requests": [x.get("yoco_kv_residency_blocks_total", 0) for x in d]}
+            "per_worker_requests": [x.get("yoco_kv_residency_blocks_total", 0) for x in d],
+            "retries": sum(v for k, v in r.items() if k.startswith("yoco_router_retries_total")),
+            "transfer_failures": sum(x.get("yoco_kv_transfer_failures_total", 0) for x in d)}
 
 ttft, errors, lock, nxt = [], [], threading.Lock(), [0]
 
@@ -103,7 +105,8 @@ for t in threads:
 wall = time.perf_counter() - t0
 time.sleep(0.2)
 after = counters()
-d = {k: after[k] - before[k] for k in ("router_blocks", "router_predicted", "decode_blocks", "decode_hits")}
+d = {k: after[k] - before[k]
+     for k in ("router_blocks", "router_predicted", "decode_blocks", "decode_hits", "retries", "transfer_failures")}
 ttft.sort()
 pct = lambda p: ttft[min(len(ttft) - 1, int(p * len(ttft)))] if ttft else None
 res = {"routing": mode, "requests": N, "concurrency": C, "doc_tokens": doc_tokens, "documents": 4,
@@ -112,6 +115,7 @@ res = {"routing": mode, "requests": N, "concurrency": C, "doc_tokens": doc_token
        "decode_resident_hit_rate": round(d["decode_hits"] / d["decode_blocks"], 4) if d["decode_blocks"] else None,
        "router_predicted_hit_rate": round(d["router_predicted"] / d["router_blocks"], 4) if d["router_blocks"] else None,
        "shipped_whole_blocks": d["decode_blocks"], "resident_blocks": d["decode_hits"],
+       "router_retries": d["retries"], "decode_transfer_failures": d["transfer_failures"],
        "blocks_per_decode_worker": [b - a for a, b in zip(before["per_worker_requests"], after["per_worker_requests"])],
        "ttft_p50_seconds": round(pct(0.5), 4) if ttft else None,
        "ttft_p99_seconds": round(pct(0.99), 4) if ttft else None,

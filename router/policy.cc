@@ -94,12 +94,15 @@ std::optional<DecodeChoice> pick_decode_kv(const std::vector<WorkerSnapshot>& wo
   double best_cost = 0;
   for (size_t i = 0; i < workers.size(); ++i) {
     const WorkerSnapshot& w = workers[i];
-    if (!w.healthy || excluded(exclude, w.address)) continue;
-    if (w.free_kv_blocks * w.kv_block_rows < rows_needed) continue;
+    if (!w.healthy || excluded(exclude, w.address) || w.kv_block_rows <= 0) continue;
     const DecodeChoice c = residency(w, i, chains);
-    const int64_t used = std::max<int64_t>(0, w.total_kv_blocks - w.free_kv_blocks);
     const int64_t added =
         std::max<int64_t>(0, (rows_needed + w.kv_block_rows - 1) / w.kv_block_rows - c.resident_blocks);
+    // Room: the blocks it adds. Resident blocks a running sequence holds take nothing more; kept
+    // ones are free blocks the claim takes, which the summary does not tell apart: where they
+    // leave too little, the worker refuses the reservation and the request tries another.
+    if (w.free_kv_blocks < added) continue;
+    const int64_t used = std::max<int64_t>(0, w.total_kv_blocks - w.free_kv_blocks);
     const int64_t evicted = std::max<int64_t>(0, added - empty_blocks(w));
     const double x = cost.cost(c.prompt_blocks - c.resident_blocks, used + added + evicted);
     bool better = !best || x < best_cost;

@@ -57,7 +57,7 @@ std::optional<size_t> pick_decode(const std::vector<WorkerSnapshot>& workers, in
                                   const std::vector<std::string>& exclude = {});
 
 // KV-aware decode choice (docs/design.md §3.3, KV-aware decode routing): among the healthy
-// workers with room for the whole sequence, the lowest
+// workers with room for the blocks the sequence adds beyond the resident ones, the lowest
 //   cost = ship_weight · ship + load_weight · load
 //   ship = the prompt's whole blocks the worker does not hold as a leading run (to prefill + send)
 //   load = the blocks its sequences hold (total − free) + the blocks this one adds there

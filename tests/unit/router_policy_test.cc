@@ -102,8 +102,9 @@ TEST(PickDecodeKv, CostTradesBlocksToShipAgainstLoad) {
   // Load ignored: residency alone decides; shipping ignored: the old choice (least used).
   EXPECT_EQ(w[pick_decode_kv(w, 200, chains, DecodeCost{1.0, 0.0})->index].address, "a:1");
   EXPECT_EQ(w[pick_decode_kv(w, 200, chains, DecodeCost{0.0, 1.0})->index].address, "c:1");
-  // Room first: a worker that cannot hold the sequence is never chosen, however much it holds.
-  EXPECT_EQ(w[pick_decode_kv(w, 81 * 32, chains, DecodeCost{1.0, 0.0})->index].address, "c:1");
+  // Room first: a worker that cannot hold what the sequence adds is never chosen, however much it
+  // holds (84 blocks: a adds 81 beyond its 3 resident ones, with 80 free).
+  EXPECT_EQ(w[pick_decode_kv(w, 84 * 32, chains, DecodeCost{1.0, 0.0})->index].address, "c:1");
   EXPECT_FALSE(pick_decode_kv(w, 96 * 32, chains, cost).has_value());
   // Unhealthy and excluded workers are skipped; their residency counts for nothing.
   w[1].healthy = false;
@@ -132,6 +133,23 @@ TEST(PickDecodeKv, NewPrefixesGoWhereTheyEvictTheFewestKeptOnes) {
   EXPECT_EQ(w[pick_decode_kv(w, 64, chains, DecodeCost{})->index].address, "f:1");
   // The free-blocks-only choice cannot tell the two apart (tie: fewer running, then the first).
   EXPECT_EQ(w[*pick_decode(w, 64)].address, "e:1");
+}
+
+TEST(PickDecodeKv, RoomCountsOnlyWhatTheSequenceAddsToItsResidentPrefix) {
+  // g holds a 32-block document for running sequences and has 13 blocks free: a 34-block sequence
+  // over that document adds 2, so g has room (the free-blocks-only choice would skip it).
+  std::vector<uint64_t> doc(32);
+  for (size_t i = 0; i < doc.size(); ++i) doc[i] = 100 + i;
+  std::vector<uint64_t> prompt = doc;
+  prompt.push_back(999);  // the question's block
+  const std::vector<PromptChain> chains = {{32, prompt}};
+  std::vector<WorkerSnapshot> w = {decode_worker("g:1", 13, 80, doc), decode_worker("h:1", 80, 80, {})};
+  w[1].kept_kv_blocks = 80;
+  EXPECT_EQ(w[pick_decode_kv(w, 34 * 32, chains, DecodeCost{})->index].address, "g:1");
+  EXPECT_EQ(w[*pick_decode(w, 34 * 32)].address, "h:1");
+  // Fewer free blocks than it adds: no room.
+  w[0].free_kv_blocks = 1;
+  EXPECT_EQ(w[pick_decode_kv(w, 34 * 32, chains, DecodeCost{})->index].address, "h:1");
 }
 
 TEST(PickDecodeKv, LeadingRunOnlyAndNoSummaryMeansNothingHeld) {
