@@ -12,8 +12,8 @@
 namespace yoco::cpu {
 namespace {
 
-// 16 floats: one AVX-512 register, two AVX2 registers or four SSE ones, as the clone compiled for
-// the running CPU decides (the clones below are chosen at load time; docs/design.md §2.5, precision).
+// 16 floats: one AVX-512 register, two AVX2 registers or four SSE ones, as the variant compiled for
+// the running CPU decides (chosen on first use, below; docs/design.md §2.5, precision).
 typedef float v16 __attribute__((vector_size(64)));
 constexpr int kLanes = 16;
 constexpr int kRowTile = 4;  // rows of W per tile: each is read from memory once for all m rows of x
@@ -90,14 +90,43 @@ template <int R>
   }
 }
 
-// Rows [j0, j1) of W. Everything above is inlined into each clone, so each is compiled for its ISA.
-__attribute__((target_clones("default", "avx2", "avx512f"))) void rows(int m, int k, float alpha, const float* a,
-                                                                       int lda, const float* b, int ldb, float beta,
-                                                                       float* c, int ldc, int j0, int j1) {
+// Rows [j0, j1) of W. Everything here is inlined into each ISA variant below, so each is compiled
+// for its ISA.
+[[gnu::always_inline]] inline void rows_body(int m, int k, float alpha, const float* a, int lda, const float* b,
+                                             int ldb, float beta, float* c, int ldc, int j0, int j1) {
   int j = j0;
   for (; j + kRowTile <= j1; j += kRowTile)
     row_tile<kRowTile>(m, k, alpha, a, lda, b + static_cast<int64_t>(j) * ldb, ldb, beta, c + j, ldc);
   for (; j < j1; ++j) row_tile<1>(m, k, alpha, a, lda, b + static_cast<int64_t>(j) * ldb, ldb, beta, c + j, ldc);
+}
+
+using RowsFn = void (*)(int, int, float, const float*, int, const float*, int, float, float*, int, int, int);
+
+void rows_default(int m, int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                  int ldc, int j0, int j1) {
+  rows_body(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
+}
+__attribute__((target("avx2"))) void rows_avx2(int m, int k, float alpha, const float* a, int lda, const float* b,
+                                               int ldb, float beta, float* c, int ldc, int j0, int j1) {
+  rows_body(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
+}
+__attribute__((target("avx512f"))) void rows_avx512(int m, int k, float alpha, const float* a, int lda, const float* b,
+                                                    int ldb, float beta, float* c, int ldc, int j0, int j1) {
+  rows_body(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
+}
+
+// The variant for the running CPU, chosen on first use. Not GCC's target_clones: its ifunc
+// resolver runs while the dynamic loader relocates, before a sanitizer's runtime is up, and
+// crashes a TSan build at start.
+void rows(int m, int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc,
+          int j0, int j1) {
+  static const RowsFn fn = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return &rows_avx512;
+    if (__builtin_cpu_supports("avx2")) return &rows_avx2;
+    return &rows_default;
+  }();
+  fn(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
 }
 
 }  // namespace
