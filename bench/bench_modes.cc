@@ -68,14 +68,7 @@ Result<ModelConfig> preset_config(const Flags& f) {
   auto cfg = find_preset(f.get("preset", "small-gret"));
   if (!cfg.ok()) return cfg.status();
   ModelConfig c = cfg.value();
-  if (f.get_bool("transformer")) {  // the baseline of the same sizes, as the *-transformer presets make it
-    c.arch = Arch::kTransformer;
-    c.n_self_heads = 0;
-    c.n_self_layers = 0;
-    c.sliding_window = 0;
-    c.n_loops = 1;
-    c.cross_decoder_rope = true;
-  }
+  if (f.get_bool("transformer")) c = transformer_of(c);  // the baseline of the same sizes, as the presets make it
   if (f.has("loops")) {
     auto t = positive(f, "loops", 1);
     if (!t.ok()) return t.status();

@@ -34,17 +34,7 @@ ModelConfig make(int dim, int layers, int hidden, int self_heads, int heads, int
   return c;
 }
 
-// The same sizes as a Transformer baseline (docs/design.md §2.6): every layer has attention with a KV
-// cache; the self-decoder keys are unset, as parse_model_config leaves them.
-ModelConfig transformer(ModelConfig c) {
-  c.arch = Arch::kTransformer;
-  c.n_self_heads = 0;
-  c.n_self_layers = 0;
-  c.sliding_window = 0;
-  c.n_loops = 1;
-  c.cross_decoder_rope = true;
-  return c;
-}
+ModelConfig transformer(ModelConfig c) { return transformer_of(c); }
 
 ModelConfig tied(ModelConfig c) {
   c.tie_embeddings = true;
@@ -87,6 +77,16 @@ const std::vector<ModelPreset>& model_presets() {
        transformer(make(3072, 26, 8192, 24, 24, 8, 100288, 0))},
   };
   return presets;
+}
+
+ModelConfig transformer_of(ModelConfig c) {
+  c.arch = Arch::kTransformer;
+  c.n_self_heads = 0;
+  c.n_self_layers = 0;
+  c.sliding_window = 0;
+  c.n_loops = 1;
+  c.cross_decoder_rope = true;
+  return c;
 }
 
 Result<ModelConfig> find_preset(const std::string& name) {

@@ -19,6 +19,9 @@ struct ModelPreset {
 
 const std::vector<ModelPreset>& model_presets();
 Result<ModelConfig> find_preset(const std::string& name);
+// The Transformer baseline of the same sizes as `c` (docs/design.md §2.6): every layer has attention
+// with a KV cache; the self-decoder keys are unset, as parse_model_config leaves them.
+ModelConfig transformer_of(ModelConfig c);
 
 // Writes params.json and model.safetensors (F32 or BF16) into `dir` (created if missing).
 // Deterministic in (config, seed) whatever the thread count.

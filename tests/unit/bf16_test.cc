@@ -14,13 +14,7 @@
 namespace yoco {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using test::randn;
 
 // Random shapes, strides wider than the rows, both layouts of B, and alpha/beta.
 TEST(LibraryGemm, MatchesReferenceOnRandomShapes) {

@@ -7,17 +7,12 @@
 #include <random>
 
 #include "kernels/cpu/ops.h"
+#include "tests/unit/test_util.h"
 
 namespace yoco {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using test::randn;
 
 // Largest |a - b| relative to the size of the dot products (sqrt(k) for unit normals).
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b, int k) {

@@ -11,13 +11,7 @@
 namespace yoco {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using test::randn;
 
 TEST(Gemm, BlasMatchesReference) {
   for (auto [m, n, k] : {std::tuple{1, 37, 64}, {7, 5, 3}, {64, 96, 128}, {130, 70, 33}}) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +15,15 @@
 #include "common/json.h"
 
 namespace yoco::test {
+
+// n samples of N(0, scale²) from a seeded generator: the same values for the same seed.
+inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
 
 // A directory removed (with its contents) when the object goes away, also on test failure.
 class TempDir {
