@@ -43,32 +43,6 @@ const bf16* rounding_residual(const float* x, const bf16* hi, int64_t n) {
   return buf.data();
 }
 
-// Few rows (a decode step): each weight row is read once from memory for all m rows of x, in
-// bf16, so a step streams half the bytes of the fp32 path. x stays fp32 (the step is bound by
-// the weight stream, not by arithmetic), which keeps its rounding error out of the products.
-void gemv_rows_bf16(const float* xb, const bf16* w, float* y, int m, int n, int k, bool accumulate) {
-  constexpr int kMaxRows = 16;
-#pragma omp parallel for schedule(static) if (static_cast <int64_t>(n) * k > (1 << 18))
-  for (int j = 0; j < n; ++j) {
-    const bf16* row = w + static_cast<int64_t>(j) * k;
-    for (int i0 = 0; i0 < m; i0 += kMaxRows) {
-      const int mi = std::min(kMaxRows, m - i0);
-      float acc[kMaxRows] = {};
-      for (int i = 0; i < mi; ++i) {
-        const float* xr = xb + static_cast<int64_t>(i0 + i) * k;
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int p = 0; p < k; ++p) s += widen(row[p]) * xr[p];
-        acc[i] = s;
-      }
-      for (int i = 0; i < mi; ++i) {
-        float& out = y[static_cast<int64_t>(i0 + i) * n + j];
-        out = accumulate ? out + acc[i] : acc[i];
-      }
-    }
-  }
-}
-
 // Rows up to which the plain loop beats oneDNN's bf16 matmul (bench/gemm_roof.cc).
 constexpr int kBf16LibraryMinRows = 8;
 
@@ -96,7 +70,9 @@ void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, b
       return;
     }
   }
-  gemv_rows_bf16(x, w, y, m, n, k, accumulate);
+  // Few rows (a decode step): bound by reading W, so x stays fp32, which keeps its rounding error
+  // out of the products, and W is read once for all m rows (gemv.cc).
+  gemm_small_m_bf16(m, n, k, x, w, y, accumulate);
 }
 
 void linear_bf16_reference(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate,

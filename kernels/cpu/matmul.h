@@ -27,6 +27,11 @@ using bf16 = uint16_t;
 bool dnnl_bf16_supported();  // oneDNN has a bf16 matmul for this CPU (AVX-512 and up)
 bool gemm_dnnl_bf16(int m, int n, int k, const bf16* a, int lda, const bf16* w, int ldw, float beta, float* c, int ldc);
 
+// --- gemv.cc -----------------------------------------------------------------------
+// y[m,n] = x[m,k] · W[n,k]ᵀ (+ y when accumulate) for few rows of x (a decode step) with W in
+// bf16 and x in fp32: gemm_small_m's kernel (ops.h), W widened exactly as it is read.
+void gemm_small_m_bf16(int m, int n, int k, const float* x, const bf16* w, float* y, bool accumulate);
+
 // --- bf16.cc -----------------------------------------------------------------------
 // bfloat16 is held as its 16 bits. Conversion rounds to nearest even (NaN stays NaN).
 void to_bf16(const float* x, bf16* y, int64_t n);

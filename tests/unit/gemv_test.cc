@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "tests/unit/test_util.h"
 
@@ -61,6 +62,31 @@ TEST(GemmSmallM, RowResultDoesNotDependOnBatch) {
     cpu::gemm(1, n, k, 1.0f, a.data() + static_cast<size_t>(i) * k, k, b.data(), k, true, 0.0f, one.data(), n);
     for (int j = 0; j < n; ++j) EXPECT_EQ(one[j], all[static_cast<size_t>(i) * n + j]) << "row " << i << " col " << j;
   }
+}
+
+// The bf16-weight variant widens each weight exactly, so it must give the fp32 kernel's bits on the
+// widened matrix: same tiles, tails, accumulation and threaded split, whatever the batch.
+TEST(GemmSmallM, Bf16WeightsGiveTheFp32KernelsBitsOnTheWidenedMatrix) {
+  uint32_t seed = 100;
+  for (int threads : {1, 2}) {
+    cpu::set_num_threads(threads);
+    for (int m : {1, 2, 3, 4, 5, 7})
+      for (auto [n, k] : {std::pair{37, 100}, {5, 16}, {9, 1}, {1100, 1024}}) {
+        auto x = randn(static_cast<size_t>(m) * k, seed), wf = randn(static_cast<size_t>(n) * k, seed + 1);
+        std::vector<cpu::bf16> w(wf.size());
+        cpu::to_bf16(wf.data(), w.data(), static_cast<int64_t>(w.size()));
+        cpu::from_bf16(w.data(), wf.data(), static_cast<int64_t>(w.size()));
+        for (bool acc : {false, true}) {
+          auto y1 = randn(static_cast<size_t>(m) * n, seed + 2), y2 = y1;
+          cpu::gemm_small_m_bf16(m, n, k, x.data(), w.data(), y1.data(), acc);
+          cpu::gemm_small_m(m, n, k, 1.0f, x.data(), k, wf.data(), k, acc ? 1.0f : 0.0f, y2.data(), n);
+          for (size_t i = 0; i < y1.size(); ++i)
+            ASSERT_EQ(y1[i], y2[i]) << "m " << m << " n " << n << " k " << k << " acc " << acc << " at " << i;
+        }
+        ++seed;
+      }
+  }
+  cpu::set_num_threads(0);
 }
 
 }  // namespace
