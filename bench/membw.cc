@@ -3,8 +3,9 @@
 //
 //   build/bench/membw [--gib 2] [--reps 5] [--threads 1,2] [--crc-mib 64]
 //
-// read:   STREAM-like read of a buffer far larger than the last-level cache (sum of floats,
-//         8 independent vector accumulators), GB/s = 10⁹ B/s, best of --reps, per thread count.
+// read:   STREAM-like read of a buffer far larger than the last-level cache (sum of floats),
+//         GB/s = 10⁹ B/s, best of --reps, per thread count: the best of a few read patterns
+//         (one stream; several in lockstep, with and without software prefetch), each also printed.
 // copy:   memcpy of half the buffer into the other half, counted as bytes copied (read + write
 //         is twice that), one thread (what one transfer thread does).
 // fma:    a compute-bound loop (16 independent FMA chains in registers, no memory) per thread
@@ -48,25 +49,59 @@ namespace {
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Sum of all floats, each thread over its own contiguous slice.
-float read_sum(const float* p, int64_t n, int threads) {
+// Sum of all floats, each thread over its own contiguous slice, read as `streams` equal runs in
+// lockstep (a few 64-byte lines of each per round, prefetched `prefetch` bytes ahead when nonzero):
+// one stream is the textbook loop; several streams with prefetch is how the decode kernel reads
+// its weight tiles (kernels/cpu/gemv.cc), and the machine's read roof is the best of the patterns.
+template <int S>
+float read_slice(const float* p, int64_t lo, int64_t hi, int64_t prefetch) {
+  constexpr int kLine = 16;              // floats per 64-byte line
+  constexpr int U = S >= 8 ? 1 : 8 / S;  // lines per stream per round: 8 accumulators in flight
+  const int64_t run = (hi - lo) / S / (kLine * U) * (kLine * U);
+  const int64_t ahead = prefetch / 4;
+  float acc[S * U][kLine] = {};
+  for (int64_t i = 0; i < run; i += kLine * U) {
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const float* q = p + lo + s * run + i;
+      if (ahead) __builtin_prefetch(q + ahead, 0, 3);
+#pragma GCC unroll 8
+      for (int u = 0; u < U; ++u) {
+#pragma omp simd
+        for (int j = 0; j < kLine; ++j) acc[s * U + u][j] += q[u * kLine + j];
+      }
+    }
+  }
+  float total = 0;
+  for (int64_t i = lo + S * run; i < hi; ++i) total += p[i];
+  for (const auto& a : acc)
+    for (float v : a) total += v;
+  return total;
+}
+
+float read_sum(const float* p, int64_t n, int threads, int streams, int64_t prefetch) {
   float total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
-    constexpr int kAcc = 128;  // 8 vectors of 16 floats
-    float acc[kAcc] = {};
-    int64_t i = lo;
-    for (; i + kAcc <= hi; i += kAcc) {
-#pragma omp simd
-      for (int j = 0; j < kAcc; ++j) acc[j] += p[i + j];
-    }
-    for (; i < hi; ++i) acc[0] += p[i];
-    for (float a : acc) total += a;
+    total += streams == 1   ? read_slice<1>(p, lo, hi, prefetch)
+             : streams == 4 ? read_slice<4>(p, lo, hi, prefetch)
+                            : read_slice<8>(p, lo, hi, prefetch);
   }
   return total;
 }
+
+// The read patterns measured; the best is the roof.
+struct ReadPattern {
+  const char* name;
+  int streams;
+  int64_t prefetch;
+};
+constexpr ReadPattern kReadPatterns[] = {{"1 stream", 1, 0},
+                                         {"4 streams", 4, 0},
+                                         {"4 streams + prefetch 4 KiB", 4, 4096},
+                                         {"8 streams + prefetch 4 KiB", 8, 4096}};
 
 // 16 independent FMA chains of 16 floats each (registers only), `iters` rounds: 2 · 256 · iters
 // flops per thread. Returns {GFLOP/s by the wall clock, GFLOP per second of each thread's own CPU
@@ -225,14 +260,21 @@ int main(int argc, char** argv) {
   for (int64_t t : threads.value()) {
     double best = 1e30;
     float sink = 0;
-    for (int r = 0; r < reps.value(); ++r) {
-      auto t0 = Clock::now();
-      sink += read_sum(buf.data(), n, static_cast<int>(t));
-      best = std::min(best, since(t0));
+    Json::Object patterns;
+    for (const ReadPattern& rp : kReadPatterns) {
+      double best_here = 1e30;
+      for (int r = 0; r < reps.value(); ++r) {
+        auto t0 = Clock::now();
+        sink += read_sum(buf.data(), n, static_cast<int>(t), rp.streams, rp.prefetch);
+        best_here = std::min(best_here, since(t0));
+      }
+      patterns[rp.name] = Json(bytes / best_here / 1e9);
+      best = std::min(best, best_here);
     }
     Json::Object row;
     row["threads"] = Json(t);
     row["read_gb_s"] = Json(bytes / best / 1e9);
+    row["read_gb_s_by_pattern"] = Json(std::move(patterns));
     row["checksum"] = Json(static_cast<double>(sink));
     read_rows.push_back(Json(std::move(row)));
     Json::Object frow;
