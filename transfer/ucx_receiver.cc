@@ -710,6 +710,8 @@ void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep)
   metrics_.observe_transfer((r.rows - r.resident_rows) * pool_.row_floats() * 8 + static_cast<int64_t>(m.state_bytes),
                             secs);
   send_ack(reply_ep, m.reservation_id, Status::Ok());
+  // The acknowledgement leaves before the decode side wakes up and takes the core.
+  flush_acks();
   cv_.notify_all();
 }
 
