@@ -22,6 +22,9 @@ namespace {
 
 using Clock = TransferClock;
 
+// put_rows_in_place posts a large message in slices of about this many K+V bytes.
+constexpr int64_t kInPlaceSliceBytes = int64_t{4} << 20;
+
 int64_t now_unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -59,6 +62,8 @@ class UcxKvSender final : public KvSender {
 
   Status put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
                   const float* v_rows) override;
+  Status put_rows_in_place(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                           const float* v_rows, std::shared_ptr<const void> hold) override;
   Status put_state(const ReservationDescriptor& d, std::span<const uint8_t> state_blob) override;
   Status commit(const ReservationDescriptor& d, int64_t rows_written, Clock::time_point deadline) override;
   void abort(const ReservationDescriptor& d, const std::string& reason) override;
@@ -114,6 +119,13 @@ class UcxKvSender final : public KvSender {
   // A staging buffer of exactly `bytes`, reused when one is cached (fresh pages cost a fault each).
   std::unique_ptr<float[]> take_staging(int64_t bytes);
   Status check_descriptor(const ReservationDescriptor& d) const;
+  // The checks every put makes; OK when the rows may go.
+  Status check_put(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                   const float* v_rows);
+  // Queues the operations for rows [row_begin, row_begin + n_rows), read from `k` and `v` (kept
+  // alive by `keep` until the last operation reading them completes).
+  void post_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k, const float* v,
+                 std::shared_ptr<const void> keep, std::vector<uint32_t> crcs);
   // Progress thread: runs fn once the endpoint to `address` is wired up (OK), or with the reason
   // it cannot be.
   void with_peer(const std::string& address, std::function<void(const Status&)> fn);
@@ -264,8 +276,8 @@ Status UcxKvSender::ended_status(uint64_t id) const {
 
 // ---- API ---------------------------------------------------------------------------------
 
-Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
-                             const float* v_rows) {
+Status UcxKvSender::check_put(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                              const float* v_rows) {
   if (n_rows <= 0 || row_begin < d.resident_rows || row_begin + n_rows > d.rows || !k_rows || !v_rows)
     return transfer_error(TransferError::kInvalid,
                           "put_rows: rows [" + std::to_string(row_begin) + ", " + std::to_string(row_begin + n_rows) +
@@ -278,6 +290,12 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
       });
     return st;
   }
+  return Status::Ok();
+}
+
+Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                             const float* v_rows) {
+  YOCO_RETURN_IF_ERROR(check_put(d, row_begin, n_rows, k_rows, v_rows));
   const int kv_dim = d.kv_dim;
   const int64_t n = static_cast<int64_t>(n_rows) * kv_dim;
   const int64_t bytes = 2 * n * 4;
@@ -305,11 +323,40 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
     std::memcpy(staging->buf.get(), k_rows, n * 4);
     std::memcpy(staging->buf.get() + n, v_rows, n * 4);
   }
-  auto runs = d.contiguous_runs(row_begin, n_rows);
+  const float* k = staging->buf.get();
+  post_rows(d, row_begin, n_rows, k, k + n, std::move(staging), std::move(crcs));
+  return Status::Ok();
+}
 
+Status UcxKvSender::put_rows_in_place(const ReservationDescriptor& d, int64_t row_begin, int n_rows,
+                                      const float* k_rows, const float* v_rows, std::shared_ptr<const void> hold) {
+  YOCO_RETURN_IF_ERROR(check_put(d, row_begin, n_rows, k_rows, v_rows));
+  // No copy: the checksum is the one pass over the rows on this side; UCX reads them from here.
+  // A large message goes in slices, each posted once checksummed, so the receiver copies one
+  // while this thread checksums the next.
+  const int slice = static_cast<int>(std::max<int64_t>(1, kInPlaceSliceBytes / (2 * d.row_bytes())));
+  for (int first = 0; first < n_rows; first += slice) {
+    const int n = std::min(slice, n_rows - first);
+    const int64_t at = static_cast<int64_t>(first) * d.kv_dim;
+    std::vector<uint32_t> crcs(n);
+    if (opt_.row_checksums)
+      for (int i = 0; i < n; ++i) {
+        const int64_t off = at + static_cast<int64_t>(i) * d.kv_dim;
+        crcs[i] = row_crc(k_rows + off, v_rows + off, d.kv_dim);
+      }
+    post_rows(d, row_begin + first, n, k_rows + at, v_rows + at, hold, std::move(crcs));
+  }
+  return Status::Ok();
+}
+
+void UcxKvSender::post_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k,
+                            const float* v, std::shared_ptr<const void> keep, std::vector<uint32_t> crcs) {
+  const int64_t bytes = 2 * static_cast<int64_t>(n_rows) * d.kv_dim * 4;
+  auto runs = d.contiguous_runs(row_begin, n_rows);
   // Handed to the progress thread without waiting (a thread hand-off per chunk would cost more
-  // than a small put); a failure is kept for the next call and for commit.
-  auto body = [this, d, row_begin, n_rows, n, bytes, staging, crcs = std::move(crcs),
+  // than a small put); a failure is kept for the next call and for commit. Every operation's
+  // completion holds `keep`, so the rows outlive whatever reads them.
+  auto body = [this, d, row_begin, n_rows, k, v, bytes, keep = std::move(keep), crcs = std::move(crcs),
                runs = std::move(runs)]() -> Status {
     YOCO_ASSIGN_OR_RETURN(Transfer * t, transfer_for(d, true));
     const bool push = opt_.row_path == UcxRowPath::kPush;
@@ -326,9 +373,9 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
     const uint64_t id = t->id;
     for (const RowRun& r : runs) {
       for (int which = 0; which < 2; ++which) {
-        const float* src = staging->buf.get() + (which ? n : 0) + (r.row - row_begin) * d.kv_dim;
+        const float* src = (which ? v : k) + (r.row - row_begin) * d.kv_dim;
         const size_t len = static_cast<size_t>(r.rows * row_bytes);
-        auto done = [this, id, staging](ucs_status_t st) { defer([this, id, st] { track(id, st); }); };
+        auto done = [this, id, keep](ucs_status_t st) { defer([this, id, st] { track(id, st); }); };
         ++t->outstanding;
         if (!push) {  // one message per contiguous run; the receiver fetches it into the blocks
           send_am(*t->peer, kAmRows, encode(RowsMsg{id, t->secret, static_cast<uint8_t>(which), r.row, r.rows}), src,
@@ -351,7 +398,6 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
     return Status::Ok();
   };
   submit(d.address, d.reservation_id, std::move(body));
-  return Status::Ok();
 }
 
 Status UcxKvSender::put_state(const ReservationDescriptor& d, std::span<const uint8_t> state_blob) {
