@@ -2,10 +2,14 @@
 // one-sided puts, the state active message, and commit (drain, flush, commit, wait for the ack).
 // Caller threads stage data and hand commands to the progress thread; UCX completions only
 // record what happened (defer), and the progress thread's tick acts on it.
+#include <sys/mman.h>
+
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <new>
 #include <unordered_map>
 
 #include "common/checksum.h"
@@ -22,8 +26,31 @@ namespace {
 
 using Clock = TransferClock;
 
-// put_rows_in_place posts a large message in slices of about this many K+V bytes.
-constexpr int64_t kInPlaceSliceBytes = int64_t{4} << 20;
+// A large message goes in slices of about this many K+V bytes, each posted as soon as it is
+// staged or checksummed, so the receiver copies one while this side works on the next.
+constexpr int64_t kSliceBytes = int64_t{4} << 20;
+
+// Staging buffers of at least this size sit on transparent huge pages: UCX's cma read walks and
+// pins the sender's pages, 4 KiB at a time otherwise (bench/README.md, transfer at memcpy speed).
+constexpr size_t kHugePage = size_t{2} << 20;
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using StagingBuf = std::unique_ptr<float[], FreeDeleter>;
+
+StagingBuf alloc_staging(int64_t bytes) {
+  void* p = nullptr;
+  if (static_cast<size_t>(bytes) >= kHugePage) {
+    const size_t len = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
+    p = std::aligned_alloc(kHugePage, len);
+    if (p) (void)madvise(p, len, MADV_HUGEPAGE);  // a hint: without it the buffer still works
+  } else {
+    p = std::malloc(static_cast<size_t>(bytes));
+  }
+  if (p == nullptr) throw std::bad_alloc();
+  return StagingBuf(static_cast<float*>(p));
+}
 
 int64_t now_unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -83,12 +110,12 @@ class UcxKvSender final : public KvSender {
   // Staged rows: the caller's buffers are free once put_rows returns. Counted against
   // max_staging_bytes until the last put reading it completes.
   struct Staging {
-    Staging(UcxKvSender* o, int64_t b, std::unique_ptr<float[]> p) : owner(o), bytes(b), buf(std::move(p)) {}
+    Staging(UcxKvSender* o, int64_t b, StagingBuf p) : owner(o), bytes(b), buf(std::move(p)) {}
     Staging(const Staging&) = delete;
     ~Staging() { owner->release_staging(bytes, std::move(buf)); }
     UcxKvSender* owner;
     int64_t bytes;
-    std::unique_ptr<float[]> buf;
+    StagingBuf buf;
   };
   enum class CommitPhase { kNone, kDraining, kFlushing, kAwaitAck };
   struct Transfer {
@@ -115,10 +142,13 @@ class UcxKvSender final : public KvSender {
                              const ucp_am_recv_param_t* param);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
 
-  void release_staging(int64_t bytes, std::unique_ptr<float[]> buf);
+  void release_staging(int64_t bytes, StagingBuf buf);
   // A staging buffer of exactly `bytes`, reused when one is cached (fresh pages cost a fault each).
-  std::unique_ptr<float[]> take_staging(int64_t bytes);
+  StagingBuf take_staging(int64_t bytes);
   Status check_descriptor(const ReservationDescriptor& d) const;
+  // put_rows for one slice: stages and checksums the rows, then posts them.
+  Status stage_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                    const float* v_rows);
   // The checks every put makes; OK when the rows may go.
   Status check_put(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
                    const float* v_rows);
@@ -163,7 +193,7 @@ class UcxKvSender final : public KvSender {
   std::mutex staging_mu_;
   std::condition_variable staging_cv_;
   int64_t staged_bytes_ = 0;
-  std::vector<std::pair<int64_t, std::unique_ptr<float[]>>> staging_cache_;  // (bytes, buffer)
+  std::vector<std::pair<int64_t, StagingBuf>> staging_cache_;  // (bytes, buffer)
   int64_t cached_bytes_ = 0;
 
   // Progress thread only.
@@ -214,7 +244,7 @@ void UcxKvSender::teardown() {
   ucx_->progress_until([&] { return reap_requests(closing_); }, Clock::now() + std::chrono::seconds(2));
 }
 
-std::unique_ptr<float[]> UcxKvSender::take_staging(int64_t bytes) {
+StagingBuf UcxKvSender::take_staging(int64_t bytes) {
   {
     std::lock_guard<std::mutex> lock(staging_mu_);
     for (auto it = staging_cache_.begin(); it != staging_cache_.end(); ++it) {
@@ -225,10 +255,10 @@ std::unique_ptr<float[]> UcxKvSender::take_staging(int64_t bytes) {
       return buf;
     }
   }
-  return std::unique_ptr<float[]>(new float[bytes / 4]);
+  return alloc_staging(bytes);
 }
 
-void UcxKvSender::release_staging(int64_t bytes, std::unique_ptr<float[]> buf) {
+void UcxKvSender::release_staging(int64_t bytes, StagingBuf buf) {
   std::lock_guard<std::mutex> lock(staging_mu_);
   staged_bytes_ -= bytes;
   staging_cv_.notify_all();
@@ -296,6 +326,16 @@ Status UcxKvSender::check_put(const ReservationDescriptor& d, int64_t row_begin,
 Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
                              const float* v_rows) {
   YOCO_RETURN_IF_ERROR(check_put(d, row_begin, n_rows, k_rows, v_rows));
+  const int slice = static_cast<int>(std::max<int64_t>(1, kSliceBytes / (2 * d.row_bytes())));
+  for (int first = 0; first < n_rows; first += slice) {
+    const int64_t at = static_cast<int64_t>(first) * d.kv_dim;
+    YOCO_RETURN_IF_ERROR(stage_rows(d, row_begin + first, std::min(slice, n_rows - first), k_rows + at, v_rows + at));
+  }
+  return Status::Ok();
+}
+
+Status UcxKvSender::stage_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                               const float* v_rows) {
   const int kv_dim = d.kv_dim;
   const int64_t n = static_cast<int64_t>(n_rows) * kv_dim;
   const int64_t bytes = 2 * n * 4;
@@ -332,9 +372,7 @@ Status UcxKvSender::put_rows_in_place(const ReservationDescriptor& d, int64_t ro
                                       const float* k_rows, const float* v_rows, std::shared_ptr<const void> hold) {
   YOCO_RETURN_IF_ERROR(check_put(d, row_begin, n_rows, k_rows, v_rows));
   // No copy: the checksum is the one pass over the rows on this side; UCX reads them from here.
-  // A large message goes in slices, each posted once checksummed, so the receiver copies one
-  // while this thread checksums the next.
-  const int slice = static_cast<int>(std::max<int64_t>(1, kInPlaceSliceBytes / (2 * d.row_bytes())));
+  const int slice = static_cast<int>(std::max<int64_t>(1, kSliceBytes / (2 * d.row_bytes())));
   for (int first = 0; first < n_rows; first += slice) {
     const int n = std::min(slice, n_rows - first);
     const int64_t at = static_cast<int64_t>(first) * d.kv_dim;
