@@ -2,7 +2,7 @@
 # The memory-side limits of the CPU engine in one command (bench/README.md, "Decode at memory
 # speed, threads, transfer at memcpy speed"): read bandwidth and the 1-vs-2-thread compute test
 # (membw), decode at batch 1..64 on mid-gret / mid-swa (engine_bench), the checksum alone, the KV
-# transfer over shm against memcpy and ucx_perftest, and the transfer's share of TTFT at 4K-token prompts.
+# transfer over shm against memcpy and ucx_perftest (staged and in place), and the transfer's share of TTFT at 4K-token prompts.
 # Writes JSON into bench/results/cpu_mem/ and prints the tables of bench/README.md.
 #   bench/cpu_mem.sh [all|membw|decode|transfer|perftest|serve|table]...   (default: all)
 # Needs: cmake --build build --target membw engine_bench transfer_bench (serve: also the cluster
@@ -42,6 +42,11 @@ if want transfer; then
     >"$OUT/transfer-crc.json"
   "$BUILD"/bench/transfer_bench --transports shm --paths pull --min-bytes 262144 --reps 5 --no-row-crc --json \
     >"$OUT/transfer-nocrc.json"
+  # The caller's rows read in place (put_rows_in_place): no staging copy, with and without checksums.
+  "$BUILD"/bench/transfer_bench --transports shm --paths pull --min-bytes 262144 --reps 5 --in-place --json \
+    >"$OUT/transfer-inplace.json"
+  "$BUILD"/bench/transfer_bench --transports shm --paths pull --min-bytes 262144 --reps 5 --in-place --no-row-crc \
+    --json >"$OUT/transfer-inplace-nocrc.json"
 fi
 
 if want perftest && command -v ucx_perftest >/dev/null; then
@@ -135,14 +140,17 @@ for preset in ("mid-gret", "mid-swa"):
         print(line)
     print()
 tc, tn = load("transfer-crc.json"), load("transfer-nocrc.json")
+ti, tin = load("transfer-inplace.json"), load("transfer-inplace-nocrc.json")
 if tc:
-    print("| message | memcpy GB/s | shm pull, CRC on | % of memcpy | shm pull, CRC off |\n|---|---:|---:|---:|---:|")
+    def gb(t, i):
+        return t["rows"][i].get("shm pull", float("nan")) if t else float("nan")
+    print("| message | memcpy GB/s | shm pull, CRC on | % of memcpy | CRC off | in place, CRC on | % of memcpy | "
+          "in place, CRC off |\n|---|---:|---:|---:|---:|---:|---:|---:|")
     for i, r in enumerate(tc["rows"]):
-        s = r["bytes"]
+        s, mc = r["bytes"], r["memcpy_gb_s"]
         name = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
-        off = tn["rows"][i].get("shm pull", float("nan")) if tn else float("nan")
-        on = r.get("shm pull", float("nan"))
-        print(f"| {name} | {r['memcpy_gb_s']:.2f} | {on:.2f} | {100 * on / r['memcpy_gb_s']:.0f}% | {off:.2f} |")
+        print(f"| {name} | {mc:.2f} | {gb(tc, i):.2f} | {100 * gb(tc, i) / mc:.0f}% | {gb(tn, i):.2f} | "
+              f"{gb(ti, i):.2f} | {100 * gb(ti, i) / mc:.0f}% | {gb(tin, i):.2f} |")
     print()
 p = os.path.join(out, "serve.jsonl")
 if os.path.exists(p):

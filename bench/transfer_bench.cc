@@ -2,7 +2,8 @@
 // (tcp and shared memory), against plain memcpy in one process on the same host.
 //
 //   build/bench/transfer_bench [--transports tcp,shm] [--paths push,pull] [--min-bytes 4096]
-//                              [--max-bytes 67108864] [--reps 3] [--kv-dim 512] [--no-row-crc] [--json]
+//                              [--max-bytes 67108864] [--reps 3] [--kv-dim 512] [--no-row-crc] [--in-place]
+//                              [--json]
 //
 // One message = one put_rows call carrying K and V rows (2 · kv_dim · 4 bytes per row). For
 // each size the sender (a child process: this binary with --role sender) fills one 64 MiB
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -78,7 +80,7 @@ double median(std::vector<double> v) {
 
 // ---- sender process ---------------------------------------------------------------------
 
-int run_sender(const TransportSpec& t, const std::string& path, int kv_dim, bool row_crc) {
+int run_sender(const TransportSpec& t, const std::string& path, int kv_dim, bool row_crc, bool in_place) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The protocol with the parent runs on the original stdout; UCX's own log lines go to stderr.
   FILE* proto = fdopen(dup(1), "w");
@@ -118,7 +120,10 @@ int run_sender(const TransportSpec& t, const std::string& path, int kv_dim, bool
     Status s;
     for (int64_t r = 0; r < d->rows && s.ok(); r += rows_per_put) {
       const int n = static_cast<int>(std::min(rows_per_put, d->rows - r));
-      s = (*sender)->put_rows(*d, r, n, k.data() + r * kv_dim, v.data() + r * kv_dim);
+      if (in_place)  // k and v live until the commit below returns, which waits for every put
+        s = (*sender)->put_rows_in_place(*d, r, n, k.data() + r * kv_dim, v.data() + r * kv_dim,
+                                         std::shared_ptr<const void>(k.data(), [](const void*) {}));
+      else s = (*sender)->put_rows(*d, r, n, k.data() + r * kv_dim, v.data() + r * kv_dim);
     }
     if (s.ok()) s = (*sender)->put_state(*d, blob);
     if (s.ok()) s = (*sender)->commit(*d, d->rows, Clock::now() + std::chrono::seconds(60));
@@ -146,12 +151,13 @@ struct Child {
   }
 };
 
-bool spawn_sender(Child& c, const TransportSpec& t, const std::string& path, int kv_dim, bool row_crc) {
+bool spawn_sender(Child& c, const TransportSpec& t, const std::string& path, int kv_dim, bool row_crc, bool in_place) {
   int to[2], from[2];
   if (pipe(to) != 0 || pipe(from) != 0) return false;
   std::vector<std::string> args = {"/proc/self/exe", "--role", "sender",   "--transports",        t.name,
                                    "--paths",        path,     "--kv-dim", std::to_string(kv_dim)};
   if (!row_crc) args.push_back("--no-row-crc");
+  if (in_place) args.push_back("--in-place");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -172,7 +178,7 @@ bool spawn_sender(Child& c, const TransportSpec& t, const std::string& path, int
 // put_rows bandwidth (GB/s) per message size over one transport.
 std::map<int64_t, double> bench_transport(const TransportSpec& t, const std::string& path,
                                           const std::vector<int64_t>& sizes, int kv_dim, int reps, bool row_crc,
-                                          int64_t rows) {
+                                          bool in_place, int64_t rows) {
   std::map<int64_t, double> out;
   const ModelConfig cfg = bench_config(kv_dim);
   const int blocks = static_cast<int>(rows / kBlockRows) + 1;
@@ -192,7 +198,7 @@ std::map<int64_t, double> bench_transport(const TransportSpec& t, const std::str
     return out;
   }
   Child child;
-  if (!spawn_sender(child, t, path, kv_dim, row_crc)) return out;
+  if (!spawn_sender(child, t, path, kv_dim, row_crc, in_place)) return out;
   const int64_t row_bytes = 2LL * kv_dim * 4;
   for (int64_t size : sizes) {
     const int64_t rows_per_put = std::max<int64_t>(1, size / row_bytes);
@@ -244,7 +250,7 @@ int main(int argc, char** argv) {
   std::string role = "bench", transports = "tcp,shm", paths = "push,pull";
   int64_t min_bytes = 4096, max_bytes = 64LL << 20;
   int reps = 3, kv_dim = 512;
-  bool row_crc = true, json = false;
+  bool row_crc = true, json = false, in_place = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -256,6 +262,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::stoi(next());
     else if (a == "--kv-dim") kv_dim = std::stoi(next());
     else if (a == "--no-row-crc") row_crc = false;
+    else if (a == "--in-place") in_place = true;
     else if (a == "--json") json = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
@@ -266,7 +273,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--kv-dim must be a multiple of 64 up to 512\n");
     return 2;
   }
-  if (role == "sender") return run_sender(transport(transports), paths, kv_dim, row_crc);
+  if (role == "sender") return run_sender(transport(transports), paths, kv_dim, row_crc, in_place);
 
   const int64_t row_bytes = 2LL * kv_dim * 4;
   const int64_t rows = std::max<int64_t>(max_bytes / row_bytes, 1);  // one reservation holds the largest message
@@ -287,14 +294,14 @@ int main(int argc, char** argv) {
 
   std::fprintf(
       stderr,
-      "transfer_bench: kv_dim %d (%lld B per K+V row), reservation %lld rows (%lld MiB), %d reps, row checksums %s\n",
+      "transfer_bench: kv_dim %d (%lld B per K+V row), reservation %lld rows (%lld MiB), %d reps, row checksums %s%s\n",
       kv_dim, static_cast<long long>(row_bytes), static_cast<long long>(rows),
-      static_cast<long long>(rows * row_bytes >> 20), reps, row_crc ? "on" : "off");
+      static_cast<long long>(rows * row_bytes >> 20), reps, row_crc ? "on" : "off", in_place ? ", in place" : "");
   auto mem = bench_memcpy(sizes, rows * row_bytes, reps);
   std::vector<std::map<int64_t, double>> results;
   for (const auto& n : names)
     results.push_back(bench_transport(transport(n.substr(0, n.find(' '))), n.substr(n.find(' ') + 1), sizes, kv_dim,
-                                      reps, row_crc, rows));
+                                      reps, row_crc, in_place, rows));
 
   if (json) {  // one object: {"row_checksums", "rows": [{"bytes", "memcpy_gb_s", "<transport> <path>": GB/s}]}
     Json::Array rows_out;
@@ -308,6 +315,7 @@ int main(int argc, char** argv) {
     }
     Json::Object o;
     o["row_checksums"] = Json(row_crc);
+    o["in_place"] = Json(in_place);
     o["rows"] = Json(std::move(rows_out));
     std::printf("%s\n", Json(std::move(o)).dump().c_str());
     return 0;

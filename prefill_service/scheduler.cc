@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "common/checksum.h"
 #include "model/cpu_engine.h"
@@ -234,8 +235,8 @@ PrefillSchedulerLoad PrefillScheduler::load() const {
 
 void PrefillScheduler::compute_loop() {
   std::vector<Slice> plan;
+  std::vector<Ended> ended;
   while (true) {
-    std::vector<Ended> ended;
     bool exit = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -245,7 +246,7 @@ void PrefillScheduler::compute_loop() {
       plan = plan_locked();
       exit = plan.empty() && stopping_ && waiting_.empty() && active_.empty();
     }
-    for (const Ended& e : ended) {
+    for (const Ended& e : std::exchange(ended, {})) {
       drop_sequence(*e.job);
       end(e);
     }
@@ -255,6 +256,13 @@ void PrefillScheduler::compute_loop() {
     for (Slice& s : plan) {
       run_slice(s);
       if (s.computed) tokens += s.tokens;
+      if (!s.last) continue;
+      // A finished prompt goes to the committers now: its commit, and so its first token, would
+      // otherwise wait for the other prompts' slices of this step (bench/README.md, transfer share of TTFT).
+      std::vector<Slice> done;
+      done.push_back(std::move(s));  // leaves s.job null: settled
+      std::lock_guard<std::mutex> lock(mu_);
+      settle_locked(done, ended);
     }
     if (tokens > 0) record_throughput(tokens, seconds_between(t0, Clock::now()));
   }
@@ -452,9 +460,10 @@ void PrefillScheduler::finish_job(Slice& s) {
   j.stats.resident_rows = j.req.reservation.resident_rows;
   j.stats.bytes =
       (j.size() - j.stats.resident_rows) * model_.config().kv_dim() * 4 * 2 + static_cast<int64_t>(blob.size());
-  // The rows are staged in the sender: a job waiting for its acknowledgement keeps nothing.
-  drop_sequence(j);
   s.status = sender_.put_state(j.req.reservation, blob);
+  // The rows are staged in the sender: a job waiting for its acknowledgement keeps nothing.
+  // Dropped after the state is on its way (freeing the sequence takes a while).
+  drop_sequence(j);
   if (!s.status.ok()) {
     j.stats.transfer_failed = true;
     return;
@@ -549,6 +558,7 @@ void PrefillScheduler::drop_sequence(Job& j) {
 
 void PrefillScheduler::settle_locked(std::vector<Slice>& plan, std::vector<Ended>& ended) {
   for (Slice& s : plan) {
+    if (!s.job) continue;  // settled as soon as it finished (compute_loop)
     Job& j = *s.job;
     Status end_status = j.cancel_requested ? j.cancel_status : s.status;
     if (!end_status.ok()) {

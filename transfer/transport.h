@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -142,6 +143,15 @@ class KvSender {
   // caller's buffers may be reused at once (they are staged). Refused after the lease.
   virtual Status put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
                           const float* v_rows) = 0;
+  // put_rows without the staging copy: the rows are read where they are, so they must stay alive
+  // and unchanged until the sender drops `hold`, which it does once every operation reading them
+  // has completed (landed, failed, or torn down with the sender), whatever the transfer's outcome.
+  // The receiver's checks are the same. This default stages them like put_rows.
+  virtual Status put_rows_in_place(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                                   const float* v_rows, std::shared_ptr<const void> hold) {
+    (void)hold;
+    return put_rows(d, row_begin, n_rows, k_rows, v_rows);
+  }
   // Sends the state blob (handoff/state_blob.h, no K/V rows inside); copied, so the span
   // may go away on return.
   virtual Status put_state(const ReservationDescriptor& d, std::span<const uint8_t> state_blob) = 0;

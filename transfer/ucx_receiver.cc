@@ -11,6 +11,7 @@
 #include <deque>
 #include <optional>
 #include <random>
+#include <thread>
 #include <unordered_map>
 
 #include "common/checksum.h"
@@ -107,6 +108,8 @@ class UcxKvReceiver final : public KvReceiver {
   void state_arrived(uint64_t reservation_id, const StateMsg& msg, std::vector<uint8_t> blob, ucs_status_t status);
   // Validates and admits, or rejects; sends the acknowledgement. Under mu_.
   void process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep);
+  // The per-row checksums of the reservation's rows past the resident ones, read from the pool.
+  std::vector<uint32_t> pool_row_crcs(const Reservation& r) const;
   void fail_locked(Reservation& r, TransferError e, const std::string& detail);
   // True when `secret` is the reservation's; else counts the refusal. A message without it
   // changes nothing (it cannot fail the reservation either: that would let anyone cancel it).
@@ -632,6 +635,30 @@ void UcxKvReceiver::state_arrived(uint64_t reservation_id, const StateMsg& msg, 
   }
 }
 
+std::vector<uint32_t> UcxKvReceiver::pool_row_crcs(const Reservation& r) const {
+  // The sender's checksum covers the rows it put: those past the resident ones. Read from the
+  // pool after everything landed (a write between landing and commit is caught too), on up to
+  // verify_threads threads: nothing else overlaps this pass (bench/README.md, transfer at memcpy speed).
+  std::vector<uint32_t> crcs(r.rows - r.resident_rows);
+  const int kv_dim = pool_.row_floats();
+  auto range = [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t off = pool_.row_offset(r.blocks, row);
+      crcs[row - r.resident_rows] = row_crc(pool_.k_base() + off, pool_.v_base() + off, kv_dim);
+    }
+  };
+  const int64_t bytes = static_cast<int64_t>(crcs.size()) * kv_dim * 8;
+  const int threads = static_cast<int>(std::clamp<int64_t>(bytes / std::max<int64_t>(1, opt_.verify_bytes_per_thread),
+                                                           1, std::max(1, opt_.verify_threads)));
+  std::vector<std::thread> helpers;
+  const int64_t n = static_cast<int64_t>(crcs.size());
+  for (int i = 1; i < threads; ++i)
+    helpers.emplace_back(range, r.resident_rows + n * i / threads, r.resident_rows + n * (i + 1) / threads);
+  range(r.resident_rows, r.resident_rows + n / threads);
+  for (auto& t : helpers) t.join();
+  return crcs;
+}
+
 void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep) {
   auto it = reservations_.find(m.reservation_id);
   if (it == reservations_.end()) {  // never made, or committed and handed over: a replay at best
@@ -682,16 +709,8 @@ void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep)
       if (r.arrived[row] != 3)
         return reject(TransferError::kRowsIncomplete, "row " + std::to_string(row) + " never arrived");
   }
-  if (opt_.verify_rows && m.has_rows_crc) {
-    // The sender's checksum covers the rows it put: those past the resident ones.
-    std::vector<uint32_t> crcs(r.rows - r.resident_rows);
-    const int kv_dim = pool_.row_floats();
-    for (int64_t row = r.resident_rows; row < r.rows; ++row) {
-      const int64_t off = pool_.row_offset(r.blocks, row);
-      crcs[row - r.resident_rows] = row_crc(pool_.k_base() + off, pool_.v_base() + off, kv_dim);
-    }
-    if (combine_row_crcs(crcs) != m.rows_crc) return reject(TransferError::kBadChecksum, "K/V rows checksum mismatch");
-  }
+  if (opt_.verify_rows && m.has_rows_crc && combine_row_crcs(pool_row_crcs(r)) != m.rows_crc)
+    return reject(TransferError::kBadChecksum, "K/V rows checksum mismatch");
   // Everything the decode side's deserialize_state checks, so an admitted blob restores.
   auto blob = parse_state_blob(r.state_blob);
   if (!blob.ok()) return reject(TransferError::kBadState, blob.status().message());
@@ -710,6 +729,8 @@ void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep)
   metrics_.observe_transfer((r.rows - r.resident_rows) * pool_.row_floats() * 8 + static_cast<int64_t>(m.state_bytes),
                             secs);
   send_ack(reply_ep, m.reservation_id, Status::Ok());
+  // The acknowledgement leaves before the decode side wakes up and takes the core.
+  flush_acks();
   cv_.notify_all();
 }
 

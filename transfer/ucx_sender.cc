@@ -2,10 +2,14 @@
 // one-sided puts, the state active message, and commit (drain, flush, commit, wait for the ack).
 // Caller threads stage data and hand commands to the progress thread; UCX completions only
 // record what happened (defer), and the progress thread's tick acts on it.
+#include <sys/mman.h>
+
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <new>
 #include <unordered_map>
 
 #include "common/checksum.h"
@@ -21,6 +25,32 @@ using namespace transfer_detail;
 namespace {
 
 using Clock = TransferClock;
+
+// A large message goes in slices of about this many K+V bytes, each posted as soon as it is
+// staged or checksummed, so the receiver copies one while this side works on the next.
+constexpr int64_t kSliceBytes = int64_t{4} << 20;
+
+// Staging buffers of at least this size sit on transparent huge pages: UCX's cma read walks and
+// pins the sender's pages, 4 KiB at a time otherwise (bench/README.md, transfer at memcpy speed).
+constexpr size_t kHugePage = size_t{2} << 20;
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using StagingBuf = std::unique_ptr<float[], FreeDeleter>;
+
+StagingBuf alloc_staging(int64_t bytes) {
+  void* p = nullptr;
+  if (static_cast<size_t>(bytes) >= kHugePage) {
+    const size_t len = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
+    p = std::aligned_alloc(kHugePage, len);
+    if (p) (void)madvise(p, len, MADV_HUGEPAGE);  // a hint: without it the buffer still works
+  } else {
+    p = std::malloc(static_cast<size_t>(bytes));
+  }
+  if (p == nullptr) throw std::bad_alloc();
+  return StagingBuf(static_cast<float*>(p));
+}
 
 int64_t now_unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -59,6 +89,8 @@ class UcxKvSender final : public KvSender {
 
   Status put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
                   const float* v_rows) override;
+  Status put_rows_in_place(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                           const float* v_rows, std::shared_ptr<const void> hold) override;
   Status put_state(const ReservationDescriptor& d, std::span<const uint8_t> state_blob) override;
   Status commit(const ReservationDescriptor& d, int64_t rows_written, Clock::time_point deadline) override;
   void abort(const ReservationDescriptor& d, const std::string& reason) override;
@@ -78,12 +110,12 @@ class UcxKvSender final : public KvSender {
   // Staged rows: the caller's buffers are free once put_rows returns. Counted against
   // max_staging_bytes until the last put reading it completes.
   struct Staging {
-    Staging(UcxKvSender* o, int64_t b, std::unique_ptr<float[]> p) : owner(o), bytes(b), buf(std::move(p)) {}
+    Staging(UcxKvSender* o, int64_t b, StagingBuf p) : owner(o), bytes(b), buf(std::move(p)) {}
     Staging(const Staging&) = delete;
     ~Staging() { owner->release_staging(bytes, std::move(buf)); }
     UcxKvSender* owner;
     int64_t bytes;
-    std::unique_ptr<float[]> buf;
+    StagingBuf buf;
   };
   enum class CommitPhase { kNone, kDraining, kFlushing, kAwaitAck };
   struct Transfer {
@@ -110,10 +142,20 @@ class UcxKvSender final : public KvSender {
                              const ucp_am_recv_param_t* param);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
 
-  void release_staging(int64_t bytes, std::unique_ptr<float[]> buf);
+  void release_staging(int64_t bytes, StagingBuf buf);
   // A staging buffer of exactly `bytes`, reused when one is cached (fresh pages cost a fault each).
-  std::unique_ptr<float[]> take_staging(int64_t bytes);
+  StagingBuf take_staging(int64_t bytes);
   Status check_descriptor(const ReservationDescriptor& d) const;
+  // put_rows for one slice: stages and checksums the rows, then posts them.
+  Status stage_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                    const float* v_rows);
+  // The checks every put makes; OK when the rows may go.
+  Status check_put(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                   const float* v_rows);
+  // Queues the operations for rows [row_begin, row_begin + n_rows), read from `k` and `v` (kept
+  // alive by `keep` until the last operation reading them completes).
+  void post_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k, const float* v,
+                 std::shared_ptr<const void> keep, std::vector<uint32_t> crcs);
   // Progress thread: runs fn once the endpoint to `address` is wired up (OK), or with the reason
   // it cannot be.
   void with_peer(const std::string& address, std::function<void(const Status&)> fn);
@@ -151,7 +193,7 @@ class UcxKvSender final : public KvSender {
   std::mutex staging_mu_;
   std::condition_variable staging_cv_;
   int64_t staged_bytes_ = 0;
-  std::vector<std::pair<int64_t, std::unique_ptr<float[]>>> staging_cache_;  // (bytes, buffer)
+  std::vector<std::pair<int64_t, StagingBuf>> staging_cache_;  // (bytes, buffer)
   int64_t cached_bytes_ = 0;
 
   // Progress thread only.
@@ -202,7 +244,7 @@ void UcxKvSender::teardown() {
   ucx_->progress_until([&] { return reap_requests(closing_); }, Clock::now() + std::chrono::seconds(2));
 }
 
-std::unique_ptr<float[]> UcxKvSender::take_staging(int64_t bytes) {
+StagingBuf UcxKvSender::take_staging(int64_t bytes) {
   {
     std::lock_guard<std::mutex> lock(staging_mu_);
     for (auto it = staging_cache_.begin(); it != staging_cache_.end(); ++it) {
@@ -213,10 +255,10 @@ std::unique_ptr<float[]> UcxKvSender::take_staging(int64_t bytes) {
       return buf;
     }
   }
-  return std::unique_ptr<float[]>(new float[bytes / 4]);
+  return alloc_staging(bytes);
 }
 
-void UcxKvSender::release_staging(int64_t bytes, std::unique_ptr<float[]> buf) {
+void UcxKvSender::release_staging(int64_t bytes, StagingBuf buf) {
   std::lock_guard<std::mutex> lock(staging_mu_);
   staged_bytes_ -= bytes;
   staging_cv_.notify_all();
@@ -264,8 +306,8 @@ Status UcxKvSender::ended_status(uint64_t id) const {
 
 // ---- API ---------------------------------------------------------------------------------
 
-Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
-                             const float* v_rows) {
+Status UcxKvSender::check_put(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                              const float* v_rows) {
   if (n_rows <= 0 || row_begin < d.resident_rows || row_begin + n_rows > d.rows || !k_rows || !v_rows)
     return transfer_error(TransferError::kInvalid,
                           "put_rows: rows [" + std::to_string(row_begin) + ", " + std::to_string(row_begin + n_rows) +
@@ -278,6 +320,22 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
       });
     return st;
   }
+  return Status::Ok();
+}
+
+Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                             const float* v_rows) {
+  YOCO_RETURN_IF_ERROR(check_put(d, row_begin, n_rows, k_rows, v_rows));
+  const int slice = static_cast<int>(std::max<int64_t>(1, kSliceBytes / (2 * d.row_bytes())));
+  for (int first = 0; first < n_rows; first += slice) {
+    const int64_t at = static_cast<int64_t>(first) * d.kv_dim;
+    YOCO_RETURN_IF_ERROR(stage_rows(d, row_begin + first, std::min(slice, n_rows - first), k_rows + at, v_rows + at));
+  }
+  return Status::Ok();
+}
+
+Status UcxKvSender::stage_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
+                               const float* v_rows) {
   const int kv_dim = d.kv_dim;
   const int64_t n = static_cast<int64_t>(n_rows) * kv_dim;
   const int64_t bytes = 2 * n * 4;
@@ -305,11 +363,38 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
     std::memcpy(staging->buf.get(), k_rows, n * 4);
     std::memcpy(staging->buf.get() + n, v_rows, n * 4);
   }
-  auto runs = d.contiguous_runs(row_begin, n_rows);
+  const float* k = staging->buf.get();
+  post_rows(d, row_begin, n_rows, k, k + n, std::move(staging), std::move(crcs));
+  return Status::Ok();
+}
 
+Status UcxKvSender::put_rows_in_place(const ReservationDescriptor& d, int64_t row_begin, int n_rows,
+                                      const float* k_rows, const float* v_rows, std::shared_ptr<const void> hold) {
+  YOCO_RETURN_IF_ERROR(check_put(d, row_begin, n_rows, k_rows, v_rows));
+  // No copy: the checksum is the one pass over the rows on this side; UCX reads them from here.
+  const int slice = static_cast<int>(std::max<int64_t>(1, kSliceBytes / (2 * d.row_bytes())));
+  for (int first = 0; first < n_rows; first += slice) {
+    const int n = std::min(slice, n_rows - first);
+    const int64_t at = static_cast<int64_t>(first) * d.kv_dim;
+    std::vector<uint32_t> crcs(n);
+    if (opt_.row_checksums)
+      for (int i = 0; i < n; ++i) {
+        const int64_t off = at + static_cast<int64_t>(i) * d.kv_dim;
+        crcs[i] = row_crc(k_rows + off, v_rows + off, d.kv_dim);
+      }
+    post_rows(d, row_begin + first, n, k_rows + at, v_rows + at, hold, std::move(crcs));
+  }
+  return Status::Ok();
+}
+
+void UcxKvSender::post_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k,
+                            const float* v, std::shared_ptr<const void> keep, std::vector<uint32_t> crcs) {
+  const int64_t bytes = 2 * static_cast<int64_t>(n_rows) * d.kv_dim * 4;
+  auto runs = d.contiguous_runs(row_begin, n_rows);
   // Handed to the progress thread without waiting (a thread hand-off per chunk would cost more
-  // than a small put); a failure is kept for the next call and for commit.
-  auto body = [this, d, row_begin, n_rows, n, bytes, staging, crcs = std::move(crcs),
+  // than a small put); a failure is kept for the next call and for commit. Every operation's
+  // completion holds `keep`, so the rows outlive whatever reads them.
+  auto body = [this, d, row_begin, n_rows, k, v, bytes, keep = std::move(keep), crcs = std::move(crcs),
                runs = std::move(runs)]() -> Status {
     YOCO_ASSIGN_OR_RETURN(Transfer * t, transfer_for(d, true));
     const bool push = opt_.row_path == UcxRowPath::kPush;
@@ -326,9 +411,9 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
     const uint64_t id = t->id;
     for (const RowRun& r : runs) {
       for (int which = 0; which < 2; ++which) {
-        const float* src = staging->buf.get() + (which ? n : 0) + (r.row - row_begin) * d.kv_dim;
+        const float* src = (which ? v : k) + (r.row - row_begin) * d.kv_dim;
         const size_t len = static_cast<size_t>(r.rows * row_bytes);
-        auto done = [this, id, staging](ucs_status_t st) { defer([this, id, st] { track(id, st); }); };
+        auto done = [this, id, keep](ucs_status_t st) { defer([this, id, st] { track(id, st); }); };
         ++t->outstanding;
         if (!push) {  // one message per contiguous run; the receiver fetches it into the blocks
           send_am(*t->peer, kAmRows, encode(RowsMsg{id, t->secret, static_cast<uint8_t>(which), r.row, r.rows}), src,
@@ -351,7 +436,6 @@ Status UcxKvSender::put_rows(const ReservationDescriptor& d, int64_t row_begin, 
     return Status::Ok();
   };
   submit(d.address, d.reservation_id, std::move(body));
-  return Status::Ok();
 }
 
 Status UcxKvSender::put_state(const ReservationDescriptor& d, std::span<const uint8_t> state_blob) {

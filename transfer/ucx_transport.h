@@ -40,6 +40,10 @@ struct UcxReceiverOptions {
   std::string transports;      // non-empty: UCX_TLS for this engine only
   int64_t max_state_bytes = int64_t{1} << 30;
   bool verify_rows = true;  // recompute the K/V row checksum from the pool at commit (when sent)
+  // That pass runs on up to verify_threads threads (the progress thread and helpers), one per
+  // verify_bytes_per_thread of rows: nothing else can overlap it (bench/README.md).
+  int verify_threads = 2;
+  int64_t verify_bytes_per_thread = int64_t{2} << 20;
   // UCP_ERR_HANDLING_MODE_PEER on accepted endpoints: a dead sender fails its reservations at
   // once. UCX 1.13 selects no shared-memory lane (posix/sysv/cma) for such endpoints, so turn it
   // off (here and in the senders) to move data over shared memory; dead senders are then found

@@ -11,8 +11,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <tuple>
@@ -212,14 +215,17 @@ struct Engines {
   std::unique_ptr<KvReceiver> receiver;
   std::unique_ptr<KvSender> sender;
 
+  // verify_threads > 1: the receiver checks the rows' checksum on that many threads, whatever the size.
   Engines(const std::string& preset_name, const char* tls, UcxRowPath path = UcxRowPath::kPull, int blocks = 32,
-          uint64_t sender_fp = kFp)
+          uint64_t sender_fp = kFp, int verify_threads = 1)
       : cfg(preset(preset_name)) {
     pool = std::move(KvPool::create(blocks, 32, cfg.kv_dim()).value());
     UcxReceiverOptions ro;
     ro.listen_host = "127.0.0.1";
     ro.transports = tls;
     ro.allow_push = path == UcxRowPath::kPush;
+    ro.verify_threads = verify_threads;
+    if (verify_threads > 1) ro.verify_bytes_per_thread = 1;
     auto r = test::make_receiver(*pool, cfg, kFp, ro);
     YOCO_CHECK(r.ok());
     receiver = std::move(r.value());
@@ -243,6 +249,35 @@ Status put_range(KvSender& s, const ReservationDescriptor& d, uint64_t seed, int
   auto k = test::kv_rows(seed, 0, begin, end - begin, d.kv_dim);
   auto v = test::kv_rows(seed, 1, begin, end - begin, d.kv_dim);
   return s.put_rows(d, begin, static_cast<int>(end - begin), k.data(), v.data());
+}
+
+// Rows lent to put_rows_in_place: when the sender drops its hold they are poisoned (NaN), so a
+// hold dropped before the rows were read would corrupt what lands (and fail the commit's check).
+struct LentRows {
+  std::vector<float> k, v;
+  std::atomic<bool> released{false};
+};
+std::shared_ptr<const void> lend(const std::shared_ptr<LentRows>& rows) {
+  return std::shared_ptr<const void>(rows.get(), [rows](const void*) {
+    std::fill(rows->k.begin(), rows->k.end(), std::nanf(""));
+    std::fill(rows->v.begin(), rows->v.end(), std::nanf(""));
+    rows->released = true;
+  });
+}
+
+// put_range without the staging copy; the returned rows say when the sender let them go.
+std::shared_ptr<LentRows> put_range_in_place(KvSender& s, const ReservationDescriptor& d, uint64_t seed, int64_t begin,
+                                             int64_t end, Status* st) {
+  auto rows = std::make_shared<LentRows>();
+  rows->k = test::kv_rows(seed, 0, begin, end - begin, d.kv_dim);
+  rows->v = test::kv_rows(seed, 1, begin, end - begin, d.kv_dim);
+  *st = s.put_rows_in_place(d, begin, static_cast<int>(end - begin), rows->k.data(), rows->v.data(), lend(rows));
+  return rows;
+}
+
+bool released_by(const LentRows& rows, Clock::time_point deadline) {
+  while (!rows.released && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(2));
+  return rows.released;
 }
 
 // The admitted sequence holds exactly the source rows and a state that restores.
@@ -422,9 +457,17 @@ TEST_F(TransferTest, StagingBudgetHoldsPutRowsBack) {
 
 // ---- 3. validation: every rejection has its reason, nothing is admitted, no block leaks ----
 
-class TransferValidation : public TransferTest, public ::testing::WithParamInterface<UcxRowPath> {
+// How the validation tests put their rows: the row path, and pull with the rows lent in place
+// (put_rows_in_place) to a receiver that checks them on several threads.
+struct RowMode {
+  UcxRowPath path = UcxRowPath::kPull;
+  bool in_place = false;
+  operator UcxRowPath() const { return path; }
+};
+
+class TransferValidation : public TransferTest, public ::testing::WithParamInterface<RowMode> {
  protected:
-  Engines e{"tiny-gret", kTcp, GetParam()};
+  Engines e{"tiny-gret", kTcp, GetParam(), 32, kFp, GetParam().in_place ? 3 : 1};
   const int64_t rows = 50;
 
   ReservationDescriptor reserve(milliseconds lease = seconds(30)) {
@@ -433,9 +476,18 @@ class TransferValidation : public TransferTest, public ::testing::WithParamInter
     return *d;
   }
   void put_all(KvSender& s, const ReservationDescriptor& d, uint64_t seed = 3) {
+    if (GetParam().in_place) {
+      Status st;
+      lent.push_back(put_range_in_place(s, d, seed, 0, 20, &st));
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      lent.push_back(put_range_in_place(s, d, seed, 20, rows, &st));
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      return;
+    }
     ASSERT_TRUE(put_range(s, d, seed, 0, 20).ok());
     ASSERT_TRUE(put_range(s, d, seed, 20, rows).ok());
   }
+  std::vector<std::shared_ptr<LentRows>> lent;  // in place: the rows put_all lent
   std::vector<uint8_t> blob(int64_t position = -1) {
     return test::test_state_blob(e.cfg, kFp, 3, position < 0 ? rows : position);
   }
@@ -779,9 +831,87 @@ TEST_P(TransferValidation, ACommitThatNeverComesExpiresByItself) {
   EXPECT_EQ(e.receiver->metrics().snapshot().failures, 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(RowPaths, TransferValidation, ::testing::Values(UcxRowPath::kPull, UcxRowPath::kPush),
+TEST_P(TransferValidation, RowsLentInPlaceAreHeldUntilTheirOperationsComplete) {
+  if (!GetParam().in_place) GTEST_SKIP() << "rows put in place only";
+  // Committed: the lent rows are released by the time commit returns, and what landed is the
+  // source (rows poisoned before they were read would not be).
+  auto d = reserve();
+  put_all(*e.sender, d);  // seed 3, as blob()'s
+  ASSERT_TRUE(e.sender->put_state(d, blob()).ok());
+  Status st = e.sender->commit(d, rows, in(seconds(10)));
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  for (auto& l : lent) EXPECT_TRUE(l->released);
+  auto c = e.receiver->wait_committed(d.reservation_id, in(seconds(10)));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  expect_sequence(*c, e.cfg, 3, rows, *e.pool);
+  e.pool->release_blocks(c->blocks);
+  lent.clear();
+
+  // Aborted: released once the operations are done, commit or not.
+  auto d2 = reserve();
+  put_all(*e.sender, d2, 6);
+  e.sender->abort(d2, "test");
+  for (auto& l : lent) EXPECT_TRUE(released_by(*l, in(seconds(10))));
+  auto c2 = e.receiver->wait_committed(d2.reservation_id, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(c2.status()), TransferError::kAborted) << c2.status().to_string();
+  EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
+  lent.clear();
+
+  // A sender torn down mid-transfer lets them go too.
+  auto d3 = reserve();
+  put_all(*e.sender, d3, 7);
+  e.sender.reset();
+  for (auto& l : lent) EXPECT_TRUE(l->released);
+}
+
+// Messages large enough for rendezvous, where the data is read well after put_rows_in_place
+// returned (the receiver fetches it): lent rows released early would be poisoned by then.
+TEST_F(TransferTest, RowsLentInPlaceStayUntilTheReceiverHasReadThem) {
+  for (const char* tls : {kTcp, "posix,sysv,cma,self,tcp"}) {
+    SCOPED_TRACE(tls);
+    const bool shm = std::string(tls) != kTcp;
+    ModelConfig cfg = preset("small-gret");
+    auto pool = std::move(KvPool::create(24, 32, cfg.kv_dim()).value());
+    UcxReceiverOptions ro;
+    ro.listen_host = "127.0.0.1";
+    ro.transports = tls;
+    ro.peer_error_handling = !shm;  // UCX 1.13 has no shared-memory lane otherwise
+    ro.verify_threads = 2;
+    ro.verify_bytes_per_thread = 1;
+    auto receiver = test::make_receiver(*pool, cfg, kFp, ro);
+    ASSERT_TRUE(receiver.ok()) << receiver.status().to_string();
+    UcxSenderOptions so;
+    so.fingerprint = kFp;
+    so.transports = tls;
+    so.peer_error_handling = !shm;
+    auto sender = make_ucx_sender(so);
+    ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+    const int64_t rows = 700;  // K and V runs of hundreds of KiB each
+    auto d = (*receiver)->reserve("req-lent", rows, in(seconds(30)));
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    Status st;
+    auto a = put_range_in_place(**sender, *d, 3, 0, 300, &st);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    auto b = put_range_in_place(**sender, *d, 3, 300, rows, &st);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_TRUE((*sender)->put_state(*d, test::test_state_blob(cfg, kFp, 3, rows)).ok());
+    st = (*sender)->commit(*d, rows, in(seconds(20)));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_TRUE(a->released);
+    EXPECT_TRUE(b->released);
+    auto c = (*receiver)->wait_committed(d->reservation_id, in(seconds(10)));
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    expect_sequence(*c, cfg, 3, rows, *pool);
+    pool->release_blocks(c->blocks);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RowPaths, TransferValidation,
+                         ::testing::Values(RowMode{UcxRowPath::kPull}, RowMode{UcxRowPath::kPush},
+                                           RowMode{UcxRowPath::kPull, true}),
                          [](const auto& info) {
-                           return std::string(info.param == UcxRowPath::kPull ? "pull" : "push");
+                           if (info.param.in_place) return std::string("pull_in_place");
+                           return std::string(info.param.path == UcxRowPath::kPull ? "pull" : "push");
                          });
 
 TEST_F(TransferTest, CommitToAPeerThatIsGoneFailsByItsDeadline) {
