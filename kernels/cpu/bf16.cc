@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
@@ -26,21 +27,28 @@ inline float widen(bf16 h) {
   return f;
 }
 
-// Rows of x in bf16, reused across calls on the calling thread.
-const bf16* rounded_rows(const float* x, int64_t n) {
-  thread_local std::vector<bf16> buf;
-  if (static_cast<int64_t>(buf.size()) < n) buf.resize(n);
-  to_bf16(x, buf.data(), n);
-  return buf.data();
-}
+// Conversions of whole activations (thousands of rows in a prefill) use every thread: on one,
+// they left the others waiting between the products.
+constexpr int64_t kParallelElements = int64_t{1} << 16;
 
-// What rounding x to bf16 left out, itself in bf16 (x ≈ hi + lo to ~16 significant bits).
-const bf16* rounding_residual(const float* x, const bf16* hi, int64_t n) {
-  thread_local std::vector<bf16> buf;
-  if (static_cast<int64_t>(buf.size()) < n) buf.resize(n);
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) buf[i] = round_bf16(x[i] - widen(hi[i]));
-  return buf.data();
+// Rows of x in bf16 (hi) and, with split, what that rounding left out, itself in bf16 (lo;
+// x ≈ hi + lo to ~16 significant bits): one pass over x, buffers reused on the calling thread.
+std::pair<const bf16*, const bf16*> rounded_rows(const float* x, int64_t n, bool split) {
+  thread_local std::vector<bf16> hi, lo;
+  if (static_cast<int64_t>(hi.size()) < n) hi.resize(n);
+  if (split && static_cast<int64_t>(lo.size()) < n) lo.resize(n);
+  bf16* h = hi.data();
+  bf16* l = lo.data();
+  if (split) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
+    for (int64_t i = 0; i < n; ++i) {
+      h[i] = round_bf16(x[i]);
+      l[i] = round_bf16(x[i] - widen(h[i]));
+    }
+  } else {
+    to_bf16(x, h, n);
+  }
+  return {h, split ? l : nullptr};
 }
 
 // Rows up to which the plain loop beats oneDNN's bf16 matmul (bench/gemm_roof.cc).
@@ -49,12 +57,12 @@ constexpr int kBf16LibraryMinRows = 8;
 }  // namespace
 
 void to_bf16(const float* x, bf16* y, int64_t n) {
-#pragma omp simd
+#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) y[i] = round_bf16(x[i]);
 }
 
 void from_bf16(const bf16* x, float* y, int64_t n) {
-#pragma omp simd
+#pragma omp parallel for simd schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) y[i] = widen(x[i]);
 }
 
@@ -64,9 +72,9 @@ void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, b
   if (m <= 0 || n <= 0) return;
   const int64_t len = static_cast<int64_t>(m) * k;
   if (linear_bf16_rounds_x(m)) {
-    const bf16* hi = rounded_rows(x, len);
+    const auto [hi, lo] = rounded_rows(x, len, split_x);
     if (gemm_dnnl_bf16(m, n, k, hi, k, w, k, accumulate ? 1.0f : 0.0f, y, n)) {
-      if (split_x) gemm_dnnl_bf16(m, n, k, rounding_residual(x, hi, len), k, w, k, 1.0f, y, n);
+      if (split_x) gemm_dnnl_bf16(m, n, k, lo, k, w, k, 1.0f, y, n);
       return;
     }
   }
