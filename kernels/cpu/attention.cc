@@ -28,7 +28,8 @@ void visible_key_range(const AttentionArgs& a, int i0, int iq, int& lo, int& hi)
 // One key tile's online-softmax step on the transposed scores st[c · kBlockQ + i] (key c < ck,
 // query i of the block): key c is seen by the queries [lo[c], hi[c]) (the others become 0). The
 // queries are the vector lanes, so the running max m[i] and sum l[i] update 16 at a time; the
-// accumulator rows acc[i · hd ..] are rescaled, and st is left holding exp(st − m).
+// accumulator rows acc[i · hd ..] are rescaled (acc null: the first tile, whose P·V overwrites
+// them), and st is left holding exp(st − m).
 [[gnu::always_inline]] inline void softmax_tile_body(float* st, int iq, int ck, const int* lo, const int* hi, float* m,
                                                      float* l, float* acc, int hd) {
   using vec::v16;
@@ -66,6 +67,7 @@ void visible_key_range(const AttentionArgs& a, int i0, int iq, int& lo, int& hi)
     vec::store(l + v * vec::kLanes, vec::load(l + v * vec::kLanes) * cv + sum[v]);
     vec::store(m + v * vec::kLanes, mnew[v]);
   }
+  if (!acc) return;
   for (int i = 0; i < iq; ++i) {
     if (corr[i] == 1.0f) continue;
     float* ar = acc + static_cast<size_t>(i) * hd;
@@ -160,14 +162,18 @@ void attention(const AttentionArgs& a) {
       const int kvh = h / group;
       const int i0 = qb * kBlockQ, iq = std::min(kBlockQ, a.n_q - i0);
       const float* q = a.q + static_cast<int64_t>(i0) * a.ldq + static_cast<int64_t>(h) * hd;
-      for (int i = 0; i < kBlockQ; ++i)
-        for (int d = 0; d < hd; ++d)
-          qt[static_cast<size_t>(d) * kBlockQ + i] = i < iq ? a.scale * q[static_cast<int64_t>(i) * a.ldq + d] : 0.0f;
+      // Row by row of qt, so its stores are consecutive (the loads of one column of q hit the
+      // same 64 cache lines for 16 columns in a row).
+      for (int d = 0; d < hd; ++d) {
+        float* qd = qt.data() + static_cast<size_t>(d) * kBlockQ;
+        for (int i = 0; i < iq; ++i) qd[i] = a.scale * q[static_cast<int64_t>(i) * a.ldq + d];
+        std::fill(qd + iq, qd + kBlockQ, 0.0f);
+      }
       std::fill(m.begin(), m.end(), kNegInf);
       std::fill(l.begin(), l.end(), 0.0f);
-      std::fill(acc.begin(), acc.end(), 0.0f);
       int c_lo, c_hi;
       visible_key_range(a, i0, iq, c_lo, c_hi);
+      if (c_lo >= c_hi) std::fill(acc.begin(), acc.end(), 0.0f);  // else the first tile's P·V sets it
       const int64_t q_first = a.q_pos0 + i0;
       for (int c0 = c_lo; c0 < c_hi; c0 += kBlockK) {
         const int ck = std::min(kBlockK, c_hi - c0);
@@ -182,8 +188,9 @@ void attention(const AttentionArgs& a) {
           hi[c] = a.window > 0 ? static_cast<int>(std::clamp<int64_t>(kp + a.window - q_first, 0, iq)) : iq;
           std::copy_n(v + static_cast<int64_t>(c) * a.ldv, hd, vt.data() + static_cast<size_t>(c) * hd);
         }
-        softmax_tile(st.data(), iq, ck, lo.data(), hi.data(), m.data(), l.data(), acc.data(), hd);
-        gemm_tile_at(iq, hd, ck, 1.0f, st.data(), kBlockQ, vt.data(), hd, 1.0f, acc.data(), hd);
+        const bool first = c0 == c_lo;
+        softmax_tile(st.data(), iq, ck, lo.data(), hi.data(), m.data(), l.data(), first ? nullptr : acc.data(), hd);
+        gemm_tile_at(iq, hd, ck, 1.0f, st.data(), kBlockQ, vt.data(), hd, first ? 0.0f : 1.0f, acc.data(), hd);
       }
       for (int r = 0; r < iq; ++r) {
         float* o = a.out + static_cast<int64_t>(i0 + r) * a.ldo + static_cast<int64_t>(h) * hd;
