@@ -216,6 +216,24 @@ TEST(Vec, ExpIsCloseToLibm) {
   EXPECT_EQ(out[3], 1.0f);
 }
 
+TEST(Activation, SiluMulMatchesDouble) {
+  // Vector body and scalar tail (37 columns), strided rows, large |x| on both sides.
+  const int rows = 5, cols = 37, lda = 41, ldb = 39, ldo = 40;
+  auto a = randn(static_cast<size_t>(rows) * lda, 11, 4.0f), b = randn(static_cast<size_t>(rows) * ldb, 12);
+  a[3] = -120.0f;
+  a[4] = 95.0f;
+  a[lda + 20] = -0.0f;
+  std::vector<float> o(static_cast<size_t>(rows) * ldo, 7.0f);
+  cpu::silu_mul(a.data(), lda, b.data(), ldb, o.data(), ldo, rows, cols);
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < cols; ++i) {
+      const double x = a[static_cast<size_t>(r) * lda + i];
+      const double want = x / (1.0 + std::exp(-x)) * b[static_cast<size_t>(r) * ldb + i];
+      EXPECT_NEAR(o[static_cast<size_t>(r) * ldo + i], want, 1e-6 * std::max(1.0, std::fabs(want))) << r << "," << i;
+    }
+  EXPECT_EQ(o[cols], 7.0f);  // past the row: untouched
+}
+
 TEST(Rope, LongPositionsStayAccurate) {
   // Angles are formed in double: position 10^6 still rotates by the exact angle.
   const int64_t pos[2] = {0, 1000000};
