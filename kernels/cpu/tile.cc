@@ -97,7 +97,8 @@ template <int MR, int NVMAX>
 [[gnu::always_inline]] inline void nn_body(int m, int n, int k, float alpha, const float* a, int lda, int acs,
                                            const float* b, int ldb, float beta, float* c, int ldc) {
   int j = 0;
-  for (; j + NVMAX * kLanes <= n; j += NVMAX * kLanes) panel<MR, NVMAX>(m, k, alpha, a, lda, acs, b + j, ldb, beta, c + j, ldc);
+  for (; j + NVMAX * kLanes <= n; j += NVMAX * kLanes)
+    panel<MR, NVMAX>(m, k, alpha, a, lda, acs, b + j, ldb, beta, c + j, ldc);
   const int rest = (n - j) / kLanes;  // < NVMAX
   if constexpr (NVMAX > 3)
     if (rest == 3) panel<MR, 3>(m, k, alpha, a, lda, acs, b + j, ldb, beta, c + j, ldc);
