@@ -213,9 +213,16 @@ Status Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& s
                                 cfg_.sliding_window,
                                 1.0f / std::sqrt(static_cast<float>(hd))};
         cpu::attention(args);
-        // Every row goes through the ring (not just the last W) so that the row of position p
-        // lands in slot p mod W: the layout depends on the position alone.
-        for (int t = 0; t < n; ++t)
+        // The ring advances over every row (not just the last W) so that the row of position p
+        // lands in slot p mod W: the layout depends on the position alone. Rows that later rows
+        // of this chunk overwrite are skipped without being copied.
+        const int skip = std::max(0, n - S.capacity);
+        if (skip > 0) {
+          const int filled = S.count + skip;
+          if (filled > S.capacity) S.head = (S.head + filled - S.capacity) % S.capacity;
+          S.count = std::min(filled, S.capacity);
+        }
+        for (int t = skip; t < n; ++t)
           S.ring_push(keys + static_cast<int64_t>(cnt + t) * ld_kv, values + static_cast<int64_t>(cnt + t) * ld_kv, Dl);
       }
       YOCO_RETURN_IF_ERROR(add_row_parallel(o.data(), L.wo, h, n, Dl));
