@@ -40,14 +40,9 @@ __attribute__((target("avx512f"))) void silu_mul_avx512(const float* a, int lda,
   silu_mul_body(a, lda, b, ldb, out, ldo, r0, r1, cols);
 }
 
-// The variant for the running CPU, chosen on first use (not target_clones: see tile.cc).
+// The variant for the running CPU (vec::isa()).
 SiluMulFn silu_mul_rows() {
-  static const SiluMulFn fn = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return &silu_mul_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &silu_mul_avx2;
-    return &silu_mul_default;
-  }();
+  static const SiluMulFn fn = vec::pick<SiluMulFn>(&silu_mul_default, &silu_mul_avx2, &silu_mul_avx512);
   return fn;
 }
 

@@ -91,14 +91,9 @@ __attribute__((target("avx512f"))) void softmax_tile_avx512(float* s, int iq, in
   softmax_tile_body(s, iq, ck, lo, hi, m, l, acc, hd);
 }
 
-// The variant for the running CPU, chosen on first use (not target_clones: see tile.cc).
+// The variant for the running CPU (vec::isa()).
 void softmax_tile(float* s, int iq, int ck, const int* lo, const int* hi, float* m, float* l, float* acc, int hd) {
-  static const SoftmaxFn fn = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return &softmax_tile_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &softmax_tile_avx2;
-    return &softmax_tile_default;
-  }();
+  static const SoftmaxFn fn = vec::pick<SoftmaxFn>(&softmax_tile_default, &softmax_tile_avx2, &softmax_tile_avx512);
   fn(s, iq, ck, lo, hi, m, l, acc, hd);
 }
 
@@ -127,12 +122,7 @@ __attribute__((target("avx512f"))) float exp_sum_avx512(float* x, int64_t n, flo
 }
 
 float exp_sum(float* x, int64_t n, float shift) {
-  static const ExpSumFn fn = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return &exp_sum_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &exp_sum_avx2;
-    return &exp_sum_default;
-  }();
+  static const ExpSumFn fn = vec::pick<ExpSumFn>(&exp_sum_default, &exp_sum_avx2, &exp_sum_avx512);
   return fn(x, n, shift);
 }
 

@@ -31,14 +31,9 @@ __attribute__((target("avx512f"))) void decay_mask_avx512(float* att, int ld, co
   decay_mask_body(att, ld, b, c);
 }
 
-// The variant for the running CPU, chosen on first use (not target_clones: see tile.cc).
+// The variant for the running CPU (vec::isa()).
 void decay_mask(float* att, int ld, const float* b, int c) {
-  static const DecayMaskFn fn = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return &decay_mask_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &decay_mask_avx2;
-    return &decay_mask_default;
-  }();
+  static const DecayMaskFn fn = vec::pick<DecayMaskFn>(&decay_mask_default, &decay_mask_avx2, &decay_mask_avx512);
   fn(att, ld, b, c);
 }
 

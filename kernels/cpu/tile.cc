@@ -127,16 +127,10 @@ __attribute__((target("avx512f"))) void nn_avx512(int m, int n, int k, float alp
   nn_body<6, 4>(m, n, k, alpha, a, lda, acs, b, ldb, beta, c, ldc);
 }
 
-// Not GCC's target_clones: its ifunc resolver runs before a sanitizer's runtime is up and crashes
-// a TSan build at start (as in gemv.cc).
+// The variant for the running CPU (vec::isa()).
 void nn(int m, int n, int k, float alpha, const float* a, int lda, int acs, const float* b, int ldb, float beta,
         float* c, int ldc) {
-  static const NnFn fn = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return &nn_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &nn_avx2;
-    return &nn_default;
-  }();
+  static const NnFn fn = vec::pick<NnFn>(&nn_default, &nn_avx2, &nn_avx512);
   fn(m, n, k, alpha, a, lda, acs, b, ldb, beta, c, ldc);
 }
 

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 // Vectors are never passed by value across a call (all helpers are inlined), so GCC's note about
 // the ABI of 64-byte vectors in builds without AVX-512 never applies.
@@ -16,6 +18,38 @@ typedef int32_t i16 __attribute__((vector_size(64)));
 // Unaligned access that may alias the floats (the idiom of the compilers' own _mm512_loadu_ps).
 typedef float v16_unaligned __attribute__((vector_size(64), aligned(4), may_alias));
 constexpr int kLanes = 16;
+
+// The variant of a per-ISA kernel to run: the widest the CPU has, chosen on first use (not GCC's
+// target_clones: its ifunc resolver runs before a sanitizer's runtime is up and crashes a TSan
+// build at start). YOCO_CPU_ISA=avx2|base narrows it, so the tests run every variant's register
+// blocking on one machine.
+enum class Isa { kBase, kAvx2, kAvx512 };
+inline Isa isa() {
+  static const Isa chosen = [] {
+    __builtin_cpu_init();
+    Isa best = Isa::kBase;
+    if (__builtin_cpu_supports("avx512f")) best = Isa::kAvx512;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::kAvx2;
+    const char* env = std::getenv("YOCO_CPU_ISA");
+    if (env && std::strcmp(env, "base") == 0) return Isa::kBase;
+    if (env && std::strcmp(env, "avx2") == 0 && best == Isa::kAvx512) return Isa::kAvx2;
+    return best;
+  }();
+  return chosen;
+}
+
+// One of three variants of a kernel by isa().
+template <typename Fn>
+Fn pick(Fn base, Fn avx2, Fn avx512) {
+  switch (isa()) {
+    case Isa::kAvx512:
+      return avx512;
+    case Isa::kAvx2:
+      return avx2;
+    default:
+      return base;
+  }
+}
 
 [[gnu::always_inline]] inline v16 load(const float* p) { return *reinterpret_cast<const v16_unaligned*>(p); }
 [[gnu::always_inline]] inline void store(float* p, v16 x) { *reinterpret_cast<v16_unaligned*>(p) = x; }
