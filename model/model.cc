@@ -120,13 +120,18 @@ Status Model::validate_tokens(std::span<const int32_t> tokens, int64_t start_pos
 Status Model::ffn(float* h, int rows, const std::vector<float>& norm, const std::vector<float>& w13,
                   const std::vector<float>& w2) const {
   const int D = cfg_.dim, H = sd_.hidden;
-  std::vector<float> x(static_cast<size_t>(rows) * D), u(static_cast<size_t>(rows) * 2 * H),
-      act(static_cast<size_t>(rows) * H);
-  cpu::rmsnorm(h, D, norm.data(), x.data(), D, rows, D, static_cast<float>(cfg_.norm_eps));
-  linear(x.data(), w13, u.data(), rows, 2 * H, D);
+  // Every layer of a prefill chunk needs these (tens of MB at 2K rows): kept on this thread
+  // instead of allocated per call, so each layer does not zero and fault in fresh pages on one
+  // thread while the others wait (bench/README.md, attention off OpenBLAS).
+  thread_local std::vector<float> scratch;
+  const size_t nx = static_cast<size_t>(rows) * D, nu = static_cast<size_t>(rows) * 2 * H;
+  if (scratch.size() < nx + nu + nu / 2) scratch.resize(nx + nu + nu / 2);
+  float *x = scratch.data(), *u = x + nx, *act = u + nu;
+  cpu::rmsnorm(h, D, norm.data(), x, D, rows, D, static_cast<float>(cfg_.norm_eps));
+  linear(x, w13, u, rows, 2 * H, D);
   // docs/design.md §2.2: fc1 is the activated branch, gate the linear one.
-  cpu::silu_mul(u.data(), 2 * H, u.data() + H, 2 * H, act.data(), H, rows, H);
-  return add_row_parallel(act.data(), w2, h, rows, H);
+  cpu::silu_mul(u, 2 * H, u + H, 2 * H, act, H, rows, H);
+  return add_row_parallel(act, w2, h, rows, H);
 }
 
 // Per rank: D is the residual width (replicated); Dl = Hs·hd the width of this rank's heads
@@ -170,24 +175,32 @@ Status Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& s
         cpu::rmsnorm(o.data(), hd, nullptr, o.data(), hd, n * Hs, hd, eps);  // per-head, no weight
         cpu::silu_mul(proj.data() + 3 * Dl, R, o.data(), Dl, o.data(), Dl, n, Dl);
       } else {
-        // Keys: the ring's rows (positions pos0 − count ..) followed by this chunk's rows.
+        // Keys: the ring's rows (positions pos0 − count ..) followed by this chunk's rows. With
+        // an empty ring (a prompt's first chunk) they are this chunk's rows, read in place.
         const int cnt = S.count, total = cnt + n;
-        k_all.resize(static_cast<size_t>(total) * Dl);
-        v_all.resize(static_cast<size_t>(total) * Dl);
-        for (int i = 0; i < cnt; ++i) {
-          std::memcpy(&k_all[static_cast<size_t>(i) * Dl], &S.k[static_cast<size_t>(S.ring_index(i)) * Dl], Dl * 4);
-          std::memcpy(&v_all[static_cast<size_t>(i) * Dl], &S.v[static_cast<size_t>(S.ring_index(i)) * Dl], Dl * 4);
-        }
-        for (int t = 0; t < n; ++t) {
-          std::memcpy(&k_all[static_cast<size_t>(cnt + t) * Dl], k + static_cast<int64_t>(t) * R, Dl * 4);
-          std::memcpy(&v_all[static_cast<size_t>(cnt + t) * Dl], v + static_cast<int64_t>(t) * R, Dl * 4);
+        const float *keys = k, *values = v;
+        int ld_kv = R;
+        if (cnt > 0) {
+          k_all.resize(static_cast<size_t>(total) * Dl);
+          v_all.resize(static_cast<size_t>(total) * Dl);
+          for (int i = 0; i < cnt; ++i) {
+            std::memcpy(&k_all[static_cast<size_t>(i) * Dl], &S.k[static_cast<size_t>(S.ring_index(i)) * Dl], Dl * 4);
+            std::memcpy(&v_all[static_cast<size_t>(i) * Dl], &S.v[static_cast<size_t>(S.ring_index(i)) * Dl], Dl * 4);
+          }
+          for (int t = 0; t < n; ++t) {
+            std::memcpy(&k_all[static_cast<size_t>(cnt + t) * Dl], k + static_cast<int64_t>(t) * R, Dl * 4);
+            std::memcpy(&v_all[static_cast<size_t>(cnt + t) * Dl], v + static_cast<int64_t>(t) * R, Dl * 4);
+          }
+          keys = k_all.data();
+          values = v_all.data();
+          ld_kv = Dl;
         }
         cpu::AttentionArgs args{q,
                                 R,
-                                k_all.data(),
-                                Dl,
-                                v_all.data(),
-                                Dl,
+                                keys,
+                                ld_kv,
+                                values,
+                                ld_kv,
                                 o.data(),
                                 Dl,
                                 n,
@@ -200,10 +213,17 @@ Status Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& s
                                 cfg_.sliding_window,
                                 1.0f / std::sqrt(static_cast<float>(hd))};
         cpu::attention(args);
-        // Every row goes through the ring (not just the last W) so that the row of position p
-        // lands in slot p mod W: the layout depends on the position alone.
-        for (int t = 0; t < n; ++t)
-          S.ring_push(&k_all[static_cast<size_t>(cnt + t) * Dl], &v_all[static_cast<size_t>(cnt + t) * Dl], Dl);
+        // The ring advances over every row (not just the last W) so that the row of position p
+        // lands in slot p mod W: the layout depends on the position alone. Rows that later rows
+        // of this chunk overwrite are skipped without being copied.
+        const int skip = std::max(0, n - S.capacity);
+        if (skip > 0) {
+          const int filled = S.count + skip;
+          if (filled > S.capacity) S.head = (S.head + filled - S.capacity) % S.capacity;
+          S.count = std::min(filled, S.capacity);
+        }
+        for (int t = skip; t < n; ++t)
+          S.ring_push(keys + static_cast<int64_t>(cnt + t) * ld_kv, values + static_cast<int64_t>(cnt + t) * ld_kv, Dl);
       }
       YOCO_RETURN_IF_ERROR(add_row_parallel(o.data(), L.wo, h, n, Dl));
       YOCO_RETURN_IF_ERROR(ffn(h, n, L.final_norm, L.w13, L.w2));

@@ -41,6 +41,16 @@ constexpr int64_t kSmallMThreadBytes = int64_t{1} << 20;
 void gemm_small_m(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta,
                   float* c, int ldc);
 
+// --- tile.cc -----------------------------------------------------------------------
+// gemm on one thread with no library: the small products of attention and retention tiles, which
+// run inside their callers' parallel regions (so the engine's speed there does not depend on
+// OpenBLAS or OPENBLAS_CORETYPE). Register-blocked for the running CPU's vector width.
+void gemm_tile(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, bool b_trans,
+               float beta, float* c, int ldc);
+// The same with A given as Aᵀ [k, m] (row stride ldat): C = alpha · A · B + beta · C, B [k, n].
+void gemm_tile_at(int m, int n, int k, float alpha, const float* at, int ldat, const float* b, int ldb, float beta,
+                  float* c, int ldc);
+
 // --- rmsnorm.cc --------------------------------------------------------------------
 // y = x / sqrt(mean(x²) + eps) · w over each of `rows` rows of `dim`; w may be null (no weight).
 void rmsnorm(const float* x, int ldx, const float* w, float* y, int ldy, int rows, int dim, float eps);

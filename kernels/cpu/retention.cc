@@ -3,8 +3,41 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec.h"
 
 namespace yoco::cpu {
+
+namespace {
+
+// att[i, j] *= exp(b_i − b_j) for j <= i, 0 for j > i (i, j < c; rows of width ld).
+[[gnu::always_inline]] inline void decay_mask_body(float* att, int ld, const float* b, int c) {
+  for (int i = 0; i < c; ++i) {
+    float* row = att + static_cast<size_t>(i) * ld;
+    const vec::v16 bi = vec::splat(b[i]);
+    int j = 0;
+    for (; j + vec::kLanes <= i + 1; j += vec::kLanes)
+      vec::store(row + j, vec::load(row + j) * vec::exp(bi - vec::load(b + j)));
+    for (; j <= i; ++j) row[j] *= std::exp(b[i] - b[j]);
+    for (; j < c; ++j) row[j] = 0;
+  }
+}
+
+using DecayMaskFn = void (*)(float*, int, const float*, int);
+void decay_mask_default(float* att, int ld, const float* b, int c) { decay_mask_body(att, ld, b, c); }
+__attribute__((target("avx2,fma"))) void decay_mask_avx2(float* att, int ld, const float* b, int c) {
+  decay_mask_body(att, ld, b, c);
+}
+__attribute__((target("avx512f"))) void decay_mask_avx512(float* att, int ld, const float* b, int c) {
+  decay_mask_body(att, ld, b, c);
+}
+
+// The variant for the running CPU (vec::isa()).
+void decay_mask(float* att, int ld, const float* b, int c) {
+  static const DecayMaskFn fn = vec::pick<DecayMaskFn>(&decay_mask_default, &decay_mask_avx2, &decay_mask_avx512);
+  fn(att, ld, b, c);
+}
+
+}  // namespace
 
 void retention_recurrent(const float* q, int ldq, const float* k, int ldk, const float* v, int ldv, const float* a,
                          int n, int hd, float* s, float* out, int ldo) {
@@ -45,20 +78,16 @@ void retention_chunkwise(const float* q, int ldq, const float* k, int ldk, const
     const float b_last = b[c - 1];
 
     // Inner: (Q Kᵀ ⊙ exp(b_i − b_j)[j ≤ i]) V.
-    gemm(c, c, hd, 1.0f, qc, ldq, kc, ldk, true, 0.0f, att.data(), C);
-    for (int i = 0; i < c; ++i) {
-      float* row = att.data() + static_cast<size_t>(i) * C;
-      for (int j = 0; j <= i; ++j) row[j] *= std::exp(b[i] - b[j]);
-      for (int j = i + 1; j < c; ++j) row[j] = 0;
-    }
-    gemm(c, hd, c, 1.0f, att.data(), C, vc, ldv, false, 0.0f, oc, ldo);
+    gemm_tile(c, c, hd, 1.0f, qc, ldq, kc, ldk, true, 0.0f, att.data(), C);
+    decay_mask(att.data(), C, b.data(), c);
+    gemm_tile(c, hd, c, 1.0f, att.data(), C, vc, ldv, false, 0.0f, oc, ldo);
 
     // Cross: (Q ⊙ exp(b_i)) S_prev.
     for (int i = 0; i < c; ++i) {
       const float e = std::exp(b[i]);
       for (int d = 0; d < hd; ++d) qs[static_cast<size_t>(i) * hd + d] = qc[static_cast<int64_t>(i) * ldq + d] * e;
     }
-    gemm(c, hd, hd, 1.0f, qs.data(), hd, s, hd, false, 1.0f, oc, ldo);
+    gemm_tile(c, hd, hd, 1.0f, qs.data(), hd, s, hd, false, 1.0f, oc, ldo);
 
     // State: S = exp(b_C) S + Σ_j (k_j · exp(b_C − b_j))ᵀ v_j, with kᵀ laid out explicitly.
     for (int j = 0; j < c; ++j) {
@@ -67,7 +96,7 @@ void retention_chunkwise(const float* q, int ldq, const float* k, int ldk, const
     }
     const float e_last = std::exp(b_last);
     for (int i = 0; i < hd * hd; ++i) s[i] *= e_last;
-    gemm(hd, hd, c, 1.0f, kst.data(), C, vc, ldv, false, 1.0f, s, hd);
+    gemm_tile(hd, hd, c, 1.0f, kst.data(), C, vc, ldv, false, 1.0f, s, hd);
   }
 }
 

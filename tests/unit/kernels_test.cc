@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec.h"
 #include "tests/unit/test_util.h"
 
 namespace yoco {
@@ -23,6 +25,49 @@ TEST(Gemm, BlasMatchesReference) {
       EXPECT_LT(test::max_abs_diff(c1.data(), c2.data(), c1.size()), 1e-4) << m << "x" << n << "x" << k;
     }
   }
+}
+
+TEST(Gemm, TileMatchesReference) {
+  // The per-thread kernel of attention and retention tiles: every register block (6 rows × 4
+  // vectors), each row and column leftover, strided operands, alpha and beta.
+  for (auto [m, n, k] : {std::tuple{1, 1, 1},
+                         {6, 64, 128},
+                         {64, 128, 64},
+                         {5, 47, 9},
+                         {13, 81, 130},
+                         {128, 33, 17},
+                         {7, 16, 1},
+                         {64, 200, 3}}) {
+    for (bool trans : {false, true}) {
+      const int lda = k + 3, ldb = (trans ? k : n) + 5, ldc = n + 2;
+      auto a = randn(static_cast<size_t>(m) * lda, 1), b = randn(static_cast<size_t>(trans ? n : k) * ldb, 2);
+      for (float beta : {0.0f, 1.0f, 0.25f}) {
+        auto c1 = randn(static_cast<size_t>(m) * ldc, 3), c2 = c1;
+        cpu::gemm_tile(m, n, k, 0.5f, a.data(), lda, b.data(), ldb, trans, beta, c1.data(), ldc);
+        cpu::gemm_reference(m, n, k, 0.5f, a.data(), lda, b.data(), ldb, trans, beta, c2.data(), ldc);
+        EXPECT_LT(test::max_abs_diff(c1.data(), c2.data(), c1.size()), 1e-4)
+            << m << "x" << n << "x" << k << " trans=" << trans << " beta=" << beta;
+      }
+    }
+    // A given transposed: at[p, i] = a[i, p].
+    const int ldat = m + 4;
+    auto a = randn(static_cast<size_t>(m) * k, 4), b = randn(static_cast<size_t>(k) * n, 5);
+    std::vector<float> at(static_cast<size_t>(k) * ldat);
+    for (int i = 0; i < m; ++i)
+      for (int p = 0; p < k; ++p) at[static_cast<size_t>(p) * ldat + i] = a[static_cast<size_t>(i) * k + p];
+    auto c1 = randn(static_cast<size_t>(m) * n, 6), c2 = c1;
+    cpu::gemm_tile_at(m, n, k, 2.0f, at.data(), ldat, b.data(), n, 1.0f, c1.data(), n);
+    cpu::gemm_reference(m, n, k, 2.0f, a.data(), k, b.data(), n, false, 1.0f, c2.data(), n);
+    EXPECT_LT(test::max_abs_diff(c1.data(), c2.data(), c1.size()), 2e-4) << m << "x" << n << "x" << k << " at";
+  }
+}
+
+TEST(Gemm, TileWithNoProductScalesC) {
+  std::vector<float> c = {1, 2, 3, 4};
+  cpu::gemm_tile(2, 2, 0, 1.0f, nullptr, 1, nullptr, 1, true, 0.5f, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{0.5f, 1, 1.5f, 2}));
+  cpu::gemm_tile_at(2, 2, 0, 1.0f, nullptr, 1, nullptr, 1, 0.0f, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{0, 0, 0, 0}));
 }
 
 struct RetInputs {
@@ -85,9 +130,13 @@ TEST(Attention, TiledMatchesReference) {
     int n_q, n_k, hq, hkv, hd, window;
     int64_t q_pos0, k_pos0;
   };
+  // Windows, GQA, odd head sizes and counts, partial query blocks and key tiles, keys that start
+  // before the queries (a sliding-window ring), the engines' head sizes 64 and 128.
   for (const Case& c :
        {Case{1, 1, 2, 2, 8, 0, 0, 0}, Case{70, 70, 4, 2, 16, 0, 0, 0}, Case{200, 300, 6, 2, 8, 0, 100, 0},
-        Case{130, 140, 4, 4, 8, 16, 10, 0}, Case{64, 71, 3, 1, 8, 8, 7, 0}, Case{33, 300, 2, 1, 12, 500, 267, 0}}) {
+        Case{130, 140, 4, 4, 8, 16, 10, 0}, Case{64, 71, 3, 1, 8, 8, 7, 0}, Case{33, 300, 2, 1, 12, 500, 267, 0},
+        Case{300, 700, 2, 2, 128, 512, 400, 0}, Case{257, 257, 4, 1, 64, 0, 0, 0}, Case{129, 190, 3, 3, 20, 37, 61, 0},
+        Case{65, 600, 2, 1, 33, 129, 1000, 465}, Case{5, 3, 2, 1, 7, 2, 0, 0}}) {
     const int ldq = c.hq * c.hd, ldk = c.hkv * c.hd;
     auto q = randn(static_cast<size_t>(c.n_q) * ldq, 1), k = randn(static_cast<size_t>(c.n_k) * ldk, 2),
          v = randn(static_cast<size_t>(c.n_k) * ldk, 3);
@@ -146,6 +195,43 @@ TEST(Attention, DecodeOverBlocksMatchesReference) {
       EXPECT_LT(test::max_abs_diff(o1.data(), o2.data(), o1.size()), 1e-5) << "n=" << n << " bs=" << bs;
     }
   }
+}
+
+TEST(Vec, ExpIsCloseToLibm) {
+  // The softmax's and the decays' exp: relative error within a few ulp, exactly 0 far below and at −inf.
+  double worst = 0;
+  for (float x = -87.0f; x <= 10.0f; x += 0.0137f) {
+    float in[cpu::vec::kLanes], out[cpu::vec::kLanes];
+    for (int i = 0; i < cpu::vec::kLanes; ++i) in[i] = x + static_cast<float>(i) * 1e-3f;
+    cpu::vec::store(out, cpu::vec::exp(cpu::vec::load(in)));
+    for (int i = 0; i < cpu::vec::kLanes; ++i)
+      worst = std::max(worst, std::fabs(out[i] / std::exp(static_cast<double>(in[i])) - 1.0));
+  }
+  EXPECT_LT(worst, 5e-7);
+  float in[cpu::vec::kLanes] = {-std::numeric_limits<float>::infinity(), -100.0f, -88.0f, 0.0f}, out[cpu::vec::kLanes];
+  cpu::vec::store(out, cpu::vec::exp(cpu::vec::load(in)));
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[2], 0.0f);
+  EXPECT_EQ(out[3], 1.0f);
+}
+
+TEST(Activation, SiluMulMatchesDouble) {
+  // Vector body and scalar tail (37 columns), strided rows, large |x| on both sides.
+  const int rows = 5, cols = 37, lda = 41, ldb = 39, ldo = 40;
+  auto a = randn(static_cast<size_t>(rows) * lda, 11, 4.0f), b = randn(static_cast<size_t>(rows) * ldb, 12);
+  a[3] = -120.0f;
+  a[4] = 95.0f;
+  a[lda + 20] = -0.0f;
+  std::vector<float> o(static_cast<size_t>(rows) * ldo, 7.0f);
+  cpu::silu_mul(a.data(), lda, b.data(), ldb, o.data(), ldo, rows, cols);
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < cols; ++i) {
+      const double x = a[static_cast<size_t>(r) * lda + i];
+      const double want = x / (1.0 + std::exp(-x)) * b[static_cast<size_t>(r) * ldb + i];
+      EXPECT_NEAR(o[static_cast<size_t>(r) * ldo + i], want, 1e-6 * std::max(1.0, std::fabs(want))) << r << "," << i;
+    }
+  EXPECT_EQ(o[cols], 7.0f);  // past the row: untouched
 }
 
 TEST(Rope, LongPositionsStayAccurate) {
