@@ -5,54 +5,27 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
-
-// The vector helpers below are always inlined, so the ABI of passing a 64-byte vector without
-// AVX-512 (GCC's -Wpsabi note in builds without -march=native) never applies.
-#pragma GCC diagnostic ignored "-Wpsabi"
+#include "kernels/cpu/vec.h"
 
 namespace yoco::cpu {
 namespace {
 
-// 16 floats: one AVX-512 register, two AVX2 registers or four SSE ones, as the variant compiled for
-// the running CPU decides (chosen on first use, below; docs/design.md §2.5, precision).
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v4 __attribute__((vector_size(16)));
-typedef float v2 __attribute__((vector_size(8)));
-typedef uint16_t h16 __attribute__((vector_size(32)));
-typedef uint32_t u16x __attribute__((vector_size(64)));
-constexpr int kLanes = 16;
+using vec::hsum;
+using vec::kLanes;
+using vec::load;
+using vec::v16;
+
 constexpr int kRowTile = 4;  // rows of W per tile: each is read from memory once for all m rows of x
 // bf16 rows are half as long: at m <= 2, tiles of twice as many rows keep as many bytes in flight
 // (measured, 2 threads: 25.5 -> 28.3 GB/s at m = 1; at m >= 3 the taller tile is slower).
 constexpr int kBf16RowTile = 8;
 
-// Unaligned loads that may alias the data (the idiom of the compilers' own _mm512_loadu_ps).
-typedef float v16_unaligned __attribute__((vector_size(64), aligned(4), may_alias));
-typedef uint16_t h16_unaligned __attribute__((vector_size(32), aligned(2), may_alias));
-[[gnu::always_inline]] inline v16 load(const float* p) { return *reinterpret_cast<const v16_unaligned*>(p); }
-// 16 bf16 weights widened to fp32: exact (a bf16 is the upper half of an fp32).
-[[gnu::always_inline]] inline v16 load(const bf16* p) {
-  const u16x wide = __builtin_convertvector(*reinterpret_cast<const h16_unaligned*>(p), u16x) << 16;
-  return __builtin_bit_cast(v16, wide);
-}
 [[gnu::always_inline]] inline float widen(float f) { return f; }
 [[gnu::always_inline]] inline float widen(bf16 h) {
   const uint32_t u = static_cast<uint32_t>(h) << 16;
   float f;
   __builtin_memcpy(&f, &u, 4);
   return f;
-}
-
-// Pairwise lane sum in a fixed order (lane i + lane i+8, then i+4, i+2, i+1), so a result never
-// depends on how many rows were computed together. Halving by shuffles keeps it a few vector
-// additions: a scalar version cost a few percent of a decode step per extra row of x.
-[[gnu::always_inline]] inline float hsum(const v16& v) {
-  const v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-               __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  const v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  const v2 c = __builtin_shufflevector(b, b, 0, 1) + __builtin_shufflevector(b, b, 2, 3);
-  return c[0] + c[1];
 }
 
 // C[M rows starting at a, R rows of W starting at w]: every output is the same sequence of
@@ -142,16 +115,13 @@ template <typename W>
 }
 
 template <typename W>
-using RowsFn = void (*)(int, int, float, const float*, int, const W*, int, float, float*, int, int, int);
-
-template <typename W>
-void rows_default(int m, int k, float alpha, const float* a, int lda, const W* b, int ldb, float beta, float* c,
-                  int ldc, int j0, int j1) {
+void rows_base(int m, int k, float alpha, const float* a, int lda, const W* b, int ldb, float beta, float* c, int ldc,
+               int j0, int j1) {
   rows_body(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
 }
 template <typename W>
-__attribute__((target("avx2"))) void rows_avx2(int m, int k, float alpha, const float* a, int lda, const W* b, int ldb,
-                                               float beta, float* c, int ldc, int j0, int j1) {
+__attribute__((target("avx2,fma"))) void rows_avx2(int m, int k, float alpha, const float* a, int lda, const W* b,
+                                                   int ldb, float beta, float* c, int ldc, int j0, int j1) {
   rows_body(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
 }
 template <typename W>
@@ -160,18 +130,11 @@ __attribute__((target("avx512f"))) void rows_avx512(int m, int k, float alpha, c
   rows_body(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
 }
 
-// The variant for the running CPU, chosen on first use. Not GCC's target_clones: its ifunc
-// resolver runs while the dynamic loader relocates, before a sanitizer's runtime is up, and
-// crashes a TSan build at start.
+// The variant for the running CPU (vec::isa(), chosen on first use).
 template <typename W>
 void rows(int m, int k, float alpha, const float* a, int lda, const W* b, int ldb, float beta, float* c, int ldc,
           int j0, int j1) {
-  static const RowsFn<W> fn = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return &rows_avx512<W>;
-    if (__builtin_cpu_supports("avx2")) return &rows_avx2<W>;
-    return &rows_default<W>;
-  }();
+  static const auto fn = vec::pick(&rows_base<W>, &rows_avx2<W>, &rows_avx512<W>);
   fn(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
 }
 

@@ -52,6 +52,12 @@ Fn pick(Fn base, Fn avx2, Fn avx512) {
 }
 
 [[gnu::always_inline]] inline v16 load(const float* p) { return *reinterpret_cast<const v16_unaligned*>(p); }
+// 16 bf16 values (the upper halves of fp32s) widened to fp32, exactly.
+typedef uint16_t h16_unaligned __attribute__((vector_size(32), aligned(2), may_alias));
+typedef uint32_t u16x __attribute__((vector_size(64)));
+[[gnu::always_inline]] inline v16 load(const uint16_t* p) {
+  return __builtin_bit_cast(v16, __builtin_convertvector(*reinterpret_cast<const h16_unaligned*>(p), u16x) << 16);
+}
 [[gnu::always_inline]] inline void store(float* p, v16 x) { *reinterpret_cast<v16_unaligned*>(p) = x; }
 // All lanes x: one broadcast (v16{} + x would add 0.0 first, which the compiler must keep for −0).
 [[gnu::always_inline]] inline v16 splat(float x) { return v16{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
@@ -59,13 +65,19 @@ Fn pick(Fn base, Fn avx2, Fn avx512) {
 
 [[gnu::always_inline]] inline v16 max(v16 a, v16 b) { return a > b ? a : b; }
 
-// Pairwise lane reductions in a fixed order.
+// Pairwise lane reductions in a fixed order (lane i with lane i+8, then i+4, i+2, i+1), so a
+// result never depends on how many rows a kernel computed together. The sum halves by shuffles:
+// the same additions as a scalar loop, in a few vector instructions (it runs once per output of
+// a decode step's products).
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
+typedef float v2 __attribute__((vector_size(8)));
 [[gnu::always_inline]] inline float hsum(v16 v) {
-  float s[kLanes];
-  for (int i = 0; i < kLanes; ++i) s[i] = v[i];
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int i = 0; i < w; ++i) s[i] += s[i + w];
-  return s[0];
+  const v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+               __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  const v2 c = __builtin_shufflevector(b, b, 0, 1) + __builtin_shufflevector(b, b, 2, 3);
+  return c[0] + c[1];
 }
 [[gnu::always_inline]] inline float hmax(v16 v) {
   float s[kLanes];
