@@ -29,9 +29,13 @@ if want decode; then
   for preset in mid-gret mid-swa; do
     "$BUILD"/bench/engine_bench --preset "$preset" --write-model "/tmp/yoco-bench-$preset" >/dev/null
     for t in $THREADS; do
-      echo "== engine_bench $preset decode, threads $t (load $(load))" >&2
-      "$BUILD"/bench/engine_bench --model "/tmp/yoco-bench-$preset" --threads "$t" --prefill-lens 64 --repeats 1 \
-        --decode-batches 1,2,4,8,16,32,64 --decode-context 512 --decode-steps 8 --json >"$OUT/decode-$preset-t$t.json"
+      for dtype in fp32 bf16; do
+        suffix=$([[ $dtype == fp32 ]] || echo "-$dtype")
+        echo "== engine_bench $preset decode $dtype, threads $t (load $(load))" >&2
+        "$BUILD"/bench/engine_bench --model "/tmp/yoco-bench-$preset" --threads "$t" --prefill-lens 64 --repeats 1 \
+          --decode-batches 1,2,4,8,16,32,64 --decode-context 512 --decode-steps 8 --dtype "$dtype" --json \
+          >"$OUT/decode-$preset-t$t$suffix.json"
+      done
     done
   done
 fi
@@ -118,14 +122,15 @@ if m:
         print(f"| {r['batch']} | {before} | {r['ms_per_step']:.1f} | {r['weight_gb_s']:.1f} | "
               f"{100 * r['weight_gb_s'] / bw:.0f}% | {r['tokens_per_s']:.1f} |")
     print()
-for preset in ("mid-gret", "mid-swa"):
+for preset, dtype in [(p, d) for p in ("mid-gret", "mid-swa") for d in ("fp32", "bf16")]:
     rows = []
+    suffix = "" if dtype == "fp32" else "-" + dtype
     for t in (1, 2):
-        d = load(f"decode-{preset}-t{t}.json")
+        d = load(f"decode-{preset}-t{t}{suffix}.json")
         if d: rows.append((t, d))
     if not rows: continue
     bytes_step = rows[0][1]["decode_weight_bytes_per_step"]
-    print(f"engine_bench {preset} decode (context 512), {bytes_step / 1e6:.0f} MB of weights per step; "
+    print(f"engine_bench {preset} decode {dtype} (context 512), {bytes_step / 1e6:.0f} MB of weights per step; "
           "cpu = process CPU ms per step / threads (load-independent); roof/cpu = the roof at that thread count / cpu")
     hdr = "| batch |" + "".join(f" t{t} ms/step | t{t} cpu | t{t} roof/cpu | t{t} tok/s |" for t, _ in rows)
     print(hdr + "\n|---:|" + "---:|---:|---:|---:|" * len(rows))

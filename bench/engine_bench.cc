@@ -212,8 +212,11 @@ int main(int argc, char** argv) {
   out["peak_rss_mb"] = Json(peak_rss_mb());
   // What one decode step must read from memory at least: every weight matrix once (the
   // embedding only one row when untied), whatever the batch (bench/README.md, decode at memory speed).
+  // With --dtype bf16 the matrices, the embedding included, are held in bf16 only.
   const ModelWeights& w = model.weights();
-  out["decode_weight_bytes_per_step"] = Json(w.bytes() - (w.tied ? 0 : static_cast<int64_t>(w.embed.size()) * 4));
+  const int64_t embed_bytes =
+      static_cast<int64_t>(model.config().vocab_size) * model.config().dim * (model.bf16_weights() ? 2 : 4);
+  out["decode_weight_bytes_per_step"] = Json(model.weight_bytes() - (w.tied ? 0 : embed_bytes));
   if (f->get_bool("json")) {
     std::cout << Json(std::move(out)).dump() << "\n";
     return 0;
