@@ -259,7 +259,8 @@ Status Model::self_decoder_step(float* h, std::span<SequenceState* const> states
         const float inv_tau = 1.0f / static_cast<float>(cfg_.gate_logit_normalizer);
         const float kscale = 1.0f / std::sqrt(static_cast<float>(hd));
         for (int b = 0; b < B; ++b) cpu::scale_inplace(k + static_cast<int64_t>(b) * R, kscale, Dl);
-#pragma omp parallel for schedule(static) if (worth_threads(static_cast <int64_t>(B) * Hs * hd * hd))
+          // Per head: S decays, gains kᵀv and is read by q, three hd×hd passes.
+#pragma omp parallel for schedule(static) if (worth_threads(3 * static_cast <int64_t>(B) * Hs * hd * hd))
         for (int bh = 0; bh < B * Hs; ++bh) {
           const int b = bh / Hs, hh = bh % Hs;
           const float a = logsigmoid(gt[bh]) * inv_tau;
@@ -272,8 +273,9 @@ Status Model::self_decoder_step(float* h, std::span<SequenceState* const> states
         cpu::silu_mul(proj.data() + 3 * Dl, R, o.data(), Dl, o.data(), Dl, B, Dl);
       } else {
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        // q·K and P·V over the window for every head.
 #pragma omp parallel for schedule(static) if (B > 1 && \
-                                              worth_threads(static_cast <int64_t>(B) * cfg_.sliding_window * Dl))
+                                              worth_threads(2 * static_cast <int64_t>(B) * cfg_.sliding_window * Dl))
         for (int b = 0; b < B; ++b) {
           SelfLayerState& S = states[b]->self[si];
           // The ring holds W rows, so after inserting this token it is exactly the window.
@@ -339,7 +341,8 @@ Status Model::cross_decoder(float* h, int rows, const int64_t* positions, std::s
                               0,        scale};
       cpu::attention(args);
     } else {
-#pragma omp parallel for schedule(dynamic) if (rows > 1 && worth_threads(attended_rows * KV))
+      // q·K and P·V over every attended row for every query head (KV · group = the query width).
+#pragma omp parallel for schedule(dynamic) if (rows > 1 && worth_threads(2 * attended_rows * KV * (Ha / KVh)))
       for (int b = 0; b < rows; ++b) {
         // Keys in fixed chunks, wherever they are stored (see kKvChunkRows).
         const SequenceState& st = *states[b];
@@ -412,7 +415,8 @@ Status Model::transformer_layers(float* h, int rows, const int64_t* positions, s
                               total, Ha, KVh,          hd, positions[0], 0,  0,        scale};
       cpu::attention(args);
     } else {
-#pragma omp parallel for schedule(dynamic) if (rows > 1 && worth_threads(attended_rows * KV))
+      // q·K and P·V over every attended row for every query head (KV · group = the query width).
+#pragma omp parallel for schedule(dynamic) if (rows > 1 && worth_threads(2 * attended_rows * KV * (Ha / KVh)))
       for (int b = 0; b < rows; ++b) {
         // Each chunk of kKvChunkRows tokens holds this layer's rows as one [rows, kv_dim]
         // block, read in place, contiguous or paged alike.
