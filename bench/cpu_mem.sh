@@ -16,12 +16,17 @@ mkdir -p "$OUT"
 steps=${*:-all}
 want() { [[ " $steps " == *" all "* || " $steps " == *" $1 "* ]]; }
 # OpenMP threads sleep when idle: on a shared machine spinning threads distort everything.
+# Decode runs as users run it, with OpenMP's own default (spin briefly, then sleep) unless
+# OMP_WAIT_POLICY was set by the caller: sleeping between a step's ~100 parallel products
+# costs 10-30% of a step (bench/README.md, decode at memory speed).
+decode_env=(env -u OMP_WAIT_POLICY)
+[[ -n "${OMP_WAIT_POLICY:-}" ]] && decode_env=(env "OMP_WAIT_POLICY=$OMP_WAIT_POLICY")
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 if want membw; then
   echo "== membw (load $(load))" >&2
-  "$BUILD"/bench/membw --gib 2 --reps 5 --threads 1,2 --preset mid-gret --batches 1,2,4,8,16,32,64 \
+  "${decode_env[@]}" "$BUILD"/bench/membw --gib 2 --reps 5 --threads 1,2 --preset mid-gret --batches 1,2,4,8,16,32,64 \
     >"$OUT/membw.json"
 fi
 
@@ -32,8 +37,9 @@ if want decode; then
       for dtype in fp32 bf16; do
         suffix=$([[ $dtype == fp32 ]] || echo "-$dtype")
         echo "== engine_bench $preset decode $dtype, threads $t (load $(load))" >&2
-        "$BUILD"/bench/engine_bench --model "/tmp/yoco-bench-$preset" --threads "$t" --prefill-lens 64 --repeats 1 \
-          --decode-batches 1,2,4,8,16,32,64 --decode-context 512 --decode-steps 8 --dtype "$dtype" --json \
+        "${decode_env[@]}" "$BUILD"/bench/engine_bench --model "/tmp/yoco-bench-$preset" --threads "$t" \
+          --prefill-lens 64 --repeats 1 --decode-batches 1,2,4,8,16,32,64 --decode-context 512 --decode-steps 32 \
+          --dtype "$dtype" --json \
           >"$OUT/decode-$preset-t$t$suffix.json"
       done
     done
