@@ -54,6 +54,8 @@ std::pair<const bf16*, const bf16*> rounded_rows(const float* x, int64_t n, bool
 
 // Rows up to which the plain loop beats oneDNN's bf16 matmul (bench/gemm_roof.cc).
 constexpr int kBf16LibraryMinRows = 8;
+// Outputs below which rounding x costs more than the product (engine_bench mid-gret bf16 prefill).
+constexpr int kBf16LibraryMinCols = 64;
 
 }  // namespace
 
@@ -67,16 +69,18 @@ void from_bf16(const bf16* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = widen(x[i]);
 }
 
-bool linear_bf16_rounds_x(int m, bool split_x) {
+bool linear_bf16_rounds_x(int m, int n, bool split_x) {
   // A split product calls the library twice: up to kSmallM rows the small-m kernel, reading W
   // once with x in fp32, is the faster of the two (bench/README.md, decode batches of 8-15).
-  return m >= (split_x ? kSmallM : kBf16LibraryMinRows) && dnnl_bf16_supported();
+  // A matrix of few rows (gated retention's gate: one per head) is cheaper to multiply in place
+  // than x is to round.
+  return m >= (split_x ? kSmallM : kBf16LibraryMinRows) && n >= kBf16LibraryMinCols && dnnl_bf16_supported();
 }
 
 void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate, bool split_x) {
   if (m <= 0 || n <= 0) return;
   const int64_t len = static_cast<int64_t>(m) * k;
-  if (linear_bf16_rounds_x(m, split_x)) {
+  if (linear_bf16_rounds_x(m, n, split_x)) {
     const auto [hi, lo] = rounded_rows(x, len, split_x);
     if (gemm_dnnl_bf16(m, n, k, hi, k, w, k, accumulate ? 1.0f : 0.0f, y, n)) {
       if (split_x) gemm_dnnl_bf16(m, n, k, lo, k, w, k, 1.0f, y, n);
@@ -90,7 +94,7 @@ void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, b
 
 void linear_bf16_reference(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate,
                            bool split_x) {
-  const bool round_x = linear_bf16_rounds_x(m, split_x);
+  const bool round_x = linear_bf16_rounds_x(m, n, split_x);
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j) {
       float s = 0;

@@ -37,13 +37,14 @@ void gemm_small_m_bf16(int m, int n, int k, const float* x, const bf16* w, float
 void to_bf16(const float* x, bf16* y, int64_t n);
 void from_bf16(const bf16* x, float* y, int64_t n);
 // y[m,n] = x[m,k] · W[n,k]ᵀ (+ y when accumulate) with W in bf16 and fp32 sums. Products of many
-// rows (8, or 16 with split_x) run through oneDNN's bf16 matmul with x rounded to bf16
-// (linear_bf16_rounds_x); those of few rows (decode steps) are bound by reading W and keep x in fp32. split_x: x is rounded to two
+// rows (8, or 16 with split_x) and at least 64 outputs run through oneDNN's bf16 matmul with x
+// rounded to bf16 (linear_bf16_rounds_x); the others (decode steps, a gate of one output per head)
+// are bound by reading W or x and keep x in fp32. split_x: x is rounded to two
 // bf16 terms hi + lo and both are multiplied (twice the work, ~16 significant bits of x), for
 // products whose outputs accumulate over a whole sequence (gated retention's q, k, v).
 void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate = false,
                  bool split_x = false);
-bool linear_bf16_rounds_x(int m, bool split_x = false);
+bool linear_bf16_rounds_x(int m, int n, bool split_x = false);
 // The plain loop linear_bf16 is tested against: the same rounding of x, fp32 sums.
 void linear_bf16_reference(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate = false,
                            bool split_x = false);

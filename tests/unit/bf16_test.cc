@@ -91,7 +91,7 @@ TEST(Bf16, SplitActivationsApproachFp32) {
   cpu::gemm_reference(m, n, k, 1.0f, x.data(), k, wr.data(), k, true, 0.0f, exact.data(), n);
   cpu::linear_bf16(x.data(), w.data(), one.data(), m, n, k, false, false);
   cpu::linear_bf16(x.data(), w.data(), two.data(), m, n, k, false, true);
-  if (cpu::linear_bf16_rounds_x(m, true)) {
+  if (cpu::linear_bf16_rounds_x(m, n, true)) {
     EXPECT_LT(test::max_abs_diff(two.data(), exact.data(), exact.size()),
               test::max_abs_diff(one.data(), exact.data(), exact.size()) / 20);
   }
