@@ -217,11 +217,7 @@ Status Model::self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& s
         // lands in slot p mod W: the layout depends on the position alone. Rows that later rows
         // of this chunk overwrite are skipped without being copied.
         const int skip = std::max(0, n - S.capacity);
-        if (skip > 0) {
-          const int filled = S.count + skip;
-          if (filled > S.capacity) S.head = (S.head + filled - S.capacity) % S.capacity;
-          S.count = std::min(filled, S.capacity);
-        }
+        S.ring_skip(skip);
         for (int t = skip; t < n; ++t)
           S.ring_push(keys + static_cast<int64_t>(cnt + t) * ld_kv, values + static_cast<int64_t>(cnt + t) * ld_kv, Dl);
       }

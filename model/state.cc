@@ -1,5 +1,6 @@
 #include "model/state.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -16,6 +17,13 @@ void SelfLayerState::ring_push(const float* k_row, const float* v_row, int dim) 
   }
   std::memcpy(k.data() + static_cast<size_t>(slot) * dim, k_row, static_cast<size_t>(dim) * 4);
   std::memcpy(v.data() + static_cast<size_t>(slot) * dim, v_row, static_cast<size_t>(dim) * 4);
+}
+
+void SelfLayerState::ring_skip(int rows) {
+  if (rows <= 0) return;
+  const int filled = count + rows;
+  if (filled > capacity) head = (head + filled - capacity) % capacity;
+  count = std::min(filled, capacity);
 }
 
 int64_t SequenceState::self_state_bytes() const {

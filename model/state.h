@@ -29,6 +29,9 @@ struct SelfLayerState {
   // Row i of the ring in age order (0 = oldest).
   int ring_index(int i) const { return (head + i) % capacity; }
   void ring_push(const float* k_row, const float* v_row, int dim);
+  // Advances the ring as if `rows` rows had been pushed, copying nothing: for rows that pushes
+  // right after overwrite anyway.
+  void ring_skip(int rows);
 };
 
 // Global K/V rows held in a shared paged pool (decode workers) instead of in the state: row r

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec.h"
 
 namespace yoco::cpu {
 
@@ -21,12 +22,7 @@ inline bf16 round_bf16(float f) {
   return static_cast<bf16>(u >> 16);
 }
 
-inline float widen(bf16 h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using vec::widen;
 
 // Conversions of whole activations (thousands of rows in a prefill) use every thread: on one,
 // they left the others waiting between the products.

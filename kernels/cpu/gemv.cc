@@ -20,13 +20,8 @@ constexpr int kRowTile = 4;  // rows of W per tile: each is read from memory onc
 // (measured, 2 threads: 25.5 -> 28.3 GB/s at m = 1; at m >= 3 the taller tile is slower).
 constexpr int kBf16RowTile = 8;
 
+using vec::widen;
 [[gnu::always_inline]] inline float widen(float f) { return f; }
-[[gnu::always_inline]] inline float widen(bf16 h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
 
 // C[M rows starting at a, R rows of W starting at w]: every output is the same sequence of
 // operations (16-lane partial sums over k, pairwise lane sum, then the scalar tail) whatever R and M.

@@ -52,7 +52,14 @@ Fn pick(Fn base, Fn avx2, Fn avx512) {
 }
 
 [[gnu::always_inline]] inline v16 load(const float* p) { return *reinterpret_cast<const v16_unaligned*>(p); }
-// 16 bf16 values (the upper halves of fp32s) widened to fp32, exactly.
+// A bf16 value (the upper half of an fp32) widened to fp32, exactly.
+[[gnu::always_inline]] inline float widen(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// 16 bf16 values widened to fp32, exactly.
 typedef uint16_t h16_unaligned __attribute__((vector_size(32), aligned(2), may_alias));
 typedef uint32_t u16x __attribute__((vector_size(64)));
 [[gnu::always_inline]] inline v16 load(const uint16_t* p) {
