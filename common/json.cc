@@ -10,7 +10,8 @@ namespace {
 
 class Parser {
  public:
-  Parser(std::string_view s, int max_depth) : s_(s), max_depth_(max_depth) {}
+  Parser(std::string_view s, int max_depth, std::string* error_path)
+      : s_(s), max_depth_(max_depth), error_path_(error_path) {}
 
   Result<Json> run() {
     Json v;
@@ -21,8 +22,23 @@ class Parser {
   }
 
  private:
+  // The message names the byte offset and, inside a document, the member or element being read
+  // ("messages[2].content"), so a client learns which field it wrote wrong.
   Status error(const std::string& what) const {
-    return invalid_argument("JSON parse error at byte " + std::to_string(pos_) + ": " + what);
+    std::string path;
+    for (const std::string& seg : path_) path += (seg[0] == '[' || path.empty() ? "" : ".") + seg;
+    if (error_path_) *error_path_ = path;
+    return invalid_argument("JSON parse error at byte " + std::to_string(pos_) + (path.empty() ? "" : " in " + path) +
+                            ": " + what);
+  }
+  // A byte as an error message may quote it: printable ASCII as itself, anything else in hex, so
+  // the message stays valid UTF-8 whatever the input was.
+  static std::string describe(char c) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f) return std::string("'") + c + "'";
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "byte 0x%02x", u);
+    return buf;
   }
   void skip_ws() {
     while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
@@ -61,7 +77,11 @@ class Parser {
       return Status::Ok();
     }
     if (c == '-' || (c >= '0' && c <= '9')) return number(out);
-    return error(std::string("unexpected character '") + c + "'");
+    if (consume("NaN") || consume("Infinity"))
+      return error("NaN and Infinity are not JSON numbers (RFC 8259); send a finite number");
+    if (pos_ == 0 && s_.substr(0, 3) == "\xEF\xBB\xBF")
+      return error("a UTF-8 byte order mark is not allowed before JSON");
+    return error("unexpected " + describe(c));
   }
 
   Status object(Json& out, int depth) {
@@ -82,7 +102,9 @@ class Parser {
       if (pos_ >= s_.size() || s_[pos_] != ':') return error("expected ':'");
       ++pos_;
       Json v;
+      path_.push_back(key);
       YOCO_RETURN_IF_ERROR(value(v, depth + 1));
+      path_.pop_back();
       if (!obj.emplace(key, std::move(v)).second) return error("duplicate key \"" + key + "\"");
       skip_ws();
       if (pos_ < s_.size() && s_[pos_] == ',') {
@@ -110,7 +132,9 @@ class Parser {
     }
     while (true) {
       Json v;
+      path_.push_back("[" + std::to_string(arr.size()) + "]");
       YOCO_RETURN_IF_ERROR(value(v, depth + 1));
+      path_.pop_back();
       arr.push_back(std::move(v));
       skip_ws();
       if (pos_ < s_.size() && s_[pos_] == ',') {
@@ -213,7 +237,7 @@ class Parser {
           break;
         }
         default:
-          return error(std::string("bad escape \\") + e);
+          return error("bad escape \\ followed by " + describe(e));
       }
     }
   }
@@ -221,6 +245,8 @@ class Parser {
   Status number(Json& out) {
     size_t start = pos_;
     if (s_[pos_] == '-') ++pos_;
+    if (s_.substr(pos_, 8) == "Infinity")
+      return error("NaN and Infinity are not JSON numbers (RFC 8259); send a finite number");
     bool is_int = true;
     auto digits = [&] {
       size_t d = pos_;
@@ -258,6 +284,8 @@ class Parser {
   std::string_view s_;
   size_t pos_ = 0;
   int max_depth_;
+  std::string* error_path_;
+  std::vector<std::string> path_;  // keys and "[i]" down to the value being read
 };
 
 void dump_string(std::string& out, const std::string& s) {
@@ -294,7 +322,9 @@ void dump_string(std::string& out, const std::string& s) {
 
 }  // namespace
 
-Result<Json> Json::parse(std::string_view text, int max_depth) { return Parser(text, max_depth).run(); }
+Result<Json> Json::parse(std::string_view text, int max_depth, std::string* error_path) {
+  return Parser(text, max_depth, error_path).run();
+}
 
 const Json* Json::find(std::string_view key) const {
   if (type_ != Type::kObject) return nullptr;

@@ -31,7 +31,9 @@ class Json {
   Json(Array a) : type_(Type::kArray), arr_(std::make_shared<Array>(std::move(a))) {}
   Json(Object o) : type_(Type::kObject), obj_(std::make_shared<Object>(std::move(o))) {}
 
-  static Result<Json> parse(std::string_view text, int max_depth = 64);
+  // On an error, `error_path` (when given) receives where it was found: "" at the top, else the
+  // member/element path ("messages[2].content").
+  static Result<Json> parse(std::string_view text, int max_depth = 64, std::string* error_path = nullptr);
 
   Type type() const { return type_; }
   bool is_null() const { return type_ == Type::kNull; }

@@ -10,6 +10,7 @@
 #include "router/call_util.h"
 #include "router/documents.h"
 #include "router/stall_watch.h"
+#include "tokenizer/utf8.h"
 
 namespace yoco {
 
@@ -47,7 +48,7 @@ grpc::Status GenerateCall::validate() {
 grpc::Status GenerateCall::validate_prompt(const v1::ModelInfo& model) {
   if (req_.prompt_case() == v1::GenerateRequest::kText) {
     if (!tok_) return {grpc::StatusCode::FAILED_PRECONDITION, "prompt.text: the router has no tokenizer; send tokens"};
-    prompt_ = tok_->encode(req_.text(), false, tok_->add_bos_token());
+    prompt_ = tok_->encode(req_.text(), /*allow_special=*/!req_.split_special_tokens(), tok_->add_bos_token());
   } else {
     prompt_.assign(req_.tokens().ids().begin(), req_.tokens().ids().end());
   }
@@ -129,7 +130,9 @@ void GenerateCall::prepare_stream() {
   eos_ = tok_ ? tok_->eos_id() : std::nullopt;
   if (eos_ && !req_.ignore_eos()) stop_ids_.push_back(*eos_);
   stops_ = std::make_unique<StopStringMatcher>(std::vector<std::string>(req_.stop().begin(), req_.stop().end()));
-  if (tok_) text_ = std::make_unique<StreamDecoder>(*tok_, /*skip_special=*/true);
+  if (tok_)
+    text_ = std::make_unique<StreamDecoder>(
+        *tok_, /*skip_special=*/!req_.has_skip_special_tokens() || req_.skip_special_tokens());
 }
 
 std::optional<grpc::Status> GenerateCall::client_end() const { return yoco::client_end(ctx_); }
@@ -376,13 +379,17 @@ bool GenerateCall::relay_tokens(const internal::v1::Tokens& tokens) {
   return writer_->Write(resp);
 }
 
+// One token's text; a byte-level token that is part of a character has no UTF-8 of its own, and a
+// protobuf string must be UTF-8, so its bytes show as U+FFFD (as Hugging Face's decode does).
 void GenerateCall::fill_logprob_text(v1::LogprobEntry* e, int32_t chosen) const {
   if (!tok_) return;
-  e->mutable_chosen()->set_text(tok_->decode(std::span<const int32_t>(&chosen, 1)));
-  for (auto& t : *e->mutable_top()) {
-    const int32_t id = t.id();
-    t.set_text(tok_->decode(std::span<const int32_t>(&id, 1)));
-  }
+  auto text = [this](int32_t id) {
+    std::string out;
+    utf8::append_lossy(out, tok_->decode(std::span<const int32_t>(&id, 1)));
+    return out;
+  };
+  e->mutable_chosen()->set_text(text(chosen));
+  for (auto& t : *e->mutable_top()) t.set_text(text(t.id()));
 }
 
 // ---- migrate: a decode worker failed; the stream moves to another (prompt + tokens so far) ----

@@ -20,6 +20,18 @@ namespace {
 
 constexpr const char* kProgram = "yoco-router";
 
+// The OpenAI API's calls into this router: room for any body the HTTP server takes (8 MiB of
+// JSON is at most ~20 MiB of token ids as protobuf), so a large prompt meets the router's own
+// validation (a 400 naming it) rather than gRPC's size limit.
+constexpr int kInProcessMessageBytes = 64 << 20;
+
+grpc::ChannelArguments in_process_args() {
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(kInProcessMessageBytes);
+  args.SetMaxReceiveMessageSize(kInProcessMessageBytes);
+  return args;
+}
+
 RouterLimits read_limits(ServerFlags& f) {
   RouterLimits lim;
   lim.max_in_flight = static_cast<int>(f.int_in("max-in-flight", 256, 1, 1 << 20));
@@ -107,7 +119,8 @@ int run(int argc, char** argv) {
                  "http-port",
                  "chat-template",
                  "served-model-name"});
-  const ServerOptions so = server_options(f);
+  ServerOptions so = server_options(f);
+  so.max_receive_message_bytes = kInProcessMessageBytes;
   const std::string model_dir = f.required("model", "a model directory: the router reads its tokenizer");
   const std::vector<Target> ptargets = read_targets(f, "prefill", /*required=*/false);
   const std::vector<Target> dtargets = read_targets(f, "decode", /*required=*/true);
@@ -135,6 +148,7 @@ int run(int argc, char** argv) {
     auto tmpl = load_chat_renderer(template_path, model_dir, tok.get());
     if (!tmpl.ok()) return exit_with(kProgram, tmpl.status().message(), 2);
     openai.chat_template = std::move(tmpl).value();
+    openai.tokenizer_config = load_tokenizer_config(model_dir);
     auto h = bind_http(f, so, http_port);
     if (!h.ok()) return exit_with(kProgram, h.status().message(), 1);
     http = std::move(h).value();
@@ -164,7 +178,7 @@ int run(int argc, char** argv) {
   if (!server.ok()) return exit_with(kProgram, server.status().message(), 1);
   std::unique_ptr<OpenAiServer> api;
   if (http) {
-    api = std::make_unique<OpenAiServer>((*server)->grpc().InProcessChannel(grpc::ChannelArguments()), tok.get(),
+    api = std::make_unique<OpenAiServer>((*server)->grpc().InProcessChannel(in_process_args()), tok.get(),
                                          std::move(openai), [&core] { return core.serving(); }, metrics);
     http->serve([&api](HttpExchange& ex) { api->handle(ex); });
   }

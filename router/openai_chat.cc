@@ -1,5 +1,8 @@
 #include "router/openai_chat.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "tokenizer/chat_template.h"
 
 namespace yoco {
@@ -37,6 +40,15 @@ Result<ChatRenderer> load_chat_renderer(const std::string& template_file, const 
     c.request_json = request_json;
     return tmpl->render(c);
   });
+}
+
+Json load_tokenizer_config(const std::string& model_dir) {
+  std::ifstream in(model_dir + "/tokenizer_config.json", std::ios::binary);
+  if (!in) return Json();
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto j = Json::parse(text.str());
+  return j.ok() && j->is_object() ? std::move(j).value() : Json();
 }
 
 }  // namespace yoco

@@ -16,4 +16,8 @@ namespace yoco {
 Result<ChatRenderer> load_chat_renderer(const std::string& template_file, const std::string& model_dir,
                                         const Tokenizer* tok);
 
+// The model directory's tokenizer_config.json as /tokenizer_info serves it; null when there is
+// none or it does not parse (the tokenizer's own load names that error).
+Json load_tokenizer_config(const std::string& model_dir);
+
 }  // namespace yoco

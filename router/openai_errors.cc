@@ -2,12 +2,26 @@
 
 #include <cctype>
 
+#include "tokenizer/utf8.h"
+
 namespace yoco {
 
+namespace {
+
+// Error bodies stay valid JSON whatever a message quotes: bytes that are not UTF-8 become U+FFFD.
+std::string utf8_text(const std::string& s) {
+  if (utf8::is_valid(s)) return s;
+  std::string out;
+  utf8::append_lossy(out, s);
+  return out;
+}
+
+}  // namespace
+
 Json ApiError::json() const {
-  Json::Object e{{"message", message},
+  Json::Object e{{"message", utf8_text(message)},
                  {"type", type},
-                 {"param", param.empty() ? Json() : Json(param)},
+                 {"param", param.empty() ? Json() : Json(utf8_text(param))},
                  {"code", code.empty() ? Json() : Json(code)}};
   return Json::Object{{"error", std::move(e)}};
 }
@@ -93,6 +107,10 @@ std::string param_of_message(const std::string& message) {
 }
 
 ApiError from_grpc(const grpc::Status& st) {
+  // gRPC's own message-size limit is not a rate limit: a client must not retry it as a 429.
+  if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+      st.error_message().find("message larger than max") != std::string::npos)
+    return {413, "the request is too large: " + st.error_message(), "invalid_request_error", "", "request_too_large"};
   ApiError e;
   e.http_status = http_status_of(st.error_code());
   e.message = st.error_message();

@@ -103,12 +103,22 @@ class Generation {
     std::lock_guard<std::mutex> lk(mu_);
     if (gone_) return;
     if (ex_.started()) {
-      write_locked(sse_event(from_grpc(s).json()));
+      write_locked(sse_event(blame(s).json()));
       return;
     }
     if (failed_) return;
-    failed_ = from_grpc(s);
+    failed_ = blame(s);
     for (auto& c : ctxs_) c->TryCancel();  // the other choices of a failed request
+  }
+
+  // A chat prompt is rendered from the messages: what the router says of "prompt" is theirs.
+  ApiError blame(const grpc::Status& s) const {
+    ApiError e = from_grpc(s);
+    if (!job_.chat || e.param != "prompt") return e;
+    e.param = "messages";
+    const std::string rest = e.message.rfind("prompt: ", 0) == 0 ? e.message.substr(8) : e.message;
+    e.message = "messages: the chat prompt rendered from them: " + rest;
+    return e;
   }
 
   // ---- streaming ----

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tokenizer/utf8.h"
+
 namespace yoco {
 namespace {
 
@@ -35,11 +37,11 @@ class Fields {
     if (!v) return false;
     const double d = v->is_number() ? v->as_double() : NAN;
     if (!v->is_number() || std::floor(d) != d) return fail(name, "must be an integer"), false;
+    const std::string range = "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    // A whole number past int64 (2^70) is read as a double: refused, never wrapped.
+    if (!v->is_integer() && !(d >= -0x1p63 && d < 0x1p63)) return fail(name, range + ", got " + v->dump()), false;
     const int64_t i = v->is_integer() ? v->as_int() : static_cast<int64_t>(d);
-    if (i < lo || i > hi)
-      return fail(name,
-                  "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(i)),
-             false;
+    if (i < lo || i > hi) return fail(name, range + ", got " + std::to_string(i)), false;
     *out = i;
     return true;
   }
@@ -167,6 +169,11 @@ void read_common(Fields& f, OpenAiRequest& r) {
     g.set_priority(static_cast<int32_t>(i));
   bool b = false;
   if (f.boolean("ignore_eos", &b)) g.set_ignore_eos(b);
+  // Special tokens written in a text prompt are parsed unless asked not to (Hugging Face's
+  // split_special_tokens); the output leaves their text out unless skip_special_tokens is false
+  // (vLLM's two fields).
+  if (f.boolean("split_special_tokens", &r.split_special_tokens)) g.set_split_special_tokens(r.split_special_tokens);
+  if (f.boolean("skip_special_tokens", &b)) g.set_skip_special_tokens(b);
   std::string id;
   if (f.string("request_id", &id)) g.set_request_id(id);
   if (f.integer("best_of", 1, kMaxChoices, &i) && i != r.n) f.fail("best_of", "not supported (other than equal to n)");
@@ -183,10 +190,50 @@ void read_max_tokens(Fields& f, OpenAiRequest& r, const char* name) {
 
 }  // namespace
 
+namespace {
+
+// Where the first string (member name or value) of `j` that is not well-formed UTF-8 is, as a
+// field path ("messages[1].content"); nullopt when all are. Such bytes cannot become a gRPC string
+// field, and a client that sent them gets a 400 naming where they are.
+struct BadUtf8 {
+  std::string path;
+  bool in_name = false;  // a member's name: no request field to blame
+};
+
+std::optional<BadUtf8> invalid_utf8_at(const Json& j, const std::string& path) {
+  if (j.is_string()) return utf8::is_valid(j.as_string()) ? std::nullopt : std::optional(BadUtf8{path});
+  if (j.is_array()) {
+    for (size_t i = 0; i < j.as_array().size(); ++i)
+      if (auto at = invalid_utf8_at(j.as_array()[i], path + "[" + std::to_string(i) + "]")) return at;
+  } else if (j.is_object()) {
+    for (const auto& [k, v] : j.as_object()) {
+      if (!utf8::is_valid(k)) {
+        std::string name;
+        utf8::append_lossy(name, k);
+        return BadUtf8{(path.empty() ? "" : path + ".") + "\"" + name + "\" (a member name)", true};
+      }
+      if (auto at = invalid_utf8_at(v, path.empty() ? k : path + "." + k)) return at;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::variant<Json, ApiError> parse_body(const std::string& body) {
-  auto j = Json::parse(body);
-  if (!j.ok()) return ApiError{400, "invalid JSON body: " + j.status().message(), "invalid_request_error", "", ""};
+  std::string where;
+  auto j = Json::parse(body, 64, &where);
+  if (!j.ok()) {
+    // The field the parser was in when it failed, as the error's param ("temperature" for NaN).
+    const std::string param = where.substr(0, where.find_first_of(".["));
+    return ApiError{400, "invalid JSON body: " + j.status().message(), "invalid_request_error", param, ""};
+  }
   if (!j->is_object()) return ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
+  if (auto at = invalid_utf8_at(*j, "")) {
+    const std::string param = at->in_name ? "" : at->path.substr(0, at->path.find_first_of(".["));
+    return ApiError{400, at->path + ": not valid UTF-8 (JSON text must be UTF-8; send text as UTF-8, or token ids)",
+                    "invalid_request_error", param, ""};
+  }
   return std::move(j).value();
 }
 

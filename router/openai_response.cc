@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "tokenizer/utf8.h"
+
 namespace yoco {
 
 double finite_logprob(double lp) { return std::isfinite(lp) ? lp : -9999.0; }
@@ -11,11 +13,9 @@ std::string valid_utf8(std::string_view s) {
   out.reserve(s.size());
   size_t i = 0;
   while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    bool ok = n > 0 && i + n <= s.size();
-    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
-    if (ok) {
+    // Well-formed per Unicode (no overlongs, surrogates or code points past U+10FFFF), which is
+    // what JSON parsers and protobuf accept; each other byte becomes one U+FFFD.
+    if (const size_t n = utf8::char_len(s, i); n > 0) {
       out.append(s.substr(i, n));
       i += n;
     } else {

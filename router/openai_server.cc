@@ -16,7 +16,8 @@ struct Route {
 };
 
 constexpr Route kRoutes[] = {{"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"},
-                             {"/tokenize", "POST"},       {"/detokenize", "POST"},          {"/health", "GET"}};
+                             {"/tokenize", "POST"},       {"/detokenize", "POST"},          {"/tokenizer_info", "GET"},
+                             {"/health", "GET"}};
 
 // A fresh response id ("cmpl-<16 hex>").
 std::string new_id(const char* prefix) {
@@ -34,6 +35,19 @@ template <class T>
 std::optional<ApiError> take(std::variant<T, ApiError>&& v, T* out) {
   if (auto* e = std::get_if<ApiError>(&v)) return *e;
   *out = std::get<T>(std::move(v));
+  return std::nullopt;
+}
+
+// Headers that become gRPC metadata (the API key) must be what gRPC accepts, printable ASCII:
+// anything else is refused here, before authentication, instead of reaching the gRPC core.
+std::optional<ApiError> check_headers(const HttpRequest& req) {
+  const std::string auth = req.header("authorization");
+  for (unsigned char c : auth)
+    if (c < 0x20 || c > 0x7e)
+      return ApiError{400,
+                      "Authorization header: only printable ASCII is allowed (\"Bearer <key>\"); it holds a control "
+                      "or non-ASCII byte",
+                      "invalid_request_error", "", "invalid_header"};
   return std::nullopt;
 }
 
@@ -60,7 +74,8 @@ void OpenAiServer::handle(HttpExchange& ex) {
   std::string endpoint = "other";
   for (const Route& r : kRoutes)
     if (req.path == r.path) endpoint = r.path;
-  const int status = route(ex, endpoint);
+  const std::optional<ApiError> bad = check_headers(req);
+  const int status = bad ? respond_error(ex, *bad) : route(ex, endpoint);
   metrics_.observe_http(endpoint, status);
   if (status >= 500 || (status >= 400 && status != 404))
     YOCO_LOG(LogLevel::kInfo, "http request failed",
@@ -82,6 +97,7 @@ int OpenAiServer::route(HttpExchange& ex, const std::string& endpoint) {
     if (endpoint == "/v1/models") return models(ex);
     if (endpoint == "/tokenize") return tokenize(ex);
     if (endpoint == "/detokenize") return detokenize(ex);
+    if (endpoint == "/tokenizer_info") return tokenizer_info(ex);
     return health(ex);
   }
   return respond_error(ex, not_found_error("unknown route: " + req.method + " " + req.path, "", "unknown_route"));
@@ -206,7 +222,7 @@ std::optional<ApiError> OpenAiServer::plan_completions(const HttpExchange& ex, c
     if (!tok_) return bad_param("echo", "needs the router's tokenizer (the model directory has none)");
     std::vector<int32_t> ids = in.ids;
     if (in.text) {
-      if (auto e = take(tokenize_text(ex, *in.text, tok_->add_bos_token(), false), &ids)) return e;
+      if (auto e = take(tokenize_text(ex, *in.text, tok_->add_bos_token(), !r.split_special_tokens), &ids)) return e;
     }
     if (ids.empty()) return bad_param("prompt", "empty");
     plan.echo_text = in.text ? *in.text : tok_->decode(ids, /*skip_special=*/true);
@@ -268,9 +284,10 @@ int OpenAiServer::tokenize(HttpExchange& ex) {
   };
   if (prompt && !prompt->is_null()) {
     if (!prompt->is_string()) return respond_error(ex, bad_param("prompt", "must be a string"));
-    bool special = true;
+    bool special = true, split = false;
     if (auto e = take(flag("add_special_tokens", true), &special)) return respond_error(ex, *e);
-    if (auto e = take(tokenize_text(ex, prompt->as_string(), special && tok_ && tok_->add_bos_token(), false), &ids))
+    if (auto e = take(flag("split_special_tokens", false), &split)) return respond_error(ex, *e);
+    if (auto e = take(tokenize_text(ex, prompt->as_string(), special && tok_ && tok_->add_bos_token(), !split), &ids))
       return respond_error(ex, *e);
   } else if (messages && !messages->is_null()) {
     Json msgs, extra;
@@ -310,6 +327,17 @@ int OpenAiServer::detokenize(HttpExchange& ex) {
     return respond_error(ex, e);
   }
   return respond_json(ex, Json::Object{{"prompt", valid_utf8(resp.text())}});
+}
+
+// As vLLM's: the model's tokenizer_config.json with its class named, so a client (lm-evaluation-
+// harness's remote tokenizer) learns the special tokens and template without a model hub; with
+// /tokenize and /detokenize it needs no tokenizer files of its own.
+int OpenAiServer::tokenizer_info(HttpExchange& ex) {
+  if (!tok_) return respond_error(ex, not_found_error("this router has no tokenizer (the model directory has none)"));
+  Json::Object info = config_.tokenizer_config.is_object() ? config_.tokenizer_config.as_object() : Json::Object{};
+  if (auto cls = info.find("tokenizer_class"); cls == info.end() || !cls->second.is_string())
+    info["tokenizer_class"] = Json("PreTrainedTokenizerFast");
+  return respond_json(ex, Json(std::move(info)));
 }
 
 int OpenAiServer::health(HttpExchange& ex) {

@@ -35,6 +35,7 @@ using ChatRenderer = std::function<Result<std::string>(const Json& messages, boo
 struct OpenAiConfig {
   std::string served_model_name;
   ChatRenderer chat_template;  // --chat-template, else the model's; empty: chat answers 400
+  Json tokenizer_config;       // the model's tokenizer_config.json (null without one): /tokenizer_info
 };
 
 class OpenAiServer {
@@ -51,6 +52,7 @@ class OpenAiServer {
   int models(HttpExchange& ex);
   int tokenize(HttpExchange& ex);
   int detokenize(HttpExchange& ex);
+  int tokenizer_info(HttpExchange& ex);
   int health(HttpExchange& ex);
 
   std::unique_ptr<grpc::ClientContext> context(const HttpExchange& ex) const;

@@ -8,6 +8,7 @@
 #include "router/call_util.h"
 #include "router/documents.h"
 #include "router/generate_call.h"
+#include "tokenizer/utf8.h"
 
 namespace yoco {
 namespace {
@@ -105,7 +106,8 @@ grpc::Status RouterService::score(grpc::ServerContext* ctx, const v1::ScoreReque
   if (req->input_case() == v1::ScoreRequest::kText) {
     if (!tok) return no_tokenizer("input.text");
     fwd.mutable_tokens()->Clear();
-    for (int32_t t : tok->encode(req->text(), false, tok->add_bos_token())) fwd.mutable_tokens()->add_ids(t);
+    for (int32_t t : tok->encode(req->text(), !req->split_special_tokens(), tok->add_bos_token()))
+      fwd.mutable_tokens()->add_ids(t);
   }
   const auto& ids = fwd.tokens().ids();
   if (ids.size() < 2) return invalid("input: needs at least two tokens to score");
@@ -147,7 +149,8 @@ grpc::Status RouterService::Detokenize(grpc::ServerContext* ctx, const v1::Detok
     std::vector<int32_t> ids(req->ids().begin(), req->ids().end());
     auto text = tok->decode_checked(ids, req->skip_special());
     if (!text.ok()) return invalid(text.status().message());
-    resp->set_text(text.value());
+    // A protobuf string is UTF-8: ids that end inside a character show it as U+FFFD.
+    utf8::append_lossy(*resp->mutable_text(), text.value());
     return grpc::Status::OK;
   });
 }

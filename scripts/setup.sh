@@ -25,6 +25,7 @@ packages=(
   redis-tools                 # redis-cli: the tests' Redis Cluster (--cluster create / reshard), key checks
   libssl-dev openssl          # the redis backend's TLS (rediss://); tests make throwaway certificates
   curl                        # tests/openai: SSE framing as `curl -N` sees it; scripts/run.sh
+  python3-grpcio              # tests/openai/hostile_http_test.py: raw protobuf on the gRPC API
   podman debootstrap          # tests/image (label image): the CPU image built and run, base images from a mirror
   python3-matplotlib          # bench/paper/plot.py (the figures; the paper_quick test renders them)
 )

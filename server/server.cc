@@ -2,12 +2,49 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/support/server_interceptor.h>
 
 #include <thread>
 
 #include "server/call.h"  // compiled here once so the header stays self-contained
 
 namespace yoco {
+
+namespace {
+
+namespace gx = grpc::experimental;
+
+// gRPC answers a request it cannot parse (a proto3 string that is not UTF-8, truncated bytes)
+// with INTERNAL and no message, which a client reads as a server fault. It is the client's: the
+// call's status becomes INVALID_ARGUMENT saying so (docs/design.md, errors).
+class ParseErrorInterceptor final : public gx::Interceptor {
+ public:
+  explicit ParseErrorInterceptor(const char* method) : method_(method ? method : "the call") {}
+
+  void Intercept(gx::InterceptorBatchMethods* m) override {
+    if (m->QueryInterceptionHookPoint(gx::InterceptionHookPoints::POST_RECV_MESSAGE) && m->GetRecvMessage() == nullptr)
+      unparsed_ = true;
+    if (unparsed_ && m->QueryInterceptionHookPoint(gx::InterceptionHookPoints::PRE_SEND_STATUS) &&
+        m->GetSendStatus().error_code() == grpc::StatusCode::INTERNAL)
+      m->ModifySendStatus({grpc::StatusCode::INVALID_ARGUMENT,
+                           "request: not a valid message for " + method_ +
+                               " (a string field holds bytes that are not UTF-8, or the protobuf is malformed)"});
+    m->Proceed();
+  }
+
+ private:
+  const std::string method_;
+  bool unparsed_ = false;
+};
+
+class ParseErrorInterceptorFactory final : public gx::ServerInterceptorFactoryInterface {
+ public:
+  gx::Interceptor* CreateServerInterceptor(gx::ServerRpcInfo* info) override {
+    return new ParseErrorInterceptor(info->method());
+  }
+};
+
+}  // namespace
 
 ServerOptions server_options(ServerFlags& flags) {
   ServerOptions o;
@@ -52,6 +89,10 @@ Result<std::unique_ptr<Server>> Server::start(const ServerOptions& options, std:
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, server_credentials(options.tls, options.listen), &s->grpc_port_);
   for (grpc::Service* svc : services) builder.RegisterService(svc);
+  builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  std::vector<std::unique_ptr<gx::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<ParseErrorInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   s->grpc_ = builder.BuildAndStart();
   if (!s->grpc_ || s->grpc_port_ == 0)
     return Status(StatusCode::kUnavailable, "--listen: cannot listen on " + options.listen);

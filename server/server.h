@@ -42,6 +42,7 @@ struct ServerOptions {
   std::chrono::seconds drain{30};                // the most in-flight work may take after SIGTERM
   std::chrono::seconds shutdown_grace{1};        // gRPC Shutdown deadline after the drain
   ServerTls tls;                                 // none: plaintext (one warn line)
+  int max_receive_message_bytes = 4 << 20;       // a larger request is refused (gRPC's default)
 };
 
 // Reads the common flags (ServerFlags::common_names()); errors go into `flags`.

@@ -173,6 +173,82 @@ TEST(OpenAiRequest, InvalidJsonIs400) {
   EXPECT_TRUE(std::holds_alternative<Json>(parse_body("{\"prompt\":\"x\"}")));
 }
 
+// Issue 33: hostile bodies get a 400 naming the field, never a 5xx, and the error body is
+// valid JSON whatever it quotes.
+ApiError body_error(const std::string& text) {
+  auto r = parse_body(text);
+  EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << text;
+  if (!std::holds_alternative<ApiError>(r)) return {};
+  const ApiError e = std::get<ApiError>(r);
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_TRUE(Json::parse(e.body()).ok()) << e.body();
+  return e;
+}
+
+TEST(OpenAiRequest, InvalidUtf8NamesTheField) {
+  ApiError e = body_error("{\"prompt\": \"In the \xff\xfe beginning\"}");
+  EXPECT_EQ(e.param, "prompt");
+  EXPECT_NE(e.message.find("prompt: not valid UTF-8"), std::string::npos) << e.message;
+  e = body_error("{\"prompt\": [\"ok\", \"\xc0\xaf\"]}");  // overlong '/'
+  EXPECT_EQ(e.param, "prompt");
+  EXPECT_NE(e.message.find("prompt[1]"), std::string::npos) << e.message;
+  e = body_error(
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"user\", "
+      "\"content\": \"\xed\xa0\x80\"}]}");  // a surrogate
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_NE(e.message.find("messages[1].content"), std::string::npos) << e.message;
+  e = body_error("{\"stop\": [\"\xf4\x90\x80\x80\"], \"prompt\": \"x\"}");  // past U+10FFFF
+  EXPECT_EQ(e.param, "stop");
+  e = body_error("{\"user\xff\": 1}");
+  EXPECT_EQ(e.param, "");
+  EXPECT_TRUE(std::holds_alternative<Json>(parse_body("{\"prompt\": \"caf\xc3\xa9 \xf0\x9f\x98\x80\"}")));
+}
+
+TEST(OpenAiRequest, JsonErrorsNameTheFieldAndStayValidJson) {
+  ApiError e = body_error("{\"prompt\": \"x\", \"temperature\": NaN}");
+  EXPECT_EQ(e.param, "temperature");
+  EXPECT_NE(e.message.find("NaN and Infinity"), std::string::npos) << e.message;
+  EXPECT_EQ(body_error("{\"prompt\": \"x\", \"top_p\": -Infinity}").param, "top_p");
+  EXPECT_EQ(body_error("{\"messages\": [{\"role\": \"user\", \"content\": Infinity}]}").param, "messages");
+  e = body_error("\xef\xbb\xbf{\"prompt\": \"x\"}");  // a UTF-8 byte order mark
+  EXPECT_NE(e.message.find("byte order mark"), std::string::npos) << e.message;
+  e = body_error("{\"prompt\": \xfe}");
+  EXPECT_NE(e.message.find("0xfe"), std::string::npos) << e.message;
+  // A message with raw bytes still makes a valid body.
+  const ApiError raw{400, "bad \xff\xfe bytes", "invalid_request_error", "x\xc0", ""};
+  EXPECT_TRUE(Json::parse(raw.body()).ok()) << raw.body();
+}
+
+TEST(OpenAiRequest, SeedPastInt64IsRefusedNotWrapped) {
+  EXPECT_EQ(bad(completion(R"({"prompt":"x","seed":1180591620717411303424})")), "seed");  // 2^70
+  EXPECT_EQ(bad(completion(R"({"prompt":"x","seed":-1180591620717411303424})")), "seed");
+  EXPECT_EQ(bad(completion(R"({"prompt":"x","seed":9223372036854775808})")), "seed");  // 2^63
+  auto r = completion(R"({"prompt":"x","seed":9223372036854775807})");
+  ASSERT_TRUE(std::holds_alternative<OpenAiRequest>(r));
+  EXPECT_EQ(std::get<OpenAiRequest>(r).base.sampling().seed(), 9223372036854775807ull);
+}
+
+TEST(OpenAiRequest, SpecialTokenFields) {
+  auto r = completion(R"({"prompt":"<|endoftext|>x"})");
+  ASSERT_TRUE(std::holds_alternative<OpenAiRequest>(r));
+  EXPECT_FALSE(std::get<OpenAiRequest>(r).base.split_special_tokens());
+  EXPECT_FALSE(std::get<OpenAiRequest>(r).base.has_skip_special_tokens());
+  r = completion(R"({"prompt":"<|endoftext|>x","split_special_tokens":true,"skip_special_tokens":false})");
+  ASSERT_TRUE(std::holds_alternative<OpenAiRequest>(r));
+  EXPECT_TRUE(std::get<OpenAiRequest>(r).split_special_tokens);
+  EXPECT_TRUE(std::get<OpenAiRequest>(r).base.split_special_tokens());
+  EXPECT_TRUE(std::get<OpenAiRequest>(r).base.has_skip_special_tokens());
+  EXPECT_FALSE(std::get<OpenAiRequest>(r).base.skip_special_tokens());
+  EXPECT_EQ(bad(completion(R"({"prompt":"x","split_special_tokens":1})")), "split_special_tokens");
+}
+
+TEST(OpenAiErrors, GrpcSizeLimitIs413NotARateLimit) {
+  const ApiError e =
+      from_grpc({grpc::StatusCode::RESOURCE_EXHAUSTED, "Received message larger than max (7208969 vs. 4194304)"});
+  EXPECT_EQ(e.http_status, 413);
+  EXPECT_EQ(e.type, "invalid_request_error");
+}
+
 TEST(OpenAiErrors, GrpcCodesMapToHttp) {
   struct Case {
     grpc::StatusCode code;
