@@ -14,7 +14,7 @@ struct HttpRequestReader::Impl {
 };
 
 HttpRequestReader::HttpRequestReader(size_t max_body_bytes, size_t max_header_bytes)
-    : impl_(std::make_unique<Impl>()), max_body_bytes_(max_body_bytes) {
+    : impl_(std::make_unique<Impl>()), max_body_bytes_(max_body_bytes), max_header_bytes_(max_header_bytes) {
   impl_->parser.header_limit(static_cast<uint32_t>(max_header_bytes));
   impl_->parser.body_limit(max_body_bytes);
   // Not eager: put() stops after the header, so its bytes are known (check_header) and
@@ -34,25 +34,31 @@ size_t HttpRequestReader::put(std::string_view bytes) {
   if (ec == http::error::body_limit)
     refuse(413, "request body larger than " + std::to_string(max_body_bytes_) + " bytes");
   else if (ec == http::error::header_limit)
-    refuse(431, "request header larger than the limit");
+    refuse(431, "request header larger than " + std::to_string(max_header_bytes_) + " bytes");
   else if (ec)
     refuse(400, "malformed HTTP request: " + ec.message());
   else if (!header_checked_)
-    check_header(bytes.substr(0, n));
+    check_header(bytes.substr(0, n), bytes.size() - n);
   return n;
 }
 
-// What Beast accepts and we do not. Called with each run of header bytes the parser used: whole
-// lines (a field is used only once the byte after its CRLF shows it is not folded).
-void HttpRequestReader::check_header(std::string_view raw) {
+// What Beast accepts and we do not. Called with each run of header bytes the parser used (whole
+// lines: a field is used only once the byte after its CRLF shows it is not folded) and the
+// unused rest of the input.
+void HttpRequestReader::check_header(std::string_view used, size_t unused) {
   // Obsolete line folding (RFC 7230 §3.2.4): Beast joins the lines; a proxy in front may not, and
   // two readings of one header are how requests get smuggled.
-  const bool after_line = header_bytes_ > 0 && !raw.empty() && (raw[0] == ' ' || raw[0] == '\t');
-  header_bytes_ += raw.size();
+  const bool after_line = header_bytes_ > 0 && !used.empty() && (used[0] == ' ' || used[0] == '\t');
+  header_bytes_ += used.size();
   if (after_line) return refuse(400, "obsolete line folding in a header (obs-fold)");
-  for (size_t i = raw.find('\n'); i != std::string_view::npos && i + 1 < raw.size(); i = raw.find('\n', i + 1))
-    if (raw[i + 1] == ' ' || raw[i + 1] == '\t') return refuse(400, "obsolete line folding in a header (obs-fold)");
-  if (!impl_->parser.is_header_done()) return;
+  for (size_t i = used.find('\n'); i != std::string_view::npos && i + 1 < used.size(); i = used.find('\n', i + 1))
+    if (used[i + 1] == ' ' || used[i + 1] == '\t') return refuse(400, "obsolete line folding in a header (obs-fold)");
+  // Beast bounds the header bytes of one put(), not of the header: a header used a few fields at a
+  // time could grow past it.
+  const bool done = impl_->parser.is_header_done();
+  if (done ? header_bytes_ > max_header_bytes_ : header_bytes_ + unused >= max_header_bytes_)
+    return refuse(431, "request header larger than " + std::to_string(max_header_bytes_) + " bytes");
+  if (!done) return;
   header_checked_ = true;
   const auto& h = impl_->parser.get();
   if (h.version() != 10 && h.version() != 11) return refuse(505, "HTTP version not supported: only HTTP/1.0 and 1.1");

@@ -53,11 +53,11 @@ class HttpRequestReader {
 
  private:
   void refuse(int status, std::string message);
-  void check_header(std::string_view raw);
+  void check_header(std::string_view used, size_t unused);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  size_t max_body_bytes_;
+  size_t max_body_bytes_, max_header_bytes_;
   size_t header_bytes_ = 0;  // used by the parser so far
   bool header_checked_ = false;
   int error_status_ = 0;

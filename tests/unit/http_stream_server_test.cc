@@ -455,29 +455,39 @@ TEST(HttpStreamServer, AcceptOutOfDescriptorsWaitsAndRecovers) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
 }
 
+// At RLIMIT_NOFILE 256 (cap 128), four clients open connections and close them again, each keeping
+// its last 20 open for a few milliseconds (some sent nothing, half a request, TLS bytes, a whole
+// request): about 80 open at any time, thousands in all, while normal requests keep being answered.
 TEST(HttpStreamServer, ConnectionStormLeavesRequestsAnswered) {
-  auto s = serve([](HttpExchange& ex) { ex.respond(200, "text/plain", "ok", {}); });
-  const int fds0 = fds_of(getpid());
+  Child child;
+  spawn_server(child, 256);
+  ASSERT_GT(child.port, 0);
+  const int fds0 = fds_of(child.pid);
   std::atomic<bool> stop{false};
   std::atomic<int> storm{0};
   std::vector<std::thread> clients;
   for (int t = 0; t < 4; ++t)
     clients.emplace_back([&, t] {
+      static const std::string sends[] = {"", "POST /x HTTP/1.1\r\nContent-Le", "\x16\x03\x01\x02\x00garbage\r\n\r\n",
+                                          "GET /x HTTP/1.1\r\nHost: x\r\n\r\n"};
+      std::vector<int> held(20, -1);
       for (int i = t; !stop; ++i) {
-        const int fd = connect_to(s->port());
-        if (fd < 0) continue;
-        static const std::string sends[] = {"", "POST /x HTTP/1.1\r\nContent-Le", "\x16\x03\x01\x02\x00garbage\r\n\r\n",
-                                            "GET /x HTTP/1.1\r\nHost: x\r\n\r\n"};
+        int& slot = held[i % held.size()];
+        if (slot >= 0) close(slot);
+        slot = connect_to(child.port);
+        if (slot < 0) continue;
         const std::string& what = sends[i % 4];
-        if (!what.empty()) (void)!write(fd, what.data(), what.size());
-        close(fd);
+        if (!what.empty()) (void)!write(slot, what.data(), what.size());
         ++storm;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));  // each connection lives ~20 ms
       }
+      for (int fd : held)
+        if (fd >= 0) close(fd);
     });
   double worst = 0;
   for (int i = 0; i < 20; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    EXPECT_EQ(test::http_status(test::http_post(s->port(), "/x", "{}")), 200);
+    EXPECT_EQ(test::http_status(test::http_post(child.port, "/x", "{}")), 200);
     worst = std::max(worst, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
@@ -485,14 +495,16 @@ TEST(HttpStreamServer, ConnectionStormLeavesRequestsAnswered) {
   for (auto& t : clients) t.join();
   EXPECT_LT(worst, 1.0);
   EXPECT_GT(storm.load(), 200);
+  EXPECT_TRUE(child.alive());
   // Every stormed connection's descriptor is given back (lingering ones within a second).
-  int fds1 = fds_of(getpid());
-  for (int i = 0; i < 60 && fds1 > fds0 + 2; ++i) {
+  int fds1 = fds_of(child.pid);
+  for (int i = 0; i < 60 && fds1 > fds0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    fds1 = fds_of(getpid());
+    fds1 = fds_of(child.pid);
   }
-  EXPECT_LE(fds1, fds0 + 2);
-  std::printf("storm: %d connections, slowest request %.3f s, descriptors %d -> %d\n", storm.load(), worst, fds0, fds1);
+  EXPECT_LE(fds1, fds0);
+  std::printf("storm at RLIMIT_NOFILE 256: %d connections, slowest request %.3f s, descriptors %d -> %d\n",
+              storm.load(), worst, fds0, fds1);
 }
 
 }  // namespace
