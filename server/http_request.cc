@@ -35,10 +35,8 @@ size_t HttpRequestReader::put(std::string_view bytes) {
     refuse(413, "request body larger than " + std::to_string(max_body_bytes_) + " bytes");
   else if (ec == http::error::header_limit)
     refuse(431, "request header larger than " + std::to_string(max_header_bytes_) + " bytes");
-  else if (ec)
-    refuse(400, "malformed HTTP request: " + ec.message());
-  else if (!header_checked_)
-    check_header(bytes.substr(0, n), bytes.size() - n);
+  else if (ec) refuse(400, "malformed HTTP request: " + ec.message());
+  else if (!header_checked_) check_header(bytes.substr(0, n), bytes.size() - n);
   return n;
 }
 
@@ -155,7 +153,8 @@ std::string json_string(std::string_view s) {
 std::string http_error_json(int status, std::string_view message) {
   // What the client sent is at fault unless the server failed (500) or is full (503).
   const char* type = status == 503 ? "service_unavailable" : status == 500 ? "server_error" : "invalid_request_error";
-  return "{\"error\":{\"message\":" + json_string(message) + ",\"type\":\"" + type + "\",\"param\":null,\"code\":null}}";
+  return "{\"error\":{\"message\":" + json_string(message) + ",\"type\":\"" + type +
+         "\",\"param\":null,\"code\":null}}";
 }
 
 }  // namespace yoco

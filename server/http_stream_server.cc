@@ -402,9 +402,8 @@ class Connection final : public HttpExchange,
     }
     try {
       if (!c.started_) c.respond(500, "application/json", http_error_json(500, "the server gave no answer"), {});
-      if (c.chunked_ && !c.gone_) c.done(c.blocking([&c](auto h) {
-        asio::async_write(c.stream_, http::make_chunk_last(), std::move(h));
-      }));
+      if (c.chunked_ && !c.gone_)
+        c.done(c.blocking([&c](auto h) { asio::async_write(c.stream_, http::make_chunk_last(), std::move(h)); }));
     } catch (const std::exception&) {
       c.gone_ = true;
     }
@@ -494,10 +493,9 @@ void admit(const std::shared_ptr<Shared>& s, tcp::socket socket) {
   auto executor = socket.get_executor();
   try {
     if (s->tls)
-      conn = std::make_shared<Connection<beast::ssl_stream<beast::tcp_stream>>>(s, std::move(socket),
-                                                                                s->tls->current(), id, refused);
-    else
-      conn = std::make_shared<Connection<beast::tcp_stream>>(s, std::move(socket), nullptr, id, refused);
+      conn = std::make_shared<Connection<beast::ssl_stream<beast::tcp_stream>>>(s, std::move(socket), s->tls->current(),
+                                                                                id, refused);
+    else conn = std::make_shared<Connection<beast::tcp_stream>>(s, std::move(socket), nullptr, id, refused);
   } catch (...) {  // no connection was made, so no destructor gives its place back
     lk.lock();
     --(refused ? s->refusing : s->served);
@@ -505,8 +503,10 @@ void admit(const std::shared_ptr<Shared>& s, tcp::socket socket) {
   }
   lk.lock();
   s->open.emplace(id, conn);
+  const bool late = s->stopping;  // stop() may have listed the open connections before this one
   lk.unlock();
   asio::dispatch(executor, [conn] { conn->start(); });
+  if (late) conn->shut();
 }
 
 void accept_next(const std::shared_ptr<Shared>& s);
@@ -605,11 +605,16 @@ void HttpStreamServer::stop() {
   if (!impl_) return;
   const std::shared_ptr<Shared>& s = impl_->shared;
   if (s->stopping.exchange(true)) return;
-  asio::post(s->accept_strand, [s] {
+  const auto close_acceptor = [s] {
     beast::error_code ec;
     s->acceptor.close(ec);
     s->backoff.cancel();
-  });
+  };
+  if (s->threads.empty()) {
+    close_acceptor();  // never served: nothing runs on the strand
+  } else {
+    asio::post(s->accept_strand, close_acceptor);
+  }
   std::vector<std::shared_ptr<ConnectionBase>> open;
   {
     std::lock_guard<std::mutex> lk(s->mu);

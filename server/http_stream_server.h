@@ -50,9 +50,9 @@ struct HttpStreamServerOptions {
   // Open at once, and below the descriptor limit (serve() reads RLIMIT_NOFILE and keeps a quarter
   // of it, at least 128, for the rest of the process); more get a 503 and are closed.
   int max_connections = 1024;
-  int io_threads = 2;  // the asynchronous I/O of every connection; handlers run on threads of their own
-  std::string tls_cert, tls_key;                   // PEM files; empty: plain HTTP
-  std::string tls_client_ca;                       // non-empty: client certificates required (mTLS)
+  int io_threads = 2;             // every connection's I/O (handlers: a thread each)
+  std::string tls_cert, tls_key;  // PEM files; empty: plain HTTP
+  std::string tls_client_ca;      // non-empty: client certificates required (mTLS)
 };
 
 class HttpStreamServer {

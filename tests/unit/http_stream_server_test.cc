@@ -28,6 +28,19 @@
 namespace yoco {
 namespace {
 
+// Sanitized builds (scripts/sanitize.sh) run several times slower: time bounds stretch this much.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr double kSlow = 5;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr double kSlow = 5;
+#else
+constexpr double kSlow = 1;
+#endif
+#else
+constexpr double kSlow = 1;
+#endif
+
 std::unique_ptr<HttpStreamServer> serve(HttpStreamHandler handler, HttpStreamServerOptions o = {}) {
   auto s = HttpStreamServer::bind("127.0.0.1", 0, o);
   EXPECT_TRUE(s.ok()) << s.status().message();
@@ -235,8 +248,11 @@ TEST(HttpStreamServer, RefusesTransferCodingsOtherThanChunked) {
   }
   EXPECT_EQ(handled.load(), 0);
   // Chunked alone is read.
-  const std::string ok = test::http_raw(s->port(), "POST /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                                                   "Transfer-Encoding: chunked\r\n\r\n" + body, 10);
+  const std::string ok = test::http_raw(s->port(),
+                                        "POST /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                        "Transfer-Encoding: chunked\r\n\r\n" +
+                                            body,
+                                        10);
   EXPECT_EQ(test::http_status(ok), 200) << ok;
   EXPECT_EQ(test::http_body(ok), "hello");
 }
@@ -244,14 +260,15 @@ TEST(HttpStreamServer, RefusesTransferCodingsOtherThanChunked) {
 TEST(HttpStreamServer, RefusesObsoleteLineFolding) {
   std::atomic<int> handled{0};
   auto s = serve([&](HttpExchange& ex) { ++handled, ex.respond(200, "text/plain", "ok", {}); });
-  for (const std::string fold : {"X-A: one\r\n two\r\n", "X-A: one\r\n\ttwo\r\n", "X-A:\r\n two\r\n",
-                                 "Authorization: Bearer a\r\n b\r\n"}) {
+  for (const std::string fold :
+       {"X-A: one\r\n two\r\n", "X-A: one\r\n\ttwo\r\n", "X-A:\r\n two\r\n", "Authorization: Bearer a\r\n b\r\n"}) {
     const std::string r =
         test::http_raw(s->port(), "GET /x HTTP/1.1\r\nHost: x\r\n" + fold + "Connection: close\r\n\r\n", 10);
     expect_error_json(r, 400);
   }
   EXPECT_EQ(handled.load(), 0);
-  const std::string ok = test::http_raw(s->port(), "GET /x HTTP/1.1\r\nHost: x\r\nX-A: one two\r\nConnection: close\r\n\r\n");
+  const std::string ok =
+      test::http_raw(s->port(), "GET /x HTTP/1.1\r\nHost: x\r\nX-A: one two\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(test::http_status(ok), 200) << ok;
 }
 
@@ -329,17 +346,20 @@ void spawn_server(Child& c, int nofile) {
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   ASSERT_GT(n, 0);
   exe[n] = '\0';
+  std::string env_nofile = "YOCO_HTTP_TEST_NOFILE=" + std::to_string(nofile);
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(env_nofile.data());
+  envp.push_back(nullptr);
+  char filter[] = "--gtest_filter=HttpStreamServerChild.*";
+  char* argv[] = {exe, filter, nullptr};
   int out[2];
   ASSERT_EQ(pipe(out), 0);
   const pid_t pid = fork();
   if (pid == 0) {  // only async-signal-safe calls until exec
     dup2(out[1], 1);
     close(out[0]);
-    const std::string env = "YOCO_HTTP_TEST_NOFILE=" + std::to_string(nofile);
-    char filter[] = "--gtest_filter=HttpStreamServerChild.*";
-    char* argv[] = {exe, filter, nullptr};
-    putenv(const_cast<char*>(env.c_str()));
-    execv(exe, argv);
+    execve(exe, argv, envp.data());
     _exit(127);
   }
   close(out[1]);
@@ -377,7 +397,8 @@ TEST(HttpStreamServer, IdleConnectionsPastTheDescriptorLimit) {
   std::vector<std::string> got(conns.size());
   std::vector<bool> ended(conns.size(), false);
   int n_ended = 0;
-  for (auto until = t0 + std::chrono::seconds(3); std::chrono::steady_clock::now() < until && n_ended < 72;) {
+  for (auto until = t0 + std::chrono::seconds(static_cast<int>(3 * kSlow));
+       std::chrono::steady_clock::now() < until && n_ended < 72;) {
     std::vector<pollfd> ps;
     for (size_t i = 0; i < conns.size(); ++i)
       if (!ended[i]) ps.push_back({conns[i], POLLIN, 0});
@@ -402,23 +423,25 @@ TEST(HttpStreamServer, IdleConnectionsPastTheDescriptorLimit) {
     EXPECT_NE(got[i].find("Connection: close"), std::string::npos) << got[i];
   }
   EXPECT_EQ(refused, 72);
-  EXPECT_LT(refuse_s, 2.0);
+  EXPECT_LT(refuse_s, 2.0 * kSlow);
   // Idle connections hold no thread each.
   const int threads1 = threads_of(child.pid), fds1 = fds_of(child.pid);
   EXPECT_LT(threads1 - threads0, 10) << threads0 << " -> " << threads1;
   EXPECT_TRUE(child.alive());
-  std::printf("200 idle connections at RLIMIT_NOFILE 256: threads %d -> %d, descriptors %d -> %d, %d refused in %.3f s\n",
-              threads0, threads1, fds0, fds1, refused, refuse_s);
+  std::printf(
+      "200 idle connections at RLIMIT_NOFILE 256: threads %d -> %d, descriptors %d -> %d, %d refused in %.3f s\n",
+      threads0, threads1, fds0, fds1, refused, refuse_s);
   // With some closed, a new client is served within 1 s.
   for (int i = 0; i < 10; ++i) close(conns[i]), conns[i] = -1;
   const auto t1 = std::chrono::steady_clock::now();
+  const auto within = std::chrono::milliseconds(static_cast<int>(1000 * kSlow));
   int status = 0;
-  while (status != 200 && std::chrono::steady_clock::now() - t1 < std::chrono::seconds(1)) {
+  while (status != 200 && std::chrono::steady_clock::now() - t1 < within) {
     status = test::http_status(test::http_post(child.port, "/x", "{}"));
     if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(status, 200);
-  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(1));
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, within);
   EXPECT_TRUE(child.alive());
   for (int fd : conns)
     if (fd >= 0) close(fd);
@@ -447,12 +470,12 @@ TEST(HttpStreamServer, AcceptOutOfDescriptorsWaitsAndRecovers) {
   const double cpu0 = cpu_seconds();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const double spent = cpu_seconds() - cpu0;
-  EXPECT_LT(spent, 0.2) << "accept() retried without a pause";
+  EXPECT_LT(spent, 0.25) << "accept() retried without a pause";
   setrlimit(RLIMIT_NOFILE, &saved);
   for (int fd : conns) close(fd);
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(test::http_status(test::http_post(s->port(), "/x", "{}")), 200);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(static_cast<int>(1000 * kSlow)));
 }
 
 // At RLIMIT_NOFILE 256 (cap 128), four clients open connections and close them again, each keeping
@@ -479,7 +502,7 @@ TEST(HttpStreamServer, ConnectionStormLeavesRequestsAnswered) {
         const std::string& what = sends[i % 4];
         if (!what.empty()) (void)!write(slot, what.data(), what.size());
         ++storm;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));  // each connection lives ~20 ms
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));  // each connection lives ~40 ms
       }
       for (int fd : held)
         if (fd >= 0) close(fd);
@@ -493,7 +516,7 @@ TEST(HttpStreamServer, ConnectionStormLeavesRequestsAnswered) {
   }
   stop = true;
   for (auto& t : clients) t.join();
-  EXPECT_LT(worst, 1.0);
+  EXPECT_LT(worst, 1.0 * kSlow);
   EXPECT_GT(storm.load(), 200);
   EXPECT_TRUE(child.alive());
   // Every stormed connection's descriptor is given back (lingering ones within a second).
