@@ -1,5 +1,7 @@
 #include "common/process.h"
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -36,6 +38,17 @@ void install_shutdown_signal_handlers() {
 void wait_for_shutdown_signal() {
   install_shutdown_signal_handlers();
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+long raise_open_file_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+  }
+  return rl.rlim_cur == RLIM_INFINITY ? -1 : static_cast<long>(rl.rlim_cur);
 }
 
 }  // namespace yoco

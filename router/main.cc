@@ -185,6 +185,7 @@ int run(int argc, char** argv) {
   (*server)->log_serving(LogFields()
                              .kv("http_port", http ? static_cast<int64_t>(http->port()) : int64_t{-1})
                              .kv("http_tls", http && http->tls())
+                             .kv("http_max_connections", http ? http->max_connections() : -1)
                              .kv("prefill_healthy", prefill.healthy_count())
                              .kv("decode_healthy", decode.healthy_count())
                              .kv("colocated", ptargets.empty())

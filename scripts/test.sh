@@ -2,7 +2,7 @@
 # The whole test suite: set-up, build, every ctest suite (labels unit, cli, fuzz, model, integration,
 # redis, deploy, cluster, image: the CPU image built with podman and run, as root; gpu skips without a
 # device), then a time-boxed libFuzzer run of each fuzz target (safetensors header, tokenizer, KV store
-# objects, chat templates), then the sanitizer stages
+# objects, chat templates, HTTP requests), then the sanitizer stages
 # (scripts/sanitize.sh: ASan+UBSan over labels unit, integration and cluster; TSan over the
 # concurrent parts). YOCO_SANITIZERS picks the stages ("asan tsan" by default, "none" skips them);
 # YOCO_FUZZ_SECONDS=0 skips the fuzz run.
@@ -18,10 +18,10 @@ if command -v clang++ >/dev/null && [[ "$FUZZ_SECONDS" -gt 0 ]]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DYOCO_FUZZ=ON \
     -DYOCO_CUDA=OFF -DYOCO_BUILD_TESTS=OFF -DYOCO_BUILD_BENCH=OFF -DYOCO_CPU_BLAS=OFF -DYOCO_NATIVE=OFF >/dev/null
   cmake --build build-fuzz -j "$(nproc)" --target safetensors_header_fuzz tokenizer_fuzz kv_store_fuzz chat_template_fuzz \
-    openai_request_fuzz
+    openai_request_fuzz http_request_fuzz
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  for target in safetensors_header tokenizer kv_store chat_template openai_request; do
+  for target in safetensors_header tokenizer kv_store chat_template openai_request http_request; do
     seeds=tests/fuzz/corpus/${target%_header}
     mkdir -p "$work/$target"
     cp "$seeds"/* "$work/$target"/

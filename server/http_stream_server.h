@@ -1,16 +1,18 @@
 // An HTTP/1.1 server for long requests and streamed answers (Boost.Beast; docs/design.md, OpenAI
-// HTTP API): the router's OpenAI-compatible listener. Unlike common/http_server.h (one I/O thread,
-// short GET answers), each connection gets its own thread, so a handler may block for a whole
-// generation and write server-sent events as tokens arrive: a write blocks only its own
-// connection while the client is slow (back-pressure), never the listener or another client.
-// Every read and write has a timeout, bodies a size limit, connections are kept alive between
-// requests, and TLS (PEM files, re-read when they change) is on when a certificate is given.
+// HTTP API): the router's OpenAI-compatible listener. Connections are served asynchronously by a
+// small fixed pool of I/O threads (accept, TLS handshake, reading, keep-alive waits), so an idle
+// connection costs one descriptor and no thread; a whole request is handed to the handler on a
+// thread of its own, so a handler may block for a whole generation and write server-sent events
+// as tokens arrive: a write blocks only its own handler while the client is slow
+// (back-pressure), never the listener or another client. Connections are capped below the
+// process's descriptor limit (over it: a fast 503), every read and write has a timeout, bodies a
+// size limit, connections are kept alive between requests, and TLS (PEM files, re-read when they
+// change) is on when a certificate is given. What the request parser refuses: server/http_request.h.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -18,23 +20,14 @@
 #include <vector>
 
 #include "common/status.h"
+#include "server/http_request.h"
 
 namespace yoco {
 
-struct HttpRequest {
-  std::string method;                                       // "GET", "POST", ...
-  std::string path;                                         // the target without its query
-  std::map<std::string, std::string, std::less<>> headers;  // names lower-cased
-  std::string body;
-  std::string header(std::string_view name) const {
-    auto it = headers.find(name);
-    return it == headers.end() ? std::string() : it->second;
-  }
-};
-
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 
-// One request's answer: respond() once, or start_stream() then write() pieces (chunked transfer).
+// One request's answer: respond() once, or start_stream() then write() pieces (chunked transfer;
+// to an HTTP/1.0 client, which cannot read chunks, the bytes as they are, the close ending them).
 // A false return means the client is gone (the handler stops and frees what it holds).
 class HttpExchange {
  public:
@@ -54,9 +47,12 @@ struct HttpStreamServerOptions {
   std::chrono::milliseconds read_timeout{30000};   // a request's header and body; the keep-alive wait
   std::chrono::milliseconds write_timeout{60000};  // one write to a client that takes nothing
   size_t max_body_bytes = 8u << 20;                // larger: 413
-  int max_connections = 1024;                      // open at once; more are closed on accept
-  std::string tls_cert, tls_key;                   // PEM files; empty: plain HTTP
-  std::string tls_client_ca;                       // non-empty: client certificates required (mTLS)
+  // Open at once, and below the descriptor limit (serve() reads RLIMIT_NOFILE and keeps a quarter
+  // of it, at least 128, for the rest of the process); more get a 503 and are closed.
+  int max_connections = 1024;
+  int io_threads = 2;             // every connection's I/O (handlers: a thread each)
+  std::string tls_cert, tls_key;  // PEM files; empty: plain HTTP
+  std::string tls_client_ca;      // non-empty: client certificates required (mTLS)
 };
 
 class HttpStreamServer {
@@ -67,10 +63,10 @@ class HttpStreamServer {
                                                         HttpStreamServerOptions options = {});
   uint16_t port() const;
   bool tls() const;
-  // Accepts connections on a thread of its own, each request handled by `handler` on its
-  // connection's thread.
+  int max_connections() const;  // the cap in force: options.max_connections or less (above)
+  // Starts the I/O threads; each request is handled by `handler` on a thread of its own.
   void serve(HttpStreamHandler handler);
-  // Closes the listener and every connection, then waits for their threads.
+  // Closes the listener and every connection, then waits (at most 5 s) for the handlers.
   void stop();
 
  private:

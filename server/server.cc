@@ -69,6 +69,7 @@ Result<std::unique_ptr<Server>> Server::start(const ServerOptions& options, std:
                                               Json::Object port_fields) {
   std::unique_ptr<Server> s(new Server());
   s->opt_ = options;
+  s->open_files_ = raise_open_file_limit();  // a descriptor per client connection (common/process.h)
   // /healthz mirrors gRPC health for probes that cannot speak TLS (kubelet's gRPC probe is plaintext).
   Server* self = s.get();
   auto http = HttpServer::start(options.metrics_listen.host, static_cast<uint16_t>(options.metrics_listen.port),
@@ -111,7 +112,7 @@ int Server::metrics_port() const { return http_ ? http_->port() : 0; }
 
 void Server::log_serving(const LogFields& extra) const {
   LogFields f;
-  f.kv("grpc_port", grpc_port_).kv("metrics_port", metrics_port());
+  f.kv("grpc_port", grpc_port_).kv("metrics_port", metrics_port()).kv("open_files", open_files_);
   const std::string tail = extra.str().empty() ? f.str() : f.str() + " " + extra.str();
   log_line(LogLevel::kInfo, opt_.program + " serving", tail);
 }

@@ -1,7 +1,7 @@
 // The gRPC edge every server binary shares (docs/architecture.md, services): one object that
-// listens (TLS or plaintext, server/tls.h; gRPC health SERVING + reflection), serves /metrics and
-// /healthz over HTTP, writes --port-file, logs the "serving" line, and on SIGTERM runs the drain
-// sequence:
+// raises the open-file limit to the hard limit, listens (TLS or plaintext, server/tls.h; gRPC
+// health SERVING + reflection), serves /metrics and /healthz over HTTP, writes --port-file, logs
+// the "serving" line, and on SIGTERM runs the drain sequence:
 //   health NOT_SERVING -> services refuse new work -> in-flight work finishes (at most
 //   --drain-seconds) -> gRPC Shutdown with a grace deadline -> /metrics stops.
 //
@@ -69,7 +69,7 @@ class Server {
   int metrics_port() const;
   grpc::Server& grpc() { return *grpc_; }
 
-  // "<program> serving grpc_port=... metrics_port=... <extra>".
+  // "<program> serving grpc_port=... metrics_port=... open_files=... <extra>".
   void log_serving(const LogFields& extra) const;
   // Blocks until SIGTERM/SIGINT, then runs the drain sequence (header comment) and returns.
   void wait_and_drain(const DrainSteps& steps);
@@ -82,6 +82,7 @@ class Server {
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<HttpServer> http_;
   int grpc_port_ = 0;
+  long open_files_ = 0;               // the soft RLIMIT_NOFILE, raised to the hard limit at start
   std::atomic<bool> serving_{false};  // what /healthz answers: gRPC health, for plaintext HTTP probes
 };
 

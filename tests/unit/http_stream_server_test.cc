@@ -1,14 +1,25 @@
 // server/http_stream_server.h: whole answers and keep-alive, chunked streams, the body limit (413),
 // the read timeout, a dropped client seen by ClientWatch, and one blocked handler never holding up
-// another connection.
+// another connection; under hostile clients (docs/design.md, OpenAI HTTP API): HTTP/1.0 streams,
+// refused framings, a thrown handler, idle connections past the descriptor limit (a child process
+// serves under a lowered RLIMIT_NOFILE), accept() out of descriptors, a connection storm.
 #include "server/http_stream_server.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <filesystem>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "tests/unit/http_get.h"
 #include "tests/unit/test_pki.h"
@@ -16,6 +27,19 @@
 
 namespace yoco {
 namespace {
+
+// Sanitized builds (scripts/sanitize.sh) run several times slower: time bounds stretch this much.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr double kSlow = 5;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr double kSlow = 5;
+#else
+constexpr double kSlow = 1;
+#endif
+#else
+constexpr double kSlow = 1;
+#endif
 
 std::unique_ptr<HttpStreamServer> serve(HttpStreamHandler handler, HttpStreamServerOptions o = {}) {
   auto s = HttpStreamServer::bind("127.0.0.1", 0, o);
@@ -163,6 +187,347 @@ TEST(HttpStreamServer, TlsAndClientCertificates) {
   auto bad = HttpStreamServer::bind("127.0.0.1", 0, o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("--tls-cert"), std::string::npos) << bad.status().message();
+}
+
+// ---- hostile clients ----
+
+// A body the server wrote itself: OpenAI's error shape, valid JSON; printable ASCII (what these
+// requests quote is not UTF-8 or is a control byte: escaped).
+void expect_error_json(const std::string& response, int status) {
+  EXPECT_EQ(test::http_status(response), status) << response;
+  const std::string body = test::http_body(response);
+  auto j = Json::parse(body);
+  ASSERT_TRUE(j.ok()) << body;
+  const Json* error = j->find("error");
+  ASSERT_TRUE(error != nullptr && error->find("message") != nullptr) << body;
+  EXPECT_TRUE(error->find("message")->is_string()) << body;
+  ASSERT_TRUE(error->find("type") != nullptr) << body;
+  EXPECT_EQ(error->find("type")->as_string(), status == 503   ? "service_unavailable"
+                                              : status == 500 ? "server_error"
+                                                              : "invalid_request_error");
+  for (size_t i = 0; i < body.size(); ++i) {
+    const auto c = static_cast<unsigned char>(body[i]);
+    EXPECT_TRUE(c >= 0x20 && c < 0x7F) << "byte " << int(c) << " at " << i << " of " << body;
+  }
+}
+
+TEST(HttpStreamServer, Http10StreamIsCloseDelimited) {
+  auto s = serve([](HttpExchange& ex) {
+    ASSERT_TRUE(ex.start_stream(200, "text/event-stream", {}));
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(ex.write("data: " + std::to_string(i) + "\n\n"));
+  });
+  // HTTP/1.0 has no chunked coding: the bytes as written, the close ends them.
+  const std::string r =
+      test::http_raw(s->port(), "POST /s HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n{}", 10);
+  EXPECT_EQ(test::http_status(r), 200) << r;
+  const auto head_end = r.find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos) << r;
+  std::string head = r.substr(0, head_end);
+  for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  EXPECT_EQ(head.find("transfer-encoding"), std::string::npos) << r;
+  EXPECT_EQ(head.find("content-length"), std::string::npos) << r;
+  EXPECT_NE(head.find("connection: close"), std::string::npos) << r;
+  EXPECT_EQ(r.substr(head_end + 4), "data: 0\n\ndata: 1\n\ndata: 2\n\n");
+  // HTTP/1.1 still gets chunks.
+  const std::string r11 = test::http_post(s->port(), "/s", "{}");
+  EXPECT_NE(r11.find("Transfer-Encoding: chunked"), std::string::npos) << r11;
+  EXPECT_EQ(test::http_body(r11), "data: 0\n\ndata: 1\n\ndata: 2\n\n");
+}
+
+TEST(HttpStreamServer, RefusesTransferCodingsOtherThanChunked) {
+  std::atomic<int> handled{0};
+  auto s = serve([&](HttpExchange& ex) { ++handled, ex.respond(200, "text/plain", ex.request().body, {}); });
+  const std::string body = "5\r\nhello\r\n0\r\n\r\n";
+  for (const std::string te : {"Transfer-Encoding: gzip, chunked\r\n", "Transfer-Encoding: chunked, gzip\r\n",
+                               "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+                               "Transfer-Encoding: identity\r\n", "Transfer-Encoding: \xff\xfe\"x\\, chunked\r\n"}) {
+    const std::string r = test::http_raw(s->port(), "POST /x HTTP/1.1\r\nHost: x\r\n" + te + "\r\n" + body, 10);
+    const int status = test::http_status(r);
+    EXPECT_TRUE(status == 501 || status == 400) << te << r;
+    expect_error_json(r, status);
+  }
+  EXPECT_EQ(handled.load(), 0);
+  // Chunked alone is read.
+  const std::string ok = test::http_raw(s->port(),
+                                        "POST /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                        "Transfer-Encoding: chunked\r\n\r\n" +
+                                            body,
+                                        10);
+  EXPECT_EQ(test::http_status(ok), 200) << ok;
+  EXPECT_EQ(test::http_body(ok), "hello");
+}
+
+TEST(HttpStreamServer, RefusesObsoleteLineFolding) {
+  std::atomic<int> handled{0};
+  auto s = serve([&](HttpExchange& ex) { ++handled, ex.respond(200, "text/plain", "ok", {}); });
+  for (const std::string fold :
+       {"X-A: one\r\n two\r\n", "X-A: one\r\n\ttwo\r\n", "X-A:\r\n two\r\n", "Authorization: Bearer a\r\n b\r\n"}) {
+    const std::string r =
+        test::http_raw(s->port(), "GET /x HTTP/1.1\r\nHost: x\r\n" + fold + "Connection: close\r\n\r\n", 10);
+    expect_error_json(r, 400);
+  }
+  EXPECT_EQ(handled.load(), 0);
+  const std::string ok =
+      test::http_raw(s->port(), "GET /x HTTP/1.1\r\nHost: x\r\nX-A: one two\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(test::http_status(ok), 200) << ok;
+}
+
+TEST(HttpStreamServer, AThrownHandlerAnswers500) {
+  auto s = serve([](HttpExchange& ex) {
+    if (ex.request().path == "/throw") throw std::runtime_error("boom");
+    if (ex.request().path == "/throw-in-stream") {
+      ex.start_stream(200, "text/event-stream", {});
+      ex.write("a");
+      throw std::runtime_error("boom");
+    }
+    ex.respond(200, "text/plain", "ok", {});
+  });
+  expect_error_json(test::http_post(s->port(), "/throw", "{}"), 500);
+  const std::string streamed = test::http_post(s->port(), "/throw-in-stream", "{}");
+  EXPECT_EQ(test::http_status(streamed), 200) << streamed;
+  EXPECT_EQ(test::http_body(streamed), "a");
+  EXPECT_NE(streamed.find("\r\n0\r\n\r\n"), std::string::npos) << streamed;  // the stream was ended
+  EXPECT_EQ(test::http_status(test::http_post(s->port(), "/ok", "{}")), 200);
+}
+
+// A socket connected to 127.0.0.1:port (-1 on failure).
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int count_entries(const std::string& dir) {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    ++n;
+  return n;
+}
+int threads_of(pid_t pid) { return count_entries("/proc/" + std::to_string(pid) + "/task"); }
+int fds_of(pid_t pid) { return count_entries("/proc/" + std::to_string(pid) + "/fd"); }
+
+// The child of IdleConnectionsPastTheDescriptorLimit (skipped when run on its own): serves under
+// RLIMIT_NOFILE soft = $YOCO_HTTP_TEST_NOFILE, prints its port, runs until killed.
+TEST(HttpStreamServerChild, ServesUnderALowDescriptorLimit) {
+  const char* nofile = std::getenv("YOCO_HTTP_TEST_NOFILE");
+  if (nofile == nullptr) GTEST_SKIP() << "the child process of HttpStreamServer.IdleConnectionsPastTheDescriptorLimit";
+  rlimit rl{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  rl.rlim_cur = std::stoul(nofile);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  auto s = serve([](HttpExchange& ex) { ex.respond(200, "text/plain", "ok", {}); });
+  std::printf("\nport %d\n", s->port());
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::seconds(60));
+}
+
+struct Child {
+  pid_t pid = -1;
+  int port = 0;
+  ~Child() {
+    if (pid > 0) kill(pid, SIGKILL), waitpid(pid, nullptr, 0);
+  }
+  bool alive() const { return pid > 0 && waitpid(pid, nullptr, WNOHANG) == 0; }
+};
+
+// This test binary again, running only ServesUnderALowDescriptorLimit at `nofile` descriptors.
+void spawn_server(Child& c, int nofile) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  ASSERT_GT(n, 0);
+  exe[n] = '\0';
+  std::string env_nofile = "YOCO_HTTP_TEST_NOFILE=" + std::to_string(nofile);
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(env_nofile.data());
+  envp.push_back(nullptr);
+  char filter[] = "--gtest_filter=HttpStreamServerChild.*";
+  char* argv[] = {exe, filter, nullptr};
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    dup2(out[1], 1);
+    close(out[0]);
+    execve(exe, argv, envp.data());
+    _exit(127);
+  }
+  close(out[1]);
+  c.pid = pid;
+  std::string text;
+  char buf[512];
+  pollfd p{out[0], POLLIN, 0};
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       std::chrono::steady_clock::now() < until && text.find("\nport ") == std::string::npos;) {
+    if (poll(&p, 1, 100) <= 0) continue;
+    const ssize_t got = read(out[0], buf, sizeof buf);
+    if (got <= 0) break;
+    text.append(buf, got);
+  }
+  close(out[0]);
+  const auto at = text.find("\nport ");
+  ASSERT_NE(at, std::string::npos) << text;
+  c.port = std::stoi(text.substr(at + 6));
+}
+
+TEST(HttpStreamServer, IdleConnectionsPastTheDescriptorLimit) {
+  // The server's process at soft RLIMIT_NOFILE 256: its cap is 256 - 128 = 128 connections.
+  Child child;
+  spawn_server(child, 256);
+  ASSERT_GT(child.port, 0);
+  const int threads0 = threads_of(child.pid), fds0 = fds_of(child.pid);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<int> conns;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = connect_to(child.port);
+    ASSERT_GE(fd, 0) << "connection " << i;
+    conns.push_back(fd);
+  }
+  // The 72 past the cap are answered 503 at once and closed; the others stay open, unanswered.
+  std::vector<std::string> got(conns.size());
+  std::vector<bool> ended(conns.size(), false);
+  int n_ended = 0;
+  for (auto until = t0 + std::chrono::seconds(static_cast<int>(3 * kSlow));
+       std::chrono::steady_clock::now() < until && n_ended < 72;) {
+    std::vector<pollfd> ps;
+    for (size_t i = 0; i < conns.size(); ++i)
+      if (!ended[i]) ps.push_back({conns[i], POLLIN, 0});
+    if (poll(ps.data(), ps.size(), 100) <= 0) continue;
+    for (const pollfd& p : ps) {
+      if (p.revents == 0) continue;
+      const size_t i = std::find(conns.begin(), conns.end(), p.fd) - conns.begin();
+      char buf[4096];
+      const ssize_t n = read(p.fd, buf, sizeof buf);
+      if (n > 0) got[i].append(buf, n);
+      if (n <= 0) ended[i] = true, ++n_ended;
+    }
+  }
+  const double refuse_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int refused = 0;
+  for (size_t i = 0; i < conns.size(); ++i) {
+    if (!ended[i]) continue;
+    ++refused;
+    expect_error_json(got[i], 503);
+    EXPECT_NE(got[i].find("service_unavailable"), std::string::npos) << got[i];
+    EXPECT_NE(got[i].find("Retry-After"), std::string::npos) << got[i];
+    EXPECT_NE(got[i].find("Connection: close"), std::string::npos) << got[i];
+  }
+  EXPECT_EQ(refused, 72);
+  EXPECT_LT(refuse_s, 2.0 * kSlow);
+  // Idle connections hold no thread each.
+  const int threads1 = threads_of(child.pid), fds1 = fds_of(child.pid);
+  EXPECT_LT(threads1 - threads0, 10) << threads0 << " -> " << threads1;
+  EXPECT_TRUE(child.alive());
+  std::printf(
+      "200 idle connections at RLIMIT_NOFILE 256: threads %d -> %d, descriptors %d -> %d, %d refused in %.3f s\n",
+      threads0, threads1, fds0, fds1, refused, refuse_s);
+  // With some closed, a new client is served within 1 s.
+  for (int i = 0; i < 10; ++i) close(conns[i]), conns[i] = -1;
+  const auto t1 = std::chrono::steady_clock::now();
+  const auto within = std::chrono::milliseconds(static_cast<int>(1000 * kSlow));
+  int status = 0;
+  while (status != 200 && std::chrono::steady_clock::now() - t1 < within) {
+    status = test::http_status(test::http_post(child.port, "/x", "{}"));
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, within);
+  EXPECT_TRUE(child.alive());
+  for (int fd : conns)
+    if (fd >= 0) close(fd);
+}
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+TEST(HttpStreamServer, AcceptOutOfDescriptorsWaitsAndRecovers) {
+  auto s = serve([](HttpExchange& ex) { ex.respond(200, "text/plain", "ok", {}); });
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  int highest = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd"))
+    highest = std::max(highest, std::stoi(e.path().filename().string()));
+  rlimit low = saved;
+  low.rlim_cur = highest + 1 + 24;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  // Clients take the last descriptors; the server's accept() then fails with EMFILE while
+  // connections wait in its backlog.
+  std::vector<int> conns;
+  for (int fd; (fd = connect_to(s->port())) >= 0;) conns.push_back(fd);
+  const double cpu0 = cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double spent = cpu_seconds() - cpu0;
+  EXPECT_LT(spent, 0.25) << "accept() retried without a pause";
+  setrlimit(RLIMIT_NOFILE, &saved);
+  for (int fd : conns) close(fd);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(test::http_status(test::http_post(s->port(), "/x", "{}")), 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(static_cast<int>(1000 * kSlow)));
+}
+
+// At RLIMIT_NOFILE 256 (cap 128), four clients open connections and close them again, each keeping
+// its last 20 open for a few milliseconds (some sent nothing, half a request, TLS bytes, a whole
+// request): about 80 open at any time, thousands in all, while normal requests keep being answered.
+TEST(HttpStreamServer, ConnectionStormLeavesRequestsAnswered) {
+  Child child;
+  spawn_server(child, 256);
+  ASSERT_GT(child.port, 0);
+  const int fds0 = fds_of(child.pid);
+  std::atomic<bool> stop{false};
+  std::atomic<int> storm{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t)
+    clients.emplace_back([&, t] {
+      static const std::string sends[] = {"", "POST /x HTTP/1.1\r\nContent-Le", "\x16\x03\x01\x02\x00garbage\r\n\r\n",
+                                          "GET /x HTTP/1.1\r\nHost: x\r\n\r\n"};
+      std::vector<int> held(20, -1);
+      for (int i = t; !stop; ++i) {
+        int& slot = held[i % held.size()];
+        if (slot >= 0) close(slot);
+        slot = connect_to(child.port);
+        if (slot < 0) continue;
+        const std::string& what = sends[i % 4];
+        if (!what.empty()) (void)!write(slot, what.data(), what.size());
+        ++storm;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));  // each connection lives ~40 ms
+      }
+      for (int fd : held)
+        if (fd >= 0) close(fd);
+    });
+  double worst = 0;
+  for (int i = 0; i < 20; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(test::http_status(test::http_post(child.port, "/x", "{}")), 200);
+    worst = std::max(worst, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_LT(worst, 1.0 * kSlow);
+  EXPECT_GT(storm.load(), 200);
+  EXPECT_TRUE(child.alive());
+  // Every stormed connection's descriptor is given back (lingering ones within a second).
+  int fds1 = fds_of(child.pid);
+  for (int i = 0; i < 60 && fds1 > fds0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    fds1 = fds_of(child.pid);
+  }
+  EXPECT_LE(fds1, fds0);
+  std::printf("storm at RLIMIT_NOFILE 256: %d connections, slowest request %.3f s, descriptors %d -> %d\n",
+              storm.load(), worst, fds0, fds1);
 }
 
 }  // namespace

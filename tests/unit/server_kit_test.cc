@@ -1,6 +1,7 @@
 // The server kit (server/): flag ranges and errors naming the flag, the common server flags, the
-// deadline conversion and the cancellable wait, the TLS flags, /healthz.
+// deadline conversion and the cancellable wait, the TLS flags, /healthz, the open-file limit.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <fstream>
 #include <sstream>
@@ -160,6 +161,28 @@ TEST(Server, StartsWritesThePortFileAndDrainsInOrder) {
   auto busy = Server::start(bad, {}, registry);
   ASSERT_FALSE(busy.ok());
   EXPECT_NE(busy.status().message().find("--listen"), std::string::npos) << busy.status().message();
+}
+
+// Every server process lifts its soft RLIMIT_NOFILE to the hard limit at start and says so.
+TEST(Server, RaisesTheOpenFileLimit) {
+  rlimit rl{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_max < 64 || rl.rlim_max == RLIM_INFINITY) GTEST_SKIP() << "hard limit " << rl.rlim_max;
+  rl.rlim_cur = rl.rlim_max / 2;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+  ServerOptions o;
+  o.program = "yoco-test";
+  MetricsRegistry registry;
+  testing::internal::CaptureStderr();
+  auto s = Server::start(o, {}, registry);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  (*s)->log_serving(LogFields());
+  const std::string log = testing::internal::GetCapturedStderr();
+  rlimit now{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &now), 0);
+  EXPECT_EQ(now.rlim_cur, rl.rlim_max);
+  EXPECT_NE(log.find("open_files=" + std::to_string(rl.rlim_max)), std::string::npos) << log;
+  EXPECT_EQ(raise_open_file_limit(), static_cast<long>(rl.rlim_max));  // already there: unchanged
 }
 
 }  // namespace
