@@ -69,7 +69,7 @@ void HttpRequestReader::check_header(std::string_view used, size_t unused) {
     codings += (fields++ ? ", " : "") + std::string(f.value());
   }
   if (fields > 0 && (fields > 1 || !beast::iequals(codings, "chunked")))
-    return refuse(501, "Transfer-Encoding \"" + codings + "\" is not supported: only chunked");
+    return refuse(400, "Transfer-Encoding \"" + codings + "\" is not supported: only chunked");
 }
 
 void HttpRequestReader::refuse(int status, std::string message) {
