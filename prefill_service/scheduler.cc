@@ -38,18 +38,6 @@ bool lease_over(const ReservationDescriptor& d) {
 
 }  // namespace
 
-Status PrefillLimits::validate() const {
-  if (chunk_tokens <= 0) return invalid_argument("chunk_tokens: must be > 0, got " + std::to_string(chunk_tokens));
-  if (max_active <= 0) return invalid_argument("max_active: must be > 0, got " + std::to_string(max_active));
-  if (max_queued_tokens <= 0)
-    return invalid_argument("max_queued_tokens: must be > 0, got " + std::to_string(max_queued_tokens));
-  if (committers <= 0) return invalid_argument("committers: must be > 0, got " + std::to_string(committers));
-  if (retention_chunk <= 0)
-    return invalid_argument("retention_chunk: must be > 0, got " + std::to_string(retention_chunk));
-  if (commit_grace.count() < 0) return invalid_argument("commit_grace: must be >= 0");
-  return Status::Ok();
-}
-
 struct PrefillScheduler::Job {
   enum class Phase { kWaiting, kActive, kCommitting };
 
@@ -68,10 +56,7 @@ struct PrefillScheduler::Job {
   SequenceState state;
   DocumentRecord document;  // a document job's record, once stored
   int64_t computed = 0;
-  // Rows [0, hole) of the host mirror were never loaded (resident on the decode worker, so
-  // neither shipped nor needed): they must not be stored.
-  int64_t hole = 0;
-  int64_t stored_prefix = 0;  // the longest document end whose state this job stored
+  PromptCacheProgress cached;  // what the prompt cache loaded and stored for it
   Clock::time_point submitted, started, prefilled;
   PrefillStats stats;
 
@@ -91,9 +76,9 @@ PrefillScheduler::PrefillScheduler(const Model& model, KvSender& sender, Prefill
       sender_(sender),
       limits_(limits),
       own_engine_(engine ? nullptr : std::make_unique<CpuEngine>(model)),
-      engine_(engine ? *engine : *own_engine_),
-      cache_(cache),
-      write_prompts_(write_prompts) {}
+      engine_(engine ? *engine : *own_engine_) {
+  if (cache) prompt_cache_.emplace(*cache, model, write_prompts);
+}
 
 PrefillScheduler::~PrefillScheduler() { stop(); }
 
@@ -109,7 +94,7 @@ void PrefillScheduler::start() {
 
 Status PrefillScheduler::check(const PrefillJob& job) const {
   if (job.document) {
-    if (!cache_) return failed_precondition("document: this prefill worker has no KV store");
+    if (!prompt_cache_) return failed_precondition("document: this prefill worker has no KV store");
     if (job.tokens.empty()) return invalid_argument("content: empty document");
     return model_.validate_tokens(job.tokens, 0, "content.tokens");
   }
@@ -302,20 +287,27 @@ void PrefillScheduler::sweep_locked(std::vector<Ended>& ended) {
 }
 
 std::vector<PrefillScheduler::Slice> PrefillScheduler::plan_locked() {
-  while (static_cast<int>(active_.size()) < limits_.max_active && !waiting_.empty()) {
+  auto remaining = [](const JobPtr& j) { return PlanJob{j->size() - j->computed}; };
+  std::vector<PlanJob> waiting, active;
+  // No more than max_active can start in one step: the rest of the queue need not be looked at.
+  for (size_t i = 0; i < waiting_.size() && i < static_cast<size_t>(limits_.max_active); ++i)
+    waiting.push_back(remaining(waiting_[i]));
+  for (const JobPtr& j : active_) active.push_back(remaining(j));
+  const StepPlan step = plan(waiting, active, limits_);
+  for (size_t i = 0; i < step.admitted; ++i) {
     active_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     active_.back()->phase = Job::Phase::kActive;
   }
-  std::vector<Slice> plan;
-  int budget = limits_.chunk_tokens;
-  for (const JobPtr& j : active_) {
-    if (budget == 0) break;
-    const int n = static_cast<int>(std::min<int64_t>(budget, j->size() - j->computed));
-    plan.push_back(Slice{j, n, 0, Status::Ok(), false, false});
-    budget -= n;
-  }
-  return plan;
+  std::vector<Slice> slices;
+  for (const PlannedSlice& p : step.slices)
+    slices.push_back(Slice{active_[p.job], p.tokens, 0, Status::Ok(), false, false});
+  return slices;
+}
+
+PromptCacheRequest PrefillScheduler::cache_request(const Job& j) {
+  return {j.req.tokens,       j.req.cached_prefix_candidates, j.req.document,
+          j.req.document_ttl, j.req.document_owner,           j.req.reservation.resident_rows};
 }
 
 void PrefillScheduler::run_slice(Slice& s) {
@@ -334,7 +326,12 @@ bool PrefillScheduler::start_job(Slice& s, Clock::time_point t0) {
   j.started = t0;
   j.stats.started = true;
   j.stats.queue_seconds = seconds_between(j.submitted, t0);
-  if (cache_ && !j.req.document) resume_from_cache(j);
+  if (prompt_cache_) {
+    if (auto resumed = prompt_cache_->resume(cache_request(j), j.cached)) {
+      j.state = std::move(*resumed);
+      j.computed = j.stats.cached_tokens = j.cached.cached_tokens;
+    }
+  }
   auto seq = engine_.adopt(j.state);
   if (!seq.ok()) {
     s.status = seq.status();
@@ -347,7 +344,7 @@ bool PrefillScheduler::start_job(Slice& s, Clock::time_point t0) {
   if (j.computed > 0) {
     // The cached rows go out first, as one transfer of whole runs.
     s.cached = j.computed;
-    s.status = mirror_rows(j, j.hole, j.computed - j.hole);
+    s.status = mirror_rows(j, j.cached.hole, j.computed - j.cached.hole);
     if (!s.status.ok()) return false;
     s.status = ship_rows(j, 0, j.computed);
     if (!s.status.ok()) {
@@ -359,13 +356,11 @@ bool PrefillScheduler::start_job(Slice& s, Clock::time_point t0) {
   return true;
 }
 
-bool PrefillScheduler::writes_prompt(const Job& j) const { return cache_ && write_prompts_ && !j.req.document; }
-
 bool PrefillScheduler::compute_slice(Slice& s, Clock::time_point t0) {
   Job& j = *s.job;
   // A slice that would cross a stop (the last whole block, a prepended document's end) stops
   // there, so the state at it can be stored for later prompts sharing the prefix.
-  const int64_t stop = next_stop(j);
+  const int64_t stop = prompt_cache_ ? prompt_cache_->next_stop(cache_request(j), j.computed) : j.size();
   if (j.computed + s.tokens > stop) s.tokens = static_cast<int>(stop - j.computed);
   const PrefillOptions opt{limits_.chunk_tokens, limits_.retention_chunk};
   s.status = engine_.prefill(j.seq, std::span<const int32_t>(j.req.tokens).subspan(j.computed, s.tokens), opt);
@@ -382,53 +377,11 @@ bool PrefillScheduler::compute_slice(Slice& s, Clock::time_point t0) {
   }
   j.stats.chunks.push_back(s.tokens);
   j.computed += s.tokens;
-  if (cache_ && j.computed == stop) store_state_at_stop(j);
+  if (prompt_cache_ && j.computed == stop) {
+    auto snapshot = [&](SequenceState& snap) { return engine_.snapshot(j.seq, snap); };
+    prompt_cache_->at_stop(cache_request(j), j.cached, stop, snapshot, j.state);
+  }
   return true;
-}
-
-int64_t PrefillScheduler::next_stop(const Job& j) const {
-  if (!cache_) return j.size();
-  const int64_t B = cache_->options().block_tokens;
-  int64_t stop = j.size();
-  // The last whole block: a prompt's with prefix caching, and a document's, so that a plain
-  // prompt extending the document resumes there (docs/design.md, one prefix identity).
-  const int64_t boundary = j.size() / B * B;
-  if ((writes_prompt(j) || j.req.document) && boundary > j.computed) stop = boundary;
-  if (!j.req.document)
-    for (int64_t p : j.req.cached_prefix_candidates)
-      if (p > j.computed && p < stop) stop = p;
-  return stop;
-}
-
-void PrefillScheduler::store_state_at_stop(Job& j) {
-  const int64_t B = cache_->options().block_tokens, at = j.computed;
-  if (at <= j.stats.cached_tokens) return;
-  const auto& cands = j.req.cached_prefix_candidates;
-  const bool document_end = !j.req.document && std::find(cands.begin(), cands.end(), at) != cands.end();
-  // A document's own end is stored by store_document.
-  const bool boundary = at == j.size() / B * B && (writes_prompt(j) || (j.req.document && at < j.size()));
-  if (!document_end && !boundary) return;
-  // Rows of the partial block below `at` ride in the state, as in a document's (whole blocks go
-  // as block objects, written by write_back).
-  const int64_t full = at / B * B;
-  if (full < j.hole) return;
-  SequenceState snap;
-  if (!engine_.snapshot(j.seq, snap).ok()) return;
-  StateBlobOptions so;
-  so.include_kv = full < at;
-  so.kv_row_begin = full;
-  so.kv_row_end = at;
-  so.kv_dtype = cache_->options().dtype;
-  snap.k.swap(j.state.k);  // the host mirror holds rows [0, at): lent, not copied
-  snap.v.swap(j.state.v);
-  const auto blob = serialize_state(snap, model_.config(), model_.fingerprint(), so);
-  snap.k.swap(j.state.k);
-  snap.v.swap(j.state.v);
-  const auto key =
-      state_key_for(std::span<const int32_t>(j.req.tokens).first(at), static_cast<int>(B), model_.fingerprint());
-  // A document's boundary state lives as long as the document; prompt states until evicted.
-  const std::chrono::seconds ttl = j.req.document ? j.req.document_ttl : std::chrono::seconds(0);
-  if (cache_->put_state(key, blob, ttl).ok() && document_end) j.stored_prefix = std::max(j.stored_prefix, at);
 }
 
 Status PrefillScheduler::ship_rows(Job& j, int64_t first, int64_t n) {
@@ -441,7 +394,7 @@ Status PrefillScheduler::ship_rows(Job& j, int64_t first, int64_t n) {
 
 void PrefillScheduler::finish_job(Slice& s) {
   Job& j = *s.job;
-  if (writes_prompt(j) || j.stored_prefix > 0) write_back(j);
+  if (prompt_cache_) prompt_cache_->write_back(cache_request(j), j.cached, j.state);
   j.prefilled = Clock::now();
   j.stats.prefill_seconds = seconds_between(j.started, j.prefilled);
   if (j.req.document) {  // stored, not shipped: settle ends it without a commit
@@ -471,76 +424,14 @@ void PrefillScheduler::finish_job(Slice& s) {
   s.last = true;
 }
 
-void PrefillScheduler::resume_from_cache(Job& j) {
-  const ModelConfig& cfg = model_.config();
-  const int B = cache_->options().block_tokens;
-  const std::span<const int32_t> tokens(j.req.tokens);
-  // Blocks resident on the decode worker are neither loaded nor shipped (their rows stay zero
-  // here): only the state and the rows past them are needed.
-  const int64_t resident_blocks = j.req.reservation.resident_rows / B;
-  // Document ends first (exact resumes at any position), longest first; then whole blocks.
-  std::vector<int64_t> cands = j.req.cached_prefix_candidates;
-  std::sort(cands.rbegin(), cands.rend());
-  for (int64_t p : cands) {
-    if (p <= 0 || p > j.size()) continue;
-    auto state = cache_->get_state(state_key_for(tokens.first(p), B, model_.fingerprint()));
-    if (!state.ok() || !state->has_value()) continue;
-    const int64_t blocks = p / B, skip = std::min(blocks, resident_blocks);
-    const auto keys = chain_keys(tokens.first(blocks * B), B, model_.fingerprint());
-    auto rows = cache_->read_blocks(std::span<const BlockKey>(keys).subspan(skip));
-    if (!rows.ok()) continue;
-    const size_t skipped = static_cast<size_t>(skip * B) * cfg.kv_dim();
-    CachedPrefix cp;
-    cp.tokens = p;
-    cp.blocks = blocks;
-    // Room for the whole prompt's rows now: the slices to come then never reallocate them.
-    cp.k.reserve(static_cast<size_t>(j.size()) * cfg.kv_dim());
-    cp.v.reserve(cp.k.capacity());
-    cp.k.assign(skipped, 0.0f);
-    cp.v.assign(skipped, 0.0f);
-    cp.k.insert(cp.k.end(), rows->k.begin(), rows->k.end());
-    cp.v.insert(cp.v.end(), rows->v.begin(), rows->v.end());
-    cp.state = std::move(**state);
-    SequenceState st;
-    if (!restore_prefix(*cache_, std::move(cp), cfg, st).ok()) continue;
-    j.state = std::move(st);
-    j.computed = p;
-    j.hole = skip * B;
-    j.stats.cached_tokens = p;
-    return;
-  }
-  if (!write_prompts_) return;  // prompt caching off: documents only
-  CachedPrefix cp = cache_->load_prefix(tokens, -1, resident_blocks);
-  if (cp.tokens <= 0) return;
-  const int64_t blocks = cp.blocks, tokens_cached = cp.tokens;
-  SequenceState st;
-  if (!restore_prefix(*cache_, std::move(cp), cfg, st).ok()) return;
-  j.state = std::move(st);
-  j.computed = tokens_cached;
-  j.hole = std::min(resident_blocks, blocks) * B;
-  j.stats.cached_tokens = tokens_cached;
-}
-
 Status PrefillScheduler::store_document(Job& j) {
   // The state without rows, plus the rows of the host mirror.
   SequenceState snap;
   YOCO_RETURN_IF_ERROR(engine_.snapshot(j.seq, snap));
   snap.k = std::move(j.state.k);
   snap.v = std::move(j.state.v);
-  auto rec = save_document(*cache_, j.req.tokens, snap, model_.config(), j.req.document_ttl, j.req.document_owner);
-  if (!rec.ok()) return Status(StatusCode::kUnavailable, "KV store: " + rec.status().message());
-  j.document = std::move(rec).value();
+  YOCO_ASSIGN_OR_RETURN(j.document, prompt_cache_->store_document(cache_request(j), snap));
   return Status::Ok();
-}
-
-void PrefillScheduler::write_back(Job& j) {
-  const int64_t B = cache_->options().block_tokens;
-  const int64_t first = j.stats.cached_tokens / B;  // blocks below this were loaded, not computed
-  // Without prefix caching, only the blocks under the document ends whose states were stored.
-  const int64_t last = writes_prompt(j) ? j.size() / B : j.stored_prefix / B;
-  if (last > first)
-    (void)cache_->write_blocks(j.req.tokens, j.state.k.data(), j.state.v.data(), first, last - first,
-                               std::chrono::seconds(0));
 }
 
 Status PrefillScheduler::mirror_rows(Job& j, int64_t first, int64_t n) {

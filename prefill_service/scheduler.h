@@ -12,6 +12,10 @@
 // The model runs behind model/engine.h (the CPU engine, or a CUDA engine whose sequences stay
 // on the device); whatever the device, each slice's K/V rows are read into the job's host
 // mirror (Engine::read_rows), which is what is shipped and stored.
+//
+// This class is the threads, the queues and a job's phases. What a step computes is plan()
+// (plan.h, a pure function); what is looked up in and written to the KV store, and where slices
+// stop for it, is the PromptCache's (prompt_cache.h).
 #pragma once
 
 #include <atomic>
@@ -22,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -30,31 +35,13 @@
 #include "common/status.h"
 #include "model/engine.h"
 #include "model/model.h"
+#include "prefill_service/limits.h"
+#include "prefill_service/plan.h"
 #include "prefill_service/prompt_cache.h"
 #include "transfer/descriptor.h"
 #include "transfer/transport.h"
 
 namespace yoco {
-
-// How much the scheduler takes on (docs/architecture.md, rule 8).
-struct PrefillLimits {
-  int chunk_tokens = 512;                        // tokens computed per step, across all active prompts
-  int max_active = 4;                            // prompts interleaved per step
-  int64_t max_queued_tokens = int64_t{1} << 20;  // uncomputed tokens waiting or active; beyond: RESOURCE_EXHAUSTED
-  int committers = 8;                            // threads waiting for commit acknowledgements
-  int retention_chunk = 64;                      // C of the chunkwise gated-retention form
-  // Slack past the reservation's lease for the commit acknowledgement (its wait must end).
-  std::chrono::milliseconds commit_grace{5000};
-  // Fault injection for tests and drills, off by default: every slice takes at least this long
-  // (a slow or busy prefill), and the commit waits this long after the last rows and the state
-  // were handed over (a slow network). They make each phase of a request long enough to
-  // cancel, time out or kill a worker in on purpose (tests/cluster/cluster_test.cc).
-  std::chrono::milliseconds inject_slice_delay{0};
-  std::chrono::milliseconds inject_commit_delay{0};
-
-  // Errors name the field.
-  Status validate() const;
-};
 
 struct PrefillJob {
   std::string request_id;  // must match the reservation's; empty: the reservation's
@@ -150,15 +137,8 @@ class PrefillScheduler {
 
   struct Job;
   using JobPtr = std::shared_ptr<Job>;
-  // First slice of a job: the longest cached prefix, restored into j.state (the caller ships it).
-  void resume_from_cache(Job& j);
-  // Last slice: the blocks computed here go to the store, best effort.
-  void write_back(Job& j);
-  // Where the next slice of a job must stop so that a state can be stored there (a prepended
-  // document's end, the last whole block); j.size() when nowhere.
-  int64_t next_stop(const Job& j) const;
-  // At a stop: the state there into the store (best effort, docs/design.md, one prefix identity).
-  void store_state_at_stop(Job& j);
+  // The job as the prompt cache sees it.
+  static PromptCacheRequest cache_request(const Job& j);
   // Ships rows [first, first + n) of the host mirror, less those resident on the decode worker.
   Status ship_rows(Job& j, int64_t first, int64_t n);
   // Rows [first, first + n) of the job's sequence into its host mirror (j.state.k/v, which then
@@ -193,7 +173,6 @@ class PrefillScheduler {
   bool start_job(Slice& s, TransferClock::time_point t0);  // false: s.status says why
   bool compute_slice(Slice& s, TransferClock::time_point t0);
   void finish_job(Slice& s);
-  bool writes_prompt(const Job& j) const;  // automatic prefix caching applies to this job
   void settle_locked(std::vector<Slice>& plan, std::vector<Ended>& ended);
   void record_throughput(int64_t tokens, double busy_seconds);
   // Aborts the reservation (best effort) and completes the job: outside the lock.
@@ -205,8 +184,7 @@ class PrefillScheduler {
   const PrefillLimits limits_;
   std::unique_ptr<Engine> own_engine_;  // the CPU engine when none was given
   Engine& engine_;
-  KvCache* const cache_;
-  const bool write_prompts_;
+  std::optional<PromptCache> prompt_cache_;  // with a KV store
 
   mutable std::mutex mu_;
   std::condition_variable cv_;                 // compute thread: work, cancellation, stop

@@ -1,5 +1,6 @@
-// The gRPC edge shared by the three servers (docs/architecture.md, rule 6): library Status →
-// grpc::Status and the status label metrics use. Starting a server is server/server.h's.
+// The gRPC edge shared by the three servers and yoco-cli's cluster client (docs/architecture.md,
+// rule 6): library Status → grpc::Status, a code's name and the status label metrics use.
+// Starting a server is server/server.h's.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -35,6 +36,46 @@ inline grpc::Status to_grpc(const Status& s) {
       return {grpc::StatusCode::DATA_LOSS, s.message()};
     default:
       return {grpc::StatusCode::INTERNAL, s.message()};
+  }
+}
+
+// The code's canonical name ("INVALID_ARGUMENT"), as clients print it: `error: CODE: message`.
+inline const char* grpc_code_name(grpc::StatusCode c) {
+  switch (c) {
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "UNKNOWN";
   }
 }
 

@@ -64,8 +64,9 @@ case "$stage" in
 esac
 
 start=$SECONDS
+# The Python-side tests (tokenizer reference data, chat_template_jinja2) use the main build's venv.
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DYOCO_CUDA=OFF -DYOCO_BUILD_BENCH=OFF \
-  -DYOCO_BUILD_TESTS=ON "${flags[@]}" >/dev/null
+  -DYOCO_BUILD_TESTS=ON -DYOCO_VENV="$root/build/.venv" "${flags[@]}" >/dev/null
 cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
 built=$SECONDS
 

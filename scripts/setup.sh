@@ -5,7 +5,25 @@
 #   scripts/setup.sh --bench    also what the benchmarks compare against (python3-torch)
 #   scripts/setup.sh --train    also what tools/train/ needs (python3-torch, bible-kjv; then
 #                               pip install tokenizers into a venv, see tools/train/README.md)
+#   scripts/setup.sh --venv DIR the tests' virtualenv in DIR instead of build/.venv (for a build
+#                               directory configured elsewhere: DIR is BUILD_DIR/.venv, CMake's YOCO_VENV)
 set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+extra=""
+venv="$root/build/.venv"   # scripts/build.sh's build directory; CMake's YOCO_VENV defaults to BUILD_DIR/.venv
+while (($#)); do
+  case "$1" in
+    --bench | --train) extra=$1 ;;
+    --venv)
+      [[ -n "${2:-}" ]] || { echo "setup.sh: --venv DIR: the directory is missing" >&2; exit 2; }
+      venv=$(realpath -m "$2")
+      shift
+      ;;
+    *) echo "setup.sh: unknown argument '$1' (--bench, --train, --venv DIR)" >&2; exit 2 ;;
+  esac
+  shift
+done
 
 packages=(
   cmake ninja-build g++ pkg-config ccache
@@ -19,7 +37,7 @@ packages=(
   libboost-dev prometheus     # /metrics endpoint (Beast); promtool and a real scrape in tests
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the services' APIs
   libpcre2-dev                # the tokenizer's pre-tokenization regexes
-  python3-venv                # build/.venv: tokenizers + tiktoken for the tokenizer reference test
+  python3-venv                # build/.venv (or --venv DIR): the Python-side tests' packages
   libucx-dev ucx-utils        # transfer/: the KV transfer engine over UCX; ucx_perftest for bench/
   libhiredis-dev redis-server # kv_store/: the redis backend; its tests start a redis-server
   redis-tools                 # redis-cli: the tests' Redis Cluster (--cluster create / reshard), key checks
@@ -29,10 +47,10 @@ packages=(
   podman debootstrap          # tests/image (label image): the CPU image built and run, base images from a mirror
   python3-matplotlib          # bench/paper/plot.py (the figures; the paper_quick test renders them)
 )
-if [[ "${1:-}" == "--bench" ]]; then
+if [[ "$extra" == "--bench" ]]; then
   packages+=(python3-torch)
 fi
-if [[ "${1:-}" == "--train" ]]; then
+if [[ "$extra" == "--train" ]]; then
   packages+=(python3-torch bible-kjv python3-venv)
 fi
 
@@ -57,9 +75,8 @@ fi
 # The tokenizer test compares with the real `tokenizers` and `tiktoken` (PyPI), the chat-template
 # test with `jinja2` (what transformers renders chat templates with), the deploy test validates the
 # Kubernetes manifests with `kubernetes-validate` (the API's JSON schemas, bundled), and the HTTP
-# API test drives the router with the official `openai` SDK: a virtualenv in build/.venv (with
-# --system-site-packages). Quick when it is already there.
-venv="$(cd "$(dirname "$0")/.." && pwd)/build/.venv"
+# API test drives the router with the official `openai` SDK: a virtualenv in build/.venv, or the
+# --venv DIR given (with --system-site-packages). Quick when it is already there.
 if ! "$venv/bin/python3" -c "import tokenizers, tiktoken, kubernetes_validate, jinja2, openai; assert jinja2.__version__ == '3.1.6'" 2>/dev/null; then
   echo "setup.sh: creating $venv with tokenizers, tiktoken, jinja2, kubernetes-validate and openai"
   python3 -m venv --system-site-packages "$venv"

@@ -22,6 +22,18 @@ ServerFlags::ServerFlags(std::string program, int argc, char** argv, std::set<st
   else fail(f.status().message());
 }
 
+ServerFlags::ServerFlags(std::string program, Result<Flags> parsed) : program_(std::move(program)) {
+  if (parsed.ok()) flags_ = std::move(parsed).value();
+  else fail(parsed.status().message());
+}
+
+ServerFlags ServerFlags::client(std::string program, int argc, char** argv, int first,
+                                const std::set<std::string>& known, const std::set<std::string>& booleans) {
+  ServerFlags f(std::move(program), Flags::parse(argc, argv, first, known, booleans));
+  if (f.ok() && !f.flags_.positional().empty()) f.fail("unexpected argument \"" + f.flags_.positional()[0] + "\"");
+  return f;
+}
+
 void ServerFlags::fail(const std::string& message) {
   if (error_.empty()) error_ = message;
 }
@@ -58,6 +70,23 @@ double ServerFlags::double_in(const std::string& name, double def, double lo, do
     return def;
   }
   return *v;
+}
+
+std::vector<int64_t> ServerFlags::int_list(const std::string& name, int64_t lo, int64_t hi) {
+  if (!has(name)) return {};
+  auto v = flags_.get_int_list(name);
+  if (!v.ok()) {
+    fail(v.status().message());
+    return {};
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    if ((*v)[i] < lo || (*v)[i] > hi) {
+      fail("--" + name + "[" + std::to_string(i) + "]: must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+           "], got " + std::to_string((*v)[i]));
+      return {};
+    }
+  }
+  return std::move(v).value();
 }
 
 ListenAddress ServerFlags::listen_address(const std::string& name, const std::string& def) {

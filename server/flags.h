@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/flags.h"
 
@@ -32,6 +33,10 @@ class ServerFlags {
   // take no value. A parse error is kept like any later flag error: see ok() and usage_error().
   ServerFlags(std::string program, int argc, char** argv, std::set<std::string> known,
               const std::set<std::string>& booleans = {});
+  // A client's flags (yoco-cli's cluster commands): argv[first..] with only `known` accepted (no
+  // listener flags) and no positional arguments; the same helpers and errors.
+  static ServerFlags client(std::string program, int argc, char** argv, int first, const std::set<std::string>& known,
+                            const std::set<std::string>& booleans = {});
 
   bool has(const std::string& name) const { return flags_.has(name); }
   std::string str(const std::string& name, const std::string& def = "") const { return flags_.get(name, def); }
@@ -41,6 +46,9 @@ class ServerFlags {
   // An integer in [lo, hi] (def when absent); out of range or malformed records an error and returns def.
   int64_t int_in(const std::string& name, int64_t def, int64_t lo, int64_t hi);
   double double_in(const std::string& name, double def, double lo, double hi);
+  // Comma-separated integers, each in [lo, hi] ({} when absent); a bad one records an error naming
+  // the flag and its index.
+  std::vector<int64_t> int_list(const std::string& name, int64_t lo, int64_t hi);
   // "host:port" (def when absent); malformed records an error naming the flag.
   ListenAddress listen_address(const std::string& name, const std::string& def = "127.0.0.1:0");
 
@@ -54,6 +62,8 @@ class ServerFlags {
   const std::string& program() const { return program_; }
 
  private:
+  ServerFlags(std::string program, Result<Flags> parsed);
+
   std::string program_;
   Flags flags_;
   std::string error_;

@@ -1,5 +1,6 @@
 // yoco-cli's cluster mode: the subcommands that talk to a running cluster (the router, or any
-// server of the public yoco.v1 API) instead of loading the model in-process.
+// server of the public yoco.v1 API) instead of loading the model in-process. Each command is a
+// file of tools/client/ (bench: bench/load_generator.cc).
 #pragma once
 
 #include <string>

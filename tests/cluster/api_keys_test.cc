@@ -10,7 +10,7 @@
 #include <fstream>
 #include <thread>
 
-#include "tests/cluster/cluster_harness.h"
+#include "tests/support/cluster_harness.h"
 
 namespace yoco {
 namespace {

@@ -25,7 +25,7 @@
 
 #include "model/generate.h"
 #include "model/random_model.h"
-#include "tests/cluster/cluster_harness.h"
+#include "tests/support/cluster_harness.h"
 #include "tokenizer/tokenizer.h"
 #include "yoco/internal/v1/worker.grpc.pb.h"
 

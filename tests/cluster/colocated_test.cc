@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "tests/cluster/cluster_harness.h"
+#include "tests/support/cluster_harness.h"
 #include "tokenizer/tokenizer.h"
 
 namespace yoco {

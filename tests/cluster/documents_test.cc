@@ -11,7 +11,7 @@
 
 #include "model/generate.h"
 #include "model/random_model.h"
-#include "tests/cluster/cluster_harness.h"
+#include "tests/support/cluster_harness.h"
 #include "tests/unit/test_pki.h"
 
 namespace yoco {

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "handoff/prefix_chain.h"
-#include "tests/cluster/cluster_harness.h"
+#include "tests/support/cluster_harness.h"
 #include "yoco/internal/v1/worker.grpc.pb.h"
 
 namespace yoco {

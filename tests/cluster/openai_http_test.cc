@@ -12,7 +12,7 @@
 #include <fstream>
 
 #include "router/api_keys.h"
-#include "tests/cluster/cluster_harness.h"
+#include "tests/support/cluster_harness.h"
 
 namespace yoco {
 namespace {

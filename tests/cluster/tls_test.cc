@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "tests/cluster/cluster_harness.h"
+#include "tests/support/cluster_harness.h"
 #include "yoco/internal/v1/worker.grpc.pb.h"
 
 namespace yoco {

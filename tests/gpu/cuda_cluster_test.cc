@@ -14,7 +14,7 @@
 
 #include "kernels/cuda/ops.h"
 #include "model/model.h"
-#include "tests/cluster/cluster_harness.h"
+#include "tests/support/cluster_harness.h"
 
 namespace yoco {
 namespace {

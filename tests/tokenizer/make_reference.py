@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference data for tests/unit/tokenizer_test.cc, made with the real libraries.
 
-  make_reference.py --out DIR [--python build/.venv/bin/python3]
+  make_reference.py --out DIR [--python VENV/bin/python3]   (VENV: CMake's YOCO_VENV)
 
 1. writes the corpus (make_corpus.py) into DIR;
 2. trains a small byte-level BPE with Hugging Face `tokenizers` (vocab 2000, special tokens
@@ -32,6 +32,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))  # the source tree
 # Llama-3's split pattern (Oniguruma syntax as tokenizers reads it).
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -48,6 +49,16 @@ def reexec_under(python):
             and not os.environ.get("YOCO_TOKENIZER_REEXEC"):
         env = dict(os.environ, YOCO_TOKENIZER_REEXEC="1")
         os.execve(python, [python, os.path.abspath(__file__)] + sys.argv[1:], env)
+
+
+def venv_hint(python):
+    """How to make the virtualenv CMake's YOCO_VENV names (the --python given is VENV/bin/python3)."""
+    setup = os.path.join(SOURCE_DIR, "scripts", "setup.sh")
+    if not python:
+        return f"Run {setup} (it makes build/.venv with tokenizers and tiktoken)."
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    missing = "" if os.path.exists(python) else f"The virtualenv {venv} (CMake's YOCO_VENV) is missing. "
+    return f"{missing}Create it with: {setup} --venv {venv}"
 
 
 def stamp(out):
@@ -164,8 +175,7 @@ def main():
         import tokenizers  # noqa: F401
         import tiktoken  # noqa: F401
     except ImportError as e:
-        msg = (f"python packages missing under {sys.executable}: {e}. Run scripts/setup.sh "
-               f"(it makes build/.venv with tokenizers and tiktoken).")
+        msg = f"python packages missing under {sys.executable}: {e}. " + venv_hint(args.python)
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             print("make_reference.py: " + msg, file=sys.stderr)
             return 1

@@ -47,6 +47,29 @@ TEST(ServerFlags, ParseErrorsRequiredAndMalformed) {
   EXPECT_EQ(g.error(), "--model: required (a directory)");
 }
 
+// yoco-cli's cluster commands read their flags with the same kit: from argv[first], only the
+// names given (no listener flags), no positional arguments, and lists of ranged integers.
+TEST(ServerFlags, ClientFlagsAndIntegerLists) {
+  auto client = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {"yoco-cli", "generate"});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    return ServerFlags::client("yoco-cli", static_cast<int>(argv.size()), argv.data(), 2, {"tokens", "router"});
+  };
+  auto f = client({"--router", "h:1", "--tokens", "1, 2,3"});
+  ASSERT_TRUE(f.ok()) << f.error();
+  EXPECT_EQ(f.int_list("tokens", 0, 10), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_TRUE(f.int_list("absent", 0, 10).empty());
+  EXPECT_TRUE(f.ok());
+  EXPECT_TRUE(f.int_list("tokens", 0, 2).empty());
+  EXPECT_EQ(f.error(), "--tokens[2]: must be in [0, 2], got 3");
+  EXPECT_EQ(client({"--listen", "127.0.0.1:0"}).error(), "unknown flag --listen");
+  EXPECT_EQ(client({"--router", "h:1", "extra"}).error(), "unexpected argument \"extra\"");
+  auto bad = client({"--tokens", "1,x"});
+  EXPECT_TRUE(bad.int_list("tokens", 0, 10).empty());
+  EXPECT_NE(bad.error().find("--tokens"), std::string::npos) << bad.error();
+}
+
 TEST(ServerFlags, CommonServerOptions) {
   auto f =
       parse({"--listen", "0.0.0.0:7000", "--metrics-listen", "[::1]:9090", "--drain-seconds", "5", "--port-file", "p"});

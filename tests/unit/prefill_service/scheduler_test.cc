@@ -3,6 +3,8 @@
 // an in-process prefill over the same chunks; cancellation, deadlines and refusals at every
 // phase end with the right code and give the decode side its blocks back. A gate in front of
 // the real sender holds a job at a known row, so "queued" and "mid-prefill" are not races.
+#include "prefill_service/scheduler.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -19,7 +21,6 @@
 #include "kv_store/factory.h"
 #include "model/kv_pool.h"
 #include "model/random_model.h"
-#include "prefill_service/scheduler.h"
 #include "tests/transfer/transfer_data.h"
 #include "tests/unit/test_util.h"
 #include "transfer/ucx_transport.h"

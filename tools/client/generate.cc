@@ -1,0 +1,145 @@
+// yoco-cli generate --router: one streamed Generate (docs/design.md §3.2), the text as it comes
+// or, with --json, the whole answer with its usage, timings and log-probs.
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "tools/client/commands.h"
+#include "tools/client/connection.h"
+#include "tools/client/output.h"
+
+namespace yoco::cli {
+namespace {
+
+const std::set<std::string> kBooleans = {"json", "ignore-eos"};
+
+// The request the flags describe; errors go into `f`.
+v1::GenerateRequest generate_request(ServerFlags& f, int argc, char** argv) {
+  v1::GenerateRequest req;
+  if (f.has("prompt") && f.has("tokens")) f.fail("--prompt and --tokens are alternatives; give one");
+  if (f.has("prompt")) {
+    req.set_text(f.str("prompt"));
+  } else if (f.has("tokens")) {
+    for (int32_t t : token_ids(f, "tokens")) req.mutable_tokens()->add_ids(t);
+  } else {
+    f.fail("--prompt or --tokens: required");
+  }
+  // Cached documents go before the prompt, in the order given (comma-separated ids).
+  const std::string docs = f.str("document-ids");
+  for (size_t pos = 0; f.has("document-ids") && pos <= docs.size();) {
+    size_t end = docs.find(',', pos);
+    if (end == std::string::npos) end = docs.size();
+    if (end > pos) req.add_document_ids(docs.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  // 0 on the wire means "the server's default", so a requested 0 is refused here.
+  if (f.has("max-tokens")) req.set_max_tokens(static_cast<uint32_t>(f.int_in("max-tokens", 0, 1, UINT32_MAX)));
+  // Sampling flags left out stay unset: the server's defaults apply (temperature 1).
+  auto* s = req.mutable_sampling();
+  struct FloatFlag {
+    const char* name;
+    void (v1::SamplingParams::*set)(float);
+  };
+  constexpr double kAny = std::numeric_limits<double>::infinity();  // ranges are the server's to check
+  for (const auto& [name, set] :
+       {FloatFlag{"temperature", &v1::SamplingParams::set_temperature},
+        FloatFlag{"top-p", &v1::SamplingParams::set_top_p}, FloatFlag{"min-p", &v1::SamplingParams::set_min_p},
+        FloatFlag{"repetition-penalty", &v1::SamplingParams::set_repetition_penalty},
+        FloatFlag{"presence-penalty", &v1::SamplingParams::set_presence_penalty},
+        FloatFlag{"frequency-penalty", &v1::SamplingParams::set_frequency_penalty}}) {
+    if (f.has(name)) (s->*set)(static_cast<float>(f.double_in(name, 0, -kAny, kAny)));
+  }
+  if (f.has("top-k")) s->set_top_k(static_cast<int32_t>(f.int_in("top-k", 0, 0, INT32_MAX)));
+  if (f.has("seed")) s->set_seed(static_cast<uint64_t>(f.int_in("seed", 0, 0, INT64_MAX)));
+  for (const std::string& stop : repeated_flag(argc, argv, "stop", kBooleans)) req.add_stop(stop);
+  for (int32_t t : token_ids(f, "stop-token-ids")) req.add_stop_token_ids(t);
+  req.set_ignore_eos(f.boolean("ignore-eos"));
+  if (f.has("logprobs")) req.set_logprobs(static_cast<uint32_t>(f.int_in("logprobs", 0, 0, UINT32_MAX)));
+  if (f.has("priority")) req.set_priority(static_cast<int32_t>(f.int_in("priority", 0, INT32_MIN, INT32_MAX)));
+  req.set_request_id(f.str("request-id"));
+  return req;
+}
+
+int print_json(const v1::Final& fin, const std::vector<int32_t>& ids, const std::string& text, Json::Array logprobs) {
+  Json::Object usage, timings, o;
+  usage["prompt_tokens"] = Json(static_cast<int64_t>(fin.usage().prompt_tokens()));
+  usage["cached_tokens"] = Json(static_cast<int64_t>(fin.usage().cached_tokens()));
+  usage["completion_tokens"] = Json(static_cast<int64_t>(fin.usage().completion_tokens()));
+  const auto& t = fin.timings();
+  timings["queue_seconds"] = number(t.queue_seconds());
+  timings["prefill_seconds"] = number(t.prefill_seconds());
+  timings["transfer_seconds"] = number(t.transfer_seconds());
+  timings["first_token_seconds"] = number(t.first_token_seconds());
+  timings["total_seconds"] = number(t.total_seconds());
+  o["request_id"] = Json(fin.request_id());
+  o["token_ids"] = ids_json(ids);
+  o["text"] = Json(text);
+  o["finish_reason"] = Json(finish_reason_name(fin.finish_reason()));
+  o["usage"] = Json(std::move(usage));
+  o["timings"] = Json(std::move(timings));
+  o["logprobs"] = Json(std::move(logprobs));
+  std::cout << Json(std::move(o)).dump() << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv) {
+  ServerFlags f =
+      command_flags(argc, argv,
+                    {"prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p", "repetition-penalty",
+                     "presence-penalty", "frequency-penalty", "seed", "stop", "stop-token-ids", "ignore-eos",
+                     "logprobs", "json", "request-id", "priority", "document-ids"},
+                    kBooleans);
+  if (!f.ok()) return flag_fail(f);
+  const v1::GenerateRequest req = generate_request(f, argc, argv);
+  auto conn = connect(f);
+  if (!f.ok()) return flag_fail(f);
+  const bool json = f.boolean("json");
+
+  grpc::ClientContext ctx;
+  conn->prepare(ctx);
+  auto reader = conn->stub->Generate(&ctx, req);
+  std::vector<int32_t> ids;
+  std::string text;
+  Json::Array logprobs;
+  std::optional<v1::Final> fin;
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    if (resp.has_final()) {
+      fin = resp.final();
+      continue;
+    }
+    const v1::Delta& d = resp.delta();
+    ids.insert(ids.end(), d.token_ids().begin(), d.token_ids().end());
+    text += d.text();
+    for (const auto& e : d.logprobs()) logprobs.push_back(logprob_entry_json(e));
+    if (!json && !d.text().empty()) {
+      std::fwrite(d.text().data(), 1, d.text().size(), stdout);
+      std::fflush(stdout);
+    }
+  }
+  const grpc::Status st = reader->Finish();
+  if (!json && !text.empty()) std::printf("\n");  // end the partial line even when the stream failed
+  std::fflush(stdout);
+  if (!st.ok()) return rpc_fail(st);
+  if (!fin) return rpc_fail({grpc::StatusCode::INTERNAL, "the stream ended without its final message"});
+
+  if (json) return print_json(*fin, ids, text, std::move(logprobs));
+  if (text.empty() && !ids.empty()) {  // a model without a tokenizer streams ids only
+    for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%d", i ? " " : "", ids[i]);
+    std::printf("\n");
+  }
+  std::fprintf(stderr, "[%u tokens, finish=%s, first token %.3f s, total %.3f s]\n", fin->usage().completion_tokens(),
+               finish_reason_name(fin->finish_reason()), fin->timings().first_token_seconds(),
+               fin->timings().total_seconds());
+  return 0;
+}
+
+}  // namespace yoco::cli
