@@ -407,8 +407,11 @@ class Connection final : public HttpExchange,
     } catch (const std::exception&) {
       c.gone_ = true;
     }
-    Connection* raw = self.get();
-    asio::post(raw->stream_.get_executor(), [self = std::move(self)] { self->after_handler(); });
+    // Once `self` is posted the connection may end (and the server with it) before post()
+    // returns, but the executor it copies must not outlive the io_context: `keep` holds it.
+    const std::shared_ptr<Shared> keep = c.shared_;
+    auto executor = c.stream_.get_executor();
+    asio::post(executor, [self = std::move(self)] { self->after_handler(); });
   }
 
   // Starts an operation on the strand and waits for it: only the handler's thread blocks, never
