@@ -437,7 +437,7 @@ TEST(Cluster, DecodeWorkerHungBeforeFirstTokenReprefillsElsewhere) {
     EXPECT_LT(first_token[i], bound) << "request " << i << " waited that long for its first token";
     EXPECT_LT(longest_gap[i], bound) << "request " << i << " was silent that long";
   }
-  EXPECT_EQ(test::metric_value(pm, "yoco_requests_running"), 0) << pm;
+  EXPECT_EQ(test::metric_value(pm, "yoco_requests_running"), 0) << c.logs();
   EXPECT_EQ(test::metric_value(pm, "yoco_requests_waiting"), 0) << pm;
   EXPECT_EQ(test::metric_value(pm, "yoco_kv_transfer_in_flight"), 0) << pm;
   const std::string rm = test::http_get_body(test::port_of(c.router().metrics), "/metrics");
