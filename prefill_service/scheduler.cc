@@ -507,8 +507,9 @@ void PrefillScheduler::commit_loop() {
     }
     const ReservationDescriptor& d = j->req.reservation;
     Status st;
+    if (!j->cancel_requested && limits_.inject_commit_delay.count() > 0)
+      std::this_thread::sleep_for(limits_.inject_commit_delay);
     const bool skipped = j->cancel_requested;
-    if (!skipped && limits_.inject_commit_delay.count() > 0) std::this_thread::sleep_for(limits_.inject_commit_delay);
     if (!skipped) {
       // Every wait has a deadline: the caller's, else the lease (plus slack for the ack).
       const Clock::time_point deadline = std::min(j->req.deadline, lease_on_steady_clock(d) + limits_.commit_grace);

@@ -153,22 +153,21 @@ GenerateCall::Step GenerateCall::attempt() {
   } pending{decode, pick};
 
   DecodeStream stream = open_decode(pick);
+  // One watch for everything this worker must answer, from the call's start to its end: the
+  // reservation, the prefill (whose transfer and commit wait on it), the admission, the tokens.
+  // Destroyed before the stream, so it never touches a finished call.
+  const std::unique_ptr<StallWatch> stall = watch(stream, pick.address);
   if (!core_.colocated()) {
     internal::v1::DecodeEvent ev;
-    bool read = false, stalled = false;
-    {
-      const std::unique_ptr<StallWatch> w = watch(stream, pick.address);
-      read = stream.reader->Read(&ev);
-      stalled = w->fired();
-    }
-    if (!read || ev.kind_case() != internal::v1::DecodeEvent::kReservation) {
+    if (!stream.reader->Read(&ev) || ev.kind_case() != internal::v1::DecodeEvent::kReservation) {
       const grpc::Status st = stream.reader->Finish();
-      if (stalled) return decode_stalled(pick.address);
+      if (stall->fired()) return decode_stalled(pick.address);
       return decode_failed(pick.address, st.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "no reservation") : st);
     }
-    if (Step s = prefill(pick, ev.reservation().transfer_descriptor(), stream); s.kind != Step::kNext) return s;
+    stall->heard();
+    if (Step s = prefill(pick, ev.reservation().transfer_descriptor(), stream, *stall); s.kind != Step::kNext) return s;
   }
-  return relay(stream, pick.address);
+  return relay(stream, pick.address, *stall);
 }
 
 // A decode worker that reserves blocks for everything the state will cover.
@@ -237,13 +236,12 @@ GenerateCall::DecodeStream GenerateCall::open_decode(const DecodePick& pick) {
   return s;
 }
 
-// The stream's call is cancelled if its worker hangs (router/stall_watch.h); destroyed before the
-// stream, so it never touches a finished call.
+// The stream's call is cancelled if its worker hangs (router/stall_watch.h).
 std::unique_ptr<StallWatch> GenerateCall::watch(DecodeStream& stream, const std::string& address) {
   grpc::ClientContext* ctx = stream.ctx.get();
   return std::make_unique<StallWatch>(
       std::chrono::milliseconds(core_.limits().stall_timeout_ms),
-      [this, address] { return !core_.decode().healthy(address); }, [ctx] { ctx->TryCancel(); });
+      [this, address] { return !core_.decode().answering(address); }, [ctx] { ctx->TryCancel(); });
 }
 
 void GenerateCall::DecodeStream::cancel_and_drain() {
@@ -255,8 +253,11 @@ void GenerateCall::DecodeStream::cancel_and_drain() {
 }
 
 // A prefill worker of the same model fills the reservation over UCX and returns once the decode
-// worker admitted the sequence; a failure is retried on another prefill worker.
-GenerateCall::Step GenerateCall::prefill(const DecodePick& pick, const std::string& reservation, DecodeStream& stream) {
+// worker admitted the sequence; a failure is retried on another prefill worker. The call waits on
+// the decode worker too (its transfer, its commit acknowledgement): if that one hangs, the stall
+// watch cancels both calls and the request is prefilled again on another decode worker.
+GenerateCall::Step GenerateCall::prefill(const DecodePick& pick, const std::string& reservation, DecodeStream& stream,
+                                         StallWatch& stall) {
   auto snap = core_.prefill().snapshot();
   for (auto& w : snap)  // never pair workers of different models (llm-d #2433)
     if (!pick.fingerprint.empty() && w.fingerprint != pick.fingerprint) w.healthy = false;
@@ -283,13 +284,22 @@ GenerateCall::Step GenerateCall::prefill(const DecodePick& pick, const std::stri
   grpc::Status pst;
   {
     std::unique_ptr<grpc::ClientContext> pctx = grpc::ClientContext::FromServerContext(*ctx_);
+    const StallWatch::Link link = stall.link([c = pctx.get()] { c->TryCancel(); });
     pst = internal::v1::PrefillWorker::NewStub(core_.prefill().channel(paddr))->Prefill(pctx.get(), preq, &presp);
   }
   core_.prefill().add_pending(paddr, -rows);
+  // Not the prefill worker's fault: it let go of the job when its call was cancelled (and it
+  // aborted the transfer the hung worker reads when it wakes).
+  if (stall.fired()) {
+    stream.cancel_and_drain();
+    return decode_stalled(pick.address);
+  }
   if (!pst.ok()) {
     stream.cancel_and_drain();
     return prefill_failed(paddr, pst);
   }
+  // The decode worker acknowledged the commit: it was heard from.
+  stall.heard();
   if (generated_.empty()) {  // the first prefill's timings are the request's
     timings_.set_queue_seconds(presp.queue_seconds());
     timings_.set_prefill_seconds(presp.prefill_seconds());
@@ -317,16 +327,15 @@ GenerateCall::Step GenerateCall::prefill_failed(const std::string& address, cons
 
 // ---- relay: the decode worker's tokens to the client ----
 
-GenerateCall::Step GenerateCall::relay(DecodeStream& stream, const std::string& address) {
+GenerateCall::Step GenerateCall::relay(DecodeStream& stream, const std::string& address, StallWatch& stall) {
   internal::v1::DecodeEvent ev;
   bool finished = false;
   std::string reason;
-  const std::unique_ptr<StallWatch> w = watch(stream, address);
   while (stream.reader->Read(&ev)) {
-    w->heard();
+    stall.heard();
     // Cancelled as stalled: whatever the old worker still sends is dropped; the stream goes on
     // from the tokens already relayed.
-    if (w->fired()) break;
+    if (stall.fired()) break;
     if (ev.kind_case() == internal::v1::DecodeEvent::kFinished) {
       finished = true;
       reason = ev.finished().reason();
@@ -343,7 +352,7 @@ GenerateCall::Step GenerateCall::relay(DecodeStream& stream, const std::string& 
   if (stop_hit_) return finish("stop_string");
   if (finished && st.ok()) return finish(reason);
   if (static_cast<int64_t>(generated_.size()) >= max_tokens_) return finish("length");
-  if (w->fired()) {  // the worker may have hung right after the stream's stop token
+  if (stall.fired()) {  // the worker may have hung right after the stream's stop token
     if (!generated_.empty() && std::count(stop_ids_.begin(), stop_ids_.end(), generated_.back())) return finish("stop");
     return decode_stalled(address);
   }

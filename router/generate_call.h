@@ -9,8 +9,11 @@
 //     relay           tokens to the client: text, stop strings, logprobs, metrics
 //     decode_failed   a decode worker lost mid-stream: migrate (re-prefill prompt + tokens
 //                     already streamed on another one), so the client sees one stream
-//     decode_stalled  a decode worker hung (silent while failing health polls): its call is
-//                     cancelled and the stream migrates the same way
+//     decode_stalled  a decode worker hung (silent while failing health polls) in any phase of
+//                     the attempt: one StallWatch from open_decode to the end of relay, the
+//                     Prefill call linked to it (it waits for that worker's commit); both calls
+//                     are cancelled and the request migrates the same way (re-prefilled
+//                     elsewhere when it had no token yet)
 //   finish            the remaining text and the final message (reason, usage, timings)
 #pragma once
 
@@ -73,9 +76,9 @@ class GenerateCall {
   Step attempt();
   Step pick_decode(DecodePick* pick);
   DecodeStream open_decode(const DecodePick& pick);
-  Step prefill(const DecodePick& pick, const std::string& reservation, DecodeStream& stream);
+  Step prefill(const DecodePick& pick, const std::string& reservation, DecodeStream& stream, StallWatch& stall);
   Step prefill_failed(const std::string& address, const grpc::Status& st);
-  Step relay(DecodeStream& stream, const std::string& address);
+  Step relay(DecodeStream& stream, const std::string& address, StallWatch& stall);
   bool relay_tokens(const internal::v1::Tokens& tokens);  // false: the client went away
   void fill_logprob_text(v1::LogprobEntry* e, int32_t chosen) const;
   Step decode_failed(const std::string& address, const grpc::Status& st);

@@ -23,6 +23,18 @@ void StallWatch::heard() {
   last_ = Clock::now();
 }
 
+StallWatch::Link StallWatch::link(std::function<void()> cancel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fired_) cancel();
+  else linked_ = std::move(cancel);
+  return Link(*this);
+}
+
+StallWatch::Link::~Link() {
+  std::lock_guard<std::mutex> lock(w_.mu_);  // a cancel running on the watcher finishes first
+  w_.linked_ = nullptr;
+}
+
 bool StallWatch::fired() const {
   std::lock_guard<std::mutex> lock(mu_);
   return fired_;
@@ -41,7 +53,8 @@ void StallWatch::loop() {
     // An event may have arrived while the health was read, or the stream may have ended.
     if (!stalled || stopping_ || Clock::now() - last_ < timeout_) continue;
     fired_ = true;
-    cancel_();  // under the lock: the destructor cannot return before it is done
+    cancel_();  // under the lock: the destructor and ~Link cannot return before it is done
+    if (linked_) linked_();
     return;
   }
 }

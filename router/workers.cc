@@ -70,12 +70,14 @@ void WorkerGroup::poll_all() {
     if (role_ == WorkerRole::kPrefill) {
       internal::v1::PrefillLoad load;
       auto st = internal::v1::PrefillWorker::NewStub(channel(a))->GetLoad(&ctx, req, &load);
+      w.answered = st.ok();
       w.snap.healthy = st.ok() && load.serving();
       w.snap.queued_tokens = load.queued_tokens();
       w.snap.fingerprint = load.fingerprint();
     } else {
       internal::v1::DecodeLoad load;
       auto st = internal::v1::DecodeWorker::NewStub(channel(a))->GetLoad(&ctx, req, &load);
+      w.answered = st.ok();
       w.snap.healthy = st.ok() && load.serving();
       w.snap.free_kv_blocks = load.free_kv_blocks();
       w.snap.kv_block_rows = load.block_size();
@@ -153,6 +155,12 @@ bool WorkerGroup::healthy(const std::string& address) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = workers_.find(address);
   return it != workers_.end() && it->second.snap.healthy;
+}
+
+bool WorkerGroup::answering(const std::string& address) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(address);
+  return it != workers_.end() && it->second.answered;
 }
 
 int WorkerGroup::healthy_count() const {

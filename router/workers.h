@@ -62,12 +62,16 @@ class WorkerGroup {
   int healthy_count() const;
   // The last poll's verdict on `address` (or a failure since); false for an unknown address.
   bool healthy(const std::string& address) const;
+  // The last poll of `address` got an answer, serving or draining (false: it timed out or the
+  // worker is unreachable or unknown). A hung worker fails this; a slow or draining one does not.
+  bool answering(const std::string& address) const;
 
  private:
   struct Worker {
     WorkerSnapshot snap;
-    int64_t pending = 0;  // prefill: tokens, decode: blocks, sent since the last poll
-    int64_t sent = 0;     // decode: blocks sent since the last poll, finished or not
+    int64_t pending = 0;    // prefill: tokens, decode: blocks, sent since the last poll
+    int64_t sent = 0;       // decode: blocks sent since the last poll, finished or not
+    bool answered = false;  // the last poll got an answer (healthy or not)
   };
   void loop();
   void poll_all();

@@ -164,6 +164,9 @@ class UcxKvSender final : public KvSender {
   void submit(const std::string& address, uint64_t id, std::function<Status()> body);
   Status ended_status(uint64_t id) const;
   void defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
+  void unpark_commit(uint64_t id, const std::shared_ptr<Waiter>& w) {
+    if (auto it = parked_commits_.find(id); it != parked_commits_.end() && it->second == w) parked_commits_.erase(it);
+  }
 
   // Progress thread only.
   bool tick();
@@ -203,6 +206,8 @@ class UcxKvSender final : public KvSender {
   std::unordered_map<uint64_t, Status> ended_;  // failed or aborted transfers, for late calls
   std::deque<uint64_t> ended_order_;
   std::vector<std::function<void()>> deferred_;
+  // Commits waiting for their endpoint to be wired up, by reservation.
+  std::unordered_map<uint64_t, std::shared_ptr<Waiter>> parked_commits_;
   std::vector<std::vector<uint8_t>> acks_;
   std::vector<std::pair<ucp_ep_h, ucs_status_t>> ep_errors_;
   std::vector<void*> closing_;
@@ -475,8 +480,13 @@ Status UcxKvSender::commit(const ReservationDescriptor& d, int64_t rows_written,
   auto w = std::make_shared<Waiter>();
   const uint64_t id = d.reservation_id;
   ucx_->post([this, w, id, rows_written, request_id = d.request_id, address = d.address] {
-    // Behind any puts still waiting for the endpoint.
+    // Aborted already (the job was cancelled while its committer was on its way here).
+    if (Status e = ended_status(id); !e.ok()) return w->set(e);
+    // Behind any puts still waiting for the endpoint, which a hung receiver never wires up: until
+    // then an abort answers the commit (parked_commits_).
+    parked_commits_[id] = w;
     with_peer(address, [this, w, id, rows_written, request_id](const Status& peer) {
+      unpark_commit(id, w);
       if (w->abandoned) return;  // timed out while waiting for the endpoint: never commit late
       if (Status e = ended_status(id); !e.ok()) return w->set(e);
       if (!peer.ok()) return w->set(peer);
@@ -519,6 +529,7 @@ Status UcxKvSender::commit(const ReservationDescriptor& d, int64_t rows_written,
   w->abandoned = true;
   // Nobody waits any more: drop the transfer and tell the receiver, so its blocks come back now.
   ucx_->post([this, id, w] {
+    unpark_commit(id, w);
     auto it = transfers_.find(id);
     if (it == transfers_.end() || it->second.waiter != w) return;
     const std::string address = it->second.peer->address;
@@ -535,6 +546,10 @@ void UcxKvSender::abort(const ReservationDescriptor& d, const std::string& reaso
     const Status st =
         transfer_error(TransferError::kAborted, "reservation " + std::to_string(id) + " was aborted: " + reason);
     if (transfers_.count(id)) finish(id, st);
+    if (auto it = parked_commits_.find(id); it != parked_commits_.end()) {
+      it->second->set(st);
+      parked_commits_.erase(it);
+    }
     remember_ended(id, st);
     abort_remote(address, id, secret, TransferError::kAborted, reason);
   });

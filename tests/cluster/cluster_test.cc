@@ -10,7 +10,8 @@
 //   6. promtool + a real Prometheus scrape of every process;
 //   7. bad requests: INVALID_ARGUMENT naming the field; admission: RESOURCE_EXHAUSTED;
 //   8. SIGSTOP of a decode worker mid-stream (a hung worker): streams migrate, identical, with
-//      no gap longer than the stall timeout + one migration.
+//      no gap longer than the stall timeout + one migration; and while requests wait for their
+//      first token on it (reserved, prefilled, committing): re-prefilled elsewhere, as fast.
 //   9. issue 14's API defects: non-ids, deleting the unknown, prompt blame, non-finite values, Score top.
 #include <gtest/gtest.h>
 
@@ -353,6 +354,96 @@ TEST(Cluster, DecodeWorkerHungMidStreamMigratesWithIdenticalTokens) {
   EXPECT_GE(test::metric_value(rm, "yoco_router_stalled_streams_total"), 1) << rm;
   EXPECT_NE(rm.find("yoco_router_retries_total{kind=\"migration\"}"), std::string::npos) << rm;
   // Its Decode calls were cancelled: the worker frees their blocks once it runs again.
+  expect_pools_idle(c, 1024);
+}
+
+// The same hang while requests wait for their first token on the worker (issue 33): reserved
+// there and queued at the prefill worker, being computed and shipped, or committing. The prefill
+// worker is slowed down (each 64-token chunk ≥ 150 ms, one prompt at a time, every commit held
+// 300 ms) so that the 8 prefills take ≥ 5 s and the stop finds requests in each of those phases.
+// The stall watch covers the Prefill call too: they are re-prefilled on the other worker, and the
+// prefill worker lets go of the jobs bound for the hung one while it is still stopped.
+TEST(Cluster, DecodeWorkerHungBeforeFirstTokenReprefillsElsewhere) {
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  LocalCluster c({.model = kGret,
+                  .prefill = 1,
+                  .decode = 2,
+                  .prefill_args = {"--chunk-tokens=64", "--max-active=1", "--inject-chunk-delay-ms=150",
+                                   "--inject-commit-delay-ms=300"}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  const pid_t hung = c.decode()[0].pid;
+  struct Resume {  // declared after the cluster: the worker runs again before the cluster stops
+    pid_t pid;
+    ~Resume() { kill(pid, SIGCONT); }
+  } resume{hung};
+  auto stub = c.stub();
+  const int n = 8, max_tokens = 24;
+  std::vector<std::vector<int32_t>> ps;  // 4 chunks each
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p;
+    for (int t = 0; t < 256; ++t) p.push_back((t * 31 + i * 97 + 5) % (*model)->config().vocab_size);
+    ps.push_back(std::move(p));
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  std::vector<test::Generated> got(n);
+  std::vector<double> first_token(n, -1), longest_gap(n, 0);
+  std::atomic<int> done{0};
+  std::vector<std::thread> th;
+  for (int i = 0; i < n; ++i)
+    th.emplace_back([&, i] {
+      const auto start = Clock::now();
+      std::optional<Clock::time_point> last;
+      got[i] = test::run_generate(
+          *stub, greedy(ps[i], max_tokens), milliseconds(180000), [&](grpc::ClientContext&, const test::Generated&) {
+            const auto now = Clock::now();
+            if (!last) first_token[i] = std::chrono::duration<double>(now - start).count();
+            else longest_gap[i] = std::max(longest_gap[i], std::chrono::duration<double>(now - *last).count());
+            last = now;
+          });
+      ++done;
+    });
+  // Stop it once the first prompts are through (one committing, some tokens out) while it still
+  // holds reservations of prompts not yet computed.
+  double reserved_on_hung = 0;
+  for (int i = 0; i < 1000 && reserved_on_hung < 2; ++i) {
+    reserved_on_hung = test::metric_value(test::http_get_body(test::port_of(c.decode()[0].metrics), "/metrics"),
+                                          "yoco_kv_transfer_in_flight");
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  std::this_thread::sleep_for(milliseconds(900));
+  reserved_on_hung = test::metric_value(test::http_get_body(test::port_of(c.decode()[0].metrics), "/metrics"),
+                                        "yoco_kv_transfer_in_flight");
+  EXPECT_EQ(kill(hung, SIGSTOP), 0);  // not ASSERT: the streams' threads must be joined
+  const double stopped_at = std::chrono::duration<double>(Clock::now() - t0).count();
+  // Before the fix they wait for the worker (or the 30 s lease): SIGCONT only after 30 s.
+  for (int i = 0; i < 3000 && done < n; ++i) std::this_thread::sleep_for(milliseconds(10));
+  // Still stopped: the prefill worker holds nothing for it (its cancelled jobs ended, their
+  // transfers aborted locally although the hung receiver cannot be told).
+  const std::string pm = test::http_get_body(test::port_of(c.prefill()[0].metrics), "/metrics");
+  kill(hung, SIGCONT);
+  for (auto& t : th) t.join();
+  EXPECT_GT(reserved_on_hung, 0) << "no request was waiting for its first token on the worker that hung";
+  // The stall timeout (3 s) + health polls + one migration (re-prefill behind the other
+  // prefills, ≤ 5 s of slowed chunks here, on a busy machine): a fault bound, not a speed goal.
+  const double bound = 3.0 + 15.0;
+  std::printf("stopped at %.2f s; first tokens after:", stopped_at);
+  for (int i = 0; i < n; ++i) std::printf(" %.2f", first_token[i]);
+  std::printf(" s (bound %.0f s)\n", bound);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message() << c.logs();
+    EXPECT_EQ(got[i].ids, reference(**model, ps[i], max_tokens)) << "request " << i;
+    EXPECT_LT(first_token[i], bound) << "request " << i << " waited that long for its first token";
+    EXPECT_LT(longest_gap[i], bound) << "request " << i << " was silent that long";
+  }
+  EXPECT_EQ(test::metric_value(pm, "yoco_requests_running"), 0) << c.logs();
+  EXPECT_EQ(test::metric_value(pm, "yoco_requests_waiting"), 0) << pm;
+  EXPECT_EQ(test::metric_value(pm, "yoco_kv_transfer_in_flight"), 0) << pm;
+  const std::string rm = test::http_get_body(test::port_of(c.router().metrics), "/metrics");
+  EXPECT_GE(test::metric_value(rm, "yoco_router_stalled_streams_total"), 1) << rm;
+  // Its Decode calls were cancelled and the prefill worker aborted their transfers: once it runs
+  // again it frees every reservation.
   expect_pools_idle(c, 1024);
 }
 

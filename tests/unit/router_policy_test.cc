@@ -277,5 +277,30 @@ TEST(StallWatch, CancelsOnlyASilentStreamOfAnUnhealthyWorker) {
   EXPECT_EQ(cancels, 1);
 }
 
+// A call made on the stream's behalf (the Prefill that waits on the same worker) is cancelled
+// with the stream while it is linked, at once when linked after the watch fired, and never once
+// its link is gone.
+TEST(StallWatch, LinkedCallsAreCancelledWithTheStream) {
+  using std::chrono::milliseconds;
+  std::atomic<int> cancels{0}, linked{0};
+  {
+    StallWatch w(
+        milliseconds(100), [] { return true; }, [&] { ++cancels; });
+    {
+      const StallWatch::Link gone = w.link([&] { linked += 100; });
+    }  // unlinked before the timeout
+    {
+      const StallWatch::Link l = w.link([&] { ++linked; });
+      for (int i = 0; i < 100 && !w.fired(); ++i) std::this_thread::sleep_for(milliseconds(10));
+      EXPECT_TRUE(w.fired());
+    }
+    EXPECT_EQ(linked, 1);
+    const StallWatch::Link late = w.link([&] { ++linked; });
+    EXPECT_EQ(linked, 2);
+  }
+  EXPECT_EQ(cancels, 1);
+  EXPECT_EQ(linked, 2);
+}
+
 }  // namespace
 }  // namespace yoco

@@ -3,10 +3,13 @@
 // memory, with a sender killed mid-transfer, every rejection reason, and leases that expire.
 // Servers listen on 127.0.0.1 on ports picked at run time; every wait has a deadline, and
 // alarm() ends a stuck test (its peer processes die with it: PR_SET_PDEATHSIG).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -934,6 +937,61 @@ TEST_F(TransferTest, CommitToAPeerThatIsGoneFailsByItsDeadline) {
   EXPECT_TRUE(err == TransferError::kPeerFailed || err == TransferError::kTimeout) << st.to_string();
   EXPECT_LT(Clock::now() - t0, seconds(5));
   EXPECT_EQ(sender->in_flight(), 0);
+}
+
+// A receiver that hangs before the endpoint is wired up (a stopped process: its kernel accepts
+// the connection, nothing answers): the puts and the commit wait for the endpoint. An abort (the
+// prefill job cancelled) must end that commit at once, not at its deadline, or the committer and
+// the job stay held for as long as the receiver is stopped.
+TEST_F(TransferTest, AbortEndsACommitWaitingForAHungPeersEndpoint) {
+  ModelConfig cfg = preset("tiny-gret");
+  auto pool = std::move(KvPool::create(8, 32, cfg.kv_dim()).value());
+  UcxReceiverOptions ro;
+  ro.listen_host = "127.0.0.1";
+  ro.transports = kTcp;
+  auto receiver = std::move(test::make_receiver(*pool, cfg, kFp, ro).value());
+  auto d = receiver->reserve("hung", 10, in(seconds(30)));
+  ASSERT_TRUE(d.ok());
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);  // listens, never accepts: a stopped receiver
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  d->address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  auto d2 = receiver->reserve("hung-too", 10, in(seconds(30)));
+  ASSERT_TRUE(d2.ok());
+  d2->address = d->address;
+  auto sender = Engines::make_sender(kFp, kTcp);
+  for (const auto* r : {&*d, &*d2}) {
+    ASSERT_TRUE(put_range(*sender, *r, 1, 0, 10).ok());
+    ASSERT_TRUE(sender->put_state(*r, test::test_state_blob(cfg, kFp, 1, 10)).ok());
+  }
+  Status st;
+  std::thread committer([&] { st = sender->commit(*d, 10, in(seconds(20))); });
+  std::this_thread::sleep_for(milliseconds(300));
+  const auto t0 = Clock::now();
+  sender->abort(*d, "cancelled");
+  committer.join();
+  EXPECT_LT(Clock::now() - t0, seconds(2));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kAborted) << st.to_string();
+  // Aborted before its committer got there: the commit answers at once too.
+  const auto t1 = Clock::now();
+  sender->abort(*d, "cancelled again");
+  st = sender->commit(*d, 10, in(seconds(20)));
+  EXPECT_LT(Clock::now() - t1, seconds(2));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kAborted) << st.to_string();
+  EXPECT_EQ(sender->in_flight(), 0);
+  // The other commit still waits for the endpoint, until the "receiver" goes away and the
+  // endpoint fails (before the sender's teardown: UCX 1.13 asserts when it closes an endpoint
+  // whose wire-up never completed).
+  close(fd);
+  const Status gone = sender->commit(*d2, 10, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(gone), TransferError::kPeerFailed) << gone.to_string();
+  sender.reset();
 }
 
 // ---- 2. two processes ---------------------------------------------------------------------
