@@ -69,6 +69,22 @@ inline std::map<std::string, RefTensor> load_intermediates(const std::string& pa
   return out;
 }
 
+// Another run's intermediates as the reference (e.g. the CPU backend's for the CUDA one): rows
+// 0..last position of each name, zero where that run left a position out.
+inline std::map<std::string, RefTensor> as_reference(const TraceCollector& run) {
+  std::map<std::string, RefTensor> out;
+  for (const auto& [name, got] : run.got()) {
+    RefTensor r;
+    r.rows = got.rows.empty() ? 0 : static_cast<int>(got.rows.rbegin()->first + 1);
+    r.cols = got.cols;
+    r.data.assign(static_cast<size_t>(r.rows) * r.cols, 0.0f);
+    for (const auto& [pos, values] : got.rows)
+      std::copy(values.begin(), values.end(), r.data.begin() + static_cast<ptrdiff_t>(pos) * r.cols);
+    out.emplace(name, std::move(r));
+  }
+  return out;
+}
+
 // Per stage: the rows a run produced against the reference's rows at the same positions.
 //   elementwise: worst |x − ref| / (atol_scale · max|ref| + rtol · |ref|) (≤ 1 passes);
 //   relative L2: ‖x − ref‖₂ / ‖ref‖₂ (≤ l2_bound passes; off when l2_bound ≤ 0).
