@@ -11,8 +11,9 @@
 // call runs: prefill exits early after the self-decoder (docs/design.md §2.5), a decode step and
 // the full forward run everything, logits() starts from each sequence's last_hidden.
 //
-// The backend concept (B below); a backend binds one call's rows before run() and reports through
-// a sticky status (the first error stops every later op; run() returns it):
+// The backend concept (B below). A backend binds one call's rows before run() and keeps the first
+// error as a sticky status that run() checks after every block (the CUDA backend launches nothing
+// after a failed kernel, the CPU backend joins no collective after a failed one):
 //   using Tensor                       a [rows, cols] view in the backend's memory, row stride ld,
 //                                      with Tensor::cols(first, count) for a column range
 //   config(), widths(), status(), hidden() (the residual stream h)
