@@ -1,4 +1,4 @@
-// GPU engine benchmark (model/cuda_engine.h): self-decoder prefill time and achieved TFLOP/s over
+// GPU engine benchmark (model/cuda/cuda_engine.h): self-decoder prefill time and achieved TFLOP/s over
 // prompt lengths, decode-step time over batch sizes and contexts with the bytes-moved roofline.
 // Prints a short table (never asserts speed). Weights: --model DIR (uploaded from the CPU loader)
 // or --preset NAME, generated on the device (cuda::fill_normal), so yoco-3b needs no host copy.
@@ -34,7 +34,7 @@
 #include "common/flags.h"
 #include "common/json.h"
 #include "kernels/cuda/ops.h"
-#include "model/cuda_engine.h"
+#include "model/cuda/cuda_engine.h"
 #include "model/model.h"
 #include "model/random_model.h"
 

@@ -9,6 +9,9 @@
 // Two more modes, each alone in its process (peak RSS is per process), always JSON
 // (bench_modes.h): --memory-context N (KV pool accounting + peak RSS for one sequence of N tokens)
 // and --throughput-context N (prompt + --generate tokens at the batch a memory budget allows).
+// Debugging: --trace-out FILE runs one prefill of the first --prefill-lens length, its logits and
+// one decode step, writes every named intermediate of the layer program (docs/design.md §2.9) to
+// FILE (bench/trace_file.h) and exits; nothing is timed.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -17,6 +20,7 @@
 #include <random>
 
 #include "bench/bench_modes.h"
+#include "bench/trace_file.h"
 #include "common/flags.h"
 #include "common/json.h"
 #include "kernels/cpu/matmul.h"
@@ -86,7 +90,8 @@ int main(int argc, char** argv) {
                          "generate",
                          "memory-budget-mb",
                          "max-batch",
-                         "dtype"},
+                         "dtype",
+                         "trace-out"},
                         {"json", "transformer", "nope", "describe"});
   if (!f.ok()) return die(f.status());
   auto threads = f->get_int("threads", 0);
@@ -122,6 +127,27 @@ int main(int argc, char** argv) {
     o["model"] = Json(dir);
     o["threads"] = Json(cpu::num_threads());
     std::cout << out->dump() << "\n";
+    return 0;
+  }
+  if (f->has("trace-out")) {
+    auto lens = f->has("prefill-lens") ? f->get_int_list("prefill-lens")
+                                       : Result<std::vector<int64_t>>(std::vector<int64_t>{64});
+    if (!lens.ok() || lens->empty()) return die(lens.ok() ? invalid_argument("--prefill-lens: empty") : lens.status());
+    const auto toks = random_tokens(static_cast<int>(lens->front()), c.vocab_size, 11);
+    bench::TraceFile trace;
+    {
+      TraceScope scope(trace.sink());
+      SequenceState st = model.new_sequence();
+      SequenceState* one[1] = {&st};
+      std::vector<float> logits(c.vocab_size);
+      const int32_t next[1] = {1};
+      if (Status s = model.prefill(st, toks, popt); !s.ok()) return die(s);
+      if (Status s = model.logits(one, logits.data()); !s.ok()) return die(s);
+      if (Status s = model.decode_step(one, next, logits.data()); !s.ok()) return die(s);
+    }
+    if (Status s = trace.write(f->get("trace-out")); !s.ok()) return die(s);
+    std::printf("%zu named intermediates of %lld tokens + 1 step -> %s\n", trace.names(),
+                static_cast<long long>(lens->front()), f->get("trace-out").c_str());
     return 0;
   }
   auto repeats = f->get_int("repeats", 3);

@@ -2,7 +2,7 @@
 
 #include "model/cpu_engine.h"
 #if defined(YOCO_CUDA_ENGINE)
-#include "model/cuda_engine.h"
+#include "model/cuda/cuda_engine.h"
 #endif
 
 namespace yoco {

@@ -2,7 +2,7 @@
 // workers run on the CPU or a CUDA device by flag (`--device cpu|cuda`):
 //   cpu   yoco::CpuEngine (model/cpu_engine.h) over the CPU Model; sequence states in host memory,
 //         the global K/V rows contiguous or in the worker's host KvPool;
-//   cuda  yoco::CudaEngine (model/cuda_engine.h); states and a paged K/V pool in device memory.
+//   cuda  yoco::CudaEngine (model/cuda/cuda_engine.h); states and a paged K/V pool in device memory.
 // make_engine picks one from EngineOptions::device.
 // Workers hold sequences by handle. Host SequenceStates cross the edge in both directions: a
 // fresh, cache-restored or shipped state goes in (adopt), K/V rows and the self-decoder state come
@@ -25,7 +25,7 @@
 
 namespace yoco {
 
-// The CUDA engine's sizes (model/cuda_engine.h).
+// The CUDA engine's sizes (model/cuda/cuda_engine.h).
 struct CudaEngineOptions {
   int device = 0;
   int max_sequences = 64;      // device state slots (each holds every (loop, layer) state)

@@ -109,35 +109,18 @@ class Model {
   // With world > 1: every rank learns whether any rank rejected its arguments, so that all
   // of them go on to the collectives or none does. Returns `local` unchanged with world 1.
   Status agree(const Status& local) const;
+  // The CPU backend of the layer program (model/program.h) runs the ops on these weights.
+  friend class CpuBackend;
   // h += x·Wᵀ for a row-parallel W [dim, k] (this rank's input columns), summed over ranks.
   Status add_row_parallel(const float* x, const std::vector<float>& w, float* h, int rows, int k) const;
-  // Self-decoder over `n` rows of h (one sequence, consecutive positions from pos0).
-  Status self_decoder_chunk(float* h, int n, int64_t pos0, SequenceState& st, const PrefillOptions& opt) const;
-  // Self-decoder for one new token per sequence.
-  Status self_decoder_step(float* h, std::span<SequenceState* const> states) const;
-  // z = RMSNorm_kv(h), K/V rows for `n` rows (RoPE on K at `positions`).
-  void global_kv(const float* h, int n, const int64_t* positions, float* k_out, float* v_out) const;
-  // Cross-decoder on h [rows, dim] then the output head: logits [rows, vocab].
-  // Mode decode: row b is one query per state. Mode chunk: consecutive queries of one state.
-  Status cross_decoder(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
-                       bool chunk_of_one_sequence, float* logits) const;
-  // Transformer: every layer over h [rows, dim], storing each layer's K/V rows at `positions`
-  // (modes as cross_decoder). Leaves the last layer's output in h.
-  Status transformer_layers(float* h, int rows, const int64_t* positions, std::span<SequenceState* const> states,
-                            bool chunk_of_one_sequence) const;
-  // logits [rows, vocab] = RMSNorm(h)·output_projectionᵀ.
-  void output_head(const float* h, int rows, float* logits) const;
   // Room for `rows` more K/V rows: contiguous states grow; paged states must already own
   // the blocks (RESOURCE_EXHAUSTED otherwise, before anything is consumed).
   Status make_room(SequenceState& st, int64_t rows) const;
-  void store_kv_rows(SequenceState& st, int64_t pos0, int n, const float* k, const float* v) const;
   // y = x·Wᵀ (+ y) with W in fp32 or its bf16 copy (model_bf16.cc).
   void linear(const float* x, const std::vector<float>& w, float* y, int rows, int n, int k,
               bool accumulate = false) const;
   // h[i] = √dim · embedding row of ids[i].
   void embed_rows(const int32_t* ids, int n, float* h) const;
-  Status ffn(float* h, int rows, const std::vector<float>& norm, const std::vector<float>& w13,
-             const std::vector<float>& w2) const;
 
   ModelConfig cfg_;
   ModelWeights w_;

@@ -32,7 +32,7 @@ case "$stage" in
   asan)
     dir=build-asan
     flags=(-DYOCO_SANITIZE=ON)
-    targets=("${concurrent[@]}" "${servers[@]}" yoco-cli golden_test kernels_test engine_test checkpoint_test
+    targets=("${concurrent[@]}" "${servers[@]}" yoco-cli golden_test intermediates_test kernels_test engine_test checkpoint_test
              sampler_test common_test handoff_test presets_test kv_pool_test transformer_test
              tensor_parallel_test proto_test tokenizer_test openai_test cluster_test documents_test colocated_test
              api_keys_cluster_test tls_test chat_template_test render_cases gemv_test checksum_test bf16_test

@@ -1,4 +1,4 @@
-// The small ops that glue the GPU engine (model/cuda_engine.h) together: fp32 activations into the
+// The small ops that glue the GPU engine (model/cuda/cuda_engine.h) together: fp32 activations into the
 // bf16 inputs of gemm_bf16, rows between per-sequence slots and the batch, K/V rows into the paged
 // pool, and seeded random weights for benchmarks. All bandwidth-bound: grid-stride loops, fp32 math.
 #include "kernels/cuda/common.cuh"

@@ -103,7 +103,7 @@ Status decode_attention_paged(const PagedDecodeArgs& args, void* stream);
 Status decode_attention_paged_reserve(const PagedDecodeArgs& args, void* stream);
 
 // --- retention.cu --------------------------------------------------------------------
-// One gated-retention decode step for a batch (docs/design.md §2.3, as model.cc's decode path around
+// One gated-retention decode step for a batch (docs/design.md §2.3, as model/cpu_backend.cc's retention op around
 // cpu::retention_recurrent): per sequence b and head h,
 //   a = logsigmoid(gt[b, h]) / gate_logit_normalizer,  k' = k · k_scale,
 //   S ← exp(a) · S + k'ᵀ v,   o = q · S   (S is hd×hd fp32, row = key dim, col = value dim).
@@ -132,7 +132,7 @@ Status retention_decode_step(const RetentionStepArgs& args, void* stream);
 
 // --- retention_prefill.cu ------------------------------------------------------------
 // Gated-retention prefill of one sequence's chunk of n tokens, the GPU twin of the chunkwise
-// form (docs/design.md §2.3, cpu::retention_chunkwise as model.cc's self_decoder_chunk uses it): per head h,
+// form (docs/design.md §2.3, cpu::retention_chunkwise as model/cpu_backend.cc's retention op uses it): per head h,
 // with a_t = logsigmoid(gt[t, h]) / gate_logit_normalizer, k'_t = k_t · k_scale and, inside each
 // chunk of C tokens, b_i the running sum of a (in token order, as the CPU forms it),
 //   o_i = Σ_{j≤i} (q_i·k'_j) exp(b_i − b_j) v_j + exp(b_i) q_i S_prev,
@@ -298,7 +298,7 @@ Status sample_greedy(const float* logits, int64_t ld, int batch, int vocab, int3
 Status sampling_rng_init(const uint64_t* seeds, const int64_t* draws, uint64_t* states, int batch, void* stream);
 
 // --- engine_ops.cu -------------------------------------------------------------------
-// The glue of the GPU engine (model/cuda_engine.h): fp32 activations into the bf16 inputs of
+// The glue of the GPU engine (model/cuda/cuda_engine.h): fp32 activations into the bf16 inputs of
 // gemm_bf16 (math fp32, one round-to-nearest-even at the store), rows between per-sequence slots
 // and the batch, K/V rows into the paged pool, seeded random weights for benchmarks.
 

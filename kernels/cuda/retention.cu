@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kThreads) retention_step_kernel(const Retentio
     q_s[i] = q[i];
     k_s[i] = k[i] * a.k_scale;
   }
-  // docs/design.md §2.3: a = logsigmoid(gt) / τ, in the stable form model.cc uses.
+  // docs/design.md §2.3: a = logsigmoid(gt) / τ, in the stable form cpu_backend.cc uses.
   const float x = a.gt[static_cast<int64_t>(b) * a.ldg + h];
   const float logsig = fminf(x, 0.0f) - log1pf(expf(-fabsf(x)));
   const float decay = expf(logsig * (1.0f / a.gate_logit_normalizer));

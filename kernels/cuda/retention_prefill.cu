@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kThreads) retention_prefill_kernel(const Reten
       float av = 0.f;  // padding rows decay by nothing, so b of a padding row is b_{c−1}
       if (tid < c) {
         const float x = a.gt[static_cast<int64_t>(t0 + tid) * a.ldg + h];
-        av = (fminf(x, 0.f) - log1pf(expf(-fabsf(x)))) * inv_tau;  // logsigmoid, model.cc's form
+        av = (fminf(x, 0.f) - log1pf(expf(-fabsf(x)))) * inv_tau;  // logsigmoid, cpu_backend.cc's form
       }
       b_s[tid] = av;
     }

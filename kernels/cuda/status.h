@@ -1,7 +1,7 @@
 // The CUDA kernels' own status, so that kernels/ includes nothing else of the project: a code and
 // a message, the shape of common/status.h's Status with the codes the kernels return. The codes
 // keep that header's names and values; the CUDA engine turns a kernel status into its own by
-// value (model/cuda_engine_impl.h, to_status).
+// value (model/cuda/device.h, to_status).
 #pragma once
 
 #include <cstdlib>

@@ -1,4 +1,4 @@
-// The GPU engine (model/cuda_engine.h) against the CPU Model on random models: gRet (GQA 2), SWA,
+// The GPU engine (model/cuda/cuda_engine.h) against the CPU Model on random models: gRet (GQA 2), SWA,
 // YOCO-U (3 loops, NoPE, GQA 4) and gRet with GQA 3.
 //   logits: max |Δ log p| ≤ kLogprobTol over the whole vocabulary (bf16 weights and GEMM inputs,
 //     bf16 tensor cores in the prefill mixers); greedy tokens equal wherever the CPU's top-2
@@ -9,7 +9,7 @@
 //   a full KV pool returns RESOURCE_EXHAUSTED and changes nothing.
 // Decode always feeds the CPU's greedy token to both engines so the sequences stay the same.
 // Label "gpu": every test skips when there is no CUDA device.
-#include "model/cuda_engine.h"
+#include "model/cuda/cuda_engine.h"
 
 #include <gtest/gtest.h>
 

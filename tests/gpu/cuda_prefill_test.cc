@@ -71,7 +71,7 @@ RetInputs make_ret_inputs(const RetCase& c, uint32_t seed) {
   return in;
 }
 
-// cpu::retention_chunkwise call by call, as model.cc's self_decoder_chunk runs it.
+// cpu::retention_chunkwise call by call, as model/cpu_backend.cc's retention op runs it.
 RetRun cpu_retention(const RetCase& c, const RetInputs& in, float tau) {
   const int H = in.H, hd = in.hd, D = in.D, R = in.R;
   std::vector<float> proj = in.proj;
@@ -225,7 +225,7 @@ SwaInputs make_swa_inputs(const SwaCase& c, int n, uint32_t seed) {
   return in;
 }
 
-// model.cc's self_decoder_chunk for SWA: the ring's rows (age order) then the call's rows, one
+// model/cpu_backend.cc's window_attention for SWA: the ring's rows (age order) then the call's rows, one
 // cpu::attention, then every row through the ring.
 std::vector<float> cpu_swa_prefill(const SwaCase& c, const SwaInputs& in, const std::vector<int>& calls,
                                    HostRing& ring) {
@@ -408,7 +408,7 @@ TEST(CudaPrefill, SwaDecodeMatchesCpu) {
         std::copy_n(hk.begin() + off, kvd, ring_k[b].begin() + off);
         std::copy_n(hv.begin() + off, kvd, ring_v[b].begin() + off);
       }
-      // CPU: the window in age order, the step's row last (model.cc's ring_push then decode_attention).
+      // CPU: the window in age order, the step's row last (model/cpu_backend.cc's ring_push then decode_attention).
       const int cnt = static_cast<int>(pos - lo + 1);
       std::vector<float> kw(static_cast<size_t>(cnt) * kvd), vw(kw.size());
       for (int i = 0; i + 1 < cnt; ++i) {

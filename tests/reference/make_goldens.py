@@ -1,4 +1,5 @@
-"""Writes tests/reference/goldens/<name>/{params.json, model.safetensors, golden.json}.
+"""Writes tests/reference/goldens/<name>/{params.json, model.safetensors, golden.json,
+intermediates.safetensors}.
 
 Deterministic: every config has its own seeded generator. Weights are written as F32 and the
 golden values are computed in float64 from the weights read back from the written file, so the
@@ -170,13 +171,16 @@ def build(conf):
     model = yoco_ref.Model.load(tmp_dir)  # the F32-rounded weights, as the engine will see them
     assert model.cfg.tie_embeddings == conf["tied"]
     yoco_ref.selftest_model(model, tokens, name=conf["name"])
-    logprobs, state = yoco_ref.forward(model, tokens)
+    trace = {}
+    logprobs, state = yoco_ref.forward(model, tokens, trace=trace)
 
     golden = {"name": conf["name"], "tokens": tokens, "logprobs": logprobs.tolist(),
               "state": state_to_json(state)}
     with open(os.path.join(tmp_dir, "golden.json"), "w") as f:
         json.dump(golden, f)
         f.write("\n")
+    # Every named intermediate of the full forward (docs/design.md §2.9), [n, values] each.
+    write_safetensors(os.path.join(tmp_dir, "intermediates.safetensors"), trace)
     shutil.rmtree(out_dir, ignore_errors=True)
     os.rename(tmp_dir, out_dir)
     size = sum(os.path.getsize(os.path.join(out_dir, x)) for x in os.listdir(out_dir))

@@ -201,6 +201,13 @@ def split_heads(x, n_heads):
     return x.reshape(n, n_heads, width // n_heads)
 
 
+def record(trace, name, x):
+    """Named intermediates (docs/design.md §2.9): trace[name] = x as [rows, values per row]."""
+    if trace is not None:
+        x = np.asarray(x)
+        trace[name] = x.reshape(x.shape[0], -1).copy()
+
+
 # ----------------------------------------------------------------------------------------------
 # Gated retention, three equivalent forms (2.3). Single head:
 #   q, k [n, d] (k already scaled by d^-1/2), v [n, d], a [n] log-decays, S0 [d, d] initial state.
@@ -296,8 +303,9 @@ def causal_attention(q, k, v, scale, allowed):
     return out
 
 
-def self_mixer_full(model, layer, x, positions, form="parallel", chunk=4):
-    """One self-decoder mixer over a whole sequence. Returns (output [n, dim], state)."""
+def self_mixer_full(model, layer, x, positions, form="parallel", chunk=4, trace=None, at=""):
+    """One self-decoder mixer over a whole sequence. Returns (output [n, dim], state).
+    With `trace`, records its intermediates under the prefix `at` (e.g. "self.0.1.")."""
     cfg, w = model.cfg, model.w
     p = f"self_decoder.layers.{layer}.mixer."
     H, hd = cfg.n_self_heads, cfg.hd
@@ -305,20 +313,27 @@ def self_mixer_full(model, layer, x, positions, form="parallel", chunk=4):
     k = rope(split_heads(linear(x, w[p + "k_proj.weight"]), H), positions, cfg.rope_theta)
     v = split_heads(linear(x, w[p + "v_proj.weight"]), H)
     n = x.shape[0]
+    record(trace, at + "q", q)
+    record(trace, at + "k", k)
+    record(trace, at + "v", v)
     if cfg.is_gret:
         g = linear(x, w[p + "g_proj.weight"])
         gt = linear(x, w[p + "gt_proj.weight"])  # [n, H]
+        record(trace, at + "gate_logits", gt)
         a = logsigmoid(gt) / cfg.gate_logit_normalizer
         k = k * hd ** -0.5
         o, S = gret_heads(q, k, v, a, form=form, chunk=chunk)
+        record(trace, at + "retention", o)
         o = rmsnorm(o, None, cfg.norm_eps).reshape(n, cfg.dim)
         o = silu(g) * o
+        record(trace, at + "mixer_out", o)
         return linear(o, w[p + "out_proj.weight"]), {"S": S}
     W = cfg.sliding_window
     i = np.arange(n)[:, None]
     j = np.arange(n)[None, :]
     allowed = (j <= i) & (j > i - W)
     o = causal_attention(q, k, v, 1.0 / math.sqrt(hd), allowed).reshape(n, cfg.dim)
+    record(trace, at + "attention", o)
     keep = min(n, W - 1)
     state = {
         "k": k.reshape(n, cfg.dim)[n - keep :].copy(),
@@ -327,102 +342,134 @@ def self_mixer_full(model, layer, x, positions, form="parallel", chunk=4):
     return linear(o, w[p + "out_proj.weight"]), state
 
 
-def global_kv(model, h_self, positions):
+def global_kv(model, h_self, positions, trace=None):
     cfg, w = model.cfg, model.w
     z = rmsnorm(h_self, w["cross_decoder.kv_layer_norm.weight"], cfg.norm_eps)
     K = split_heads(linear(z, w["cross_decoder.k_proj.weight"]), cfg.n_attn_kv_heads)
     V = split_heads(linear(z, w["cross_decoder.v_proj.weight"]), cfg.n_attn_kv_heads)
     if cfg.cross_decoder_rope:
         K = rope(K, positions, cfg.rope_theta)
+    record(trace, "kv.norm", z)
+    record(trace, "kv.k", K)
+    record(trace, "kv.v", V)
     return K, V
 
 
-def cross_block(model, layer, h, K, V, q_positions, allowed):
-    cfg, w = model.cfg, model.w
-    p = f"cross_decoder.layers.{layer}."
-    x = rmsnorm(h, w[p + "mixer_layer_norm.weight"], cfg.norm_eps)
-    q = split_heads(linear(x, w[p + "mixer.q_proj.weight"]), cfg.n_attn_heads)
-    if cfg.cross_decoder_rope:
-        q = rope(q, q_positions, cfg.rope_theta)
-    o = causal_attention(q, K, V, 1.0 / math.sqrt(cfg.hd_c), allowed).reshape(h.shape[0], cfg.dim)
-    h = h + linear(o, w[p + "mixer.out_proj.weight"])
-    h = h + ffn(rmsnorm(h, w[p + "final_layer_norm.weight"], cfg.norm_eps), p, w)
+def ffn_block(h, prefix, w, eps, trace=None, at=""):
+    """h + FFN(RMSNorm_final(h)) (the second half of a block, 2.2), recording the FFN's
+    intermediates and the residual before and after it."""
+    record(trace, at + "h_mixer", h)
+    x = rmsnorm(h, w[prefix + "final_layer_norm.weight"], eps)
+    record(trace, at + "ffn_norm", x)
+    act = silu(linear(x, w[prefix + "ffn.fc1.weight"])) * linear(x, w[prefix + "ffn.gate.weight"])
+    record(trace, at + "ffn_act", act)
+    h = h + linear(act, w[prefix + "ffn.fc2.weight"])
+    record(trace, at + "h_out", h)
     return h
 
 
-def logprobs_from_hidden(model, h):
+def cross_block(model, layer, h, K, V, q_positions, allowed, trace=None):
+    cfg, w = model.cfg, model.w
+    p = f"cross_decoder.layers.{layer}."
+    at = f"cross.{layer}."
+    x = rmsnorm(h, w[p + "mixer_layer_norm.weight"], cfg.norm_eps)
+    record(trace, at + "mixer_norm", x)
+    q = split_heads(linear(x, w[p + "mixer.q_proj.weight"]), cfg.n_attn_heads)
+    if cfg.cross_decoder_rope:
+        q = rope(q, q_positions, cfg.rope_theta)
+    record(trace, at + "q", q)
+    o = causal_attention(q, K, V, 1.0 / math.sqrt(cfg.hd_c), allowed).reshape(h.shape[0], cfg.dim)
+    record(trace, at + "attention", o)
+    h = h + linear(o, w[p + "mixer.out_proj.weight"])
+    return ffn_block(h, p, w, cfg.norm_eps, trace, at)
+
+
+def logprobs_from_hidden(model, h, trace=None):
     x = rmsnorm(h, model.w["layer_norm.weight"], model.cfg.norm_eps)
-    return log_softmax(linear(x, model.w_out))
+    logits = linear(x, model.w_out)
+    record(trace, "head.norm", x)
+    record(trace, "head.logits", logits)
+    return log_softmax(logits)
 
 
-def transformer_block(model, layer, h, state, positions, allowed):
+def transformer_block(model, layer, h, state, positions, allowed, trace=None):
     """One layer of the 2.6 baseline over rows h at `positions`: q, k, v projections (GQA),
     RoPE on q and k, the new k/v rows appended to this layer's cache, attention, out_proj, FFN."""
     cfg, w = model.cfg, model.w
     p = f"layers.{layer}."
+    at = f"layer.{layer}."
     x = rmsnorm(h, w[p + "mixer_layer_norm.weight"], cfg.norm_eps)
     q = rope(split_heads(linear(x, w[p + "mixer.q_proj.weight"]), cfg.n_attn_heads), positions, cfg.rope_theta)
     k = rope(split_heads(linear(x, w[p + "mixer.k_proj.weight"]), cfg.n_attn_kv_heads), positions, cfg.rope_theta)
     v = split_heads(linear(x, w[p + "mixer.v_proj.weight"]), cfg.n_attn_kv_heads)
     n = h.shape[0]
+    for name, value in (("mixer_norm", x), ("q", q), ("k", k), ("v", v)):
+        record(trace, at + name, value)
     state["layer_k"][layer] = np.concatenate([state["layer_k"][layer], k.reshape(n, -1)])
     state["layer_v"][layer] = np.concatenate([state["layer_v"][layer], v.reshape(n, -1)])
     K = split_heads(state["layer_k"][layer], cfg.n_attn_kv_heads)
     V = split_heads(state["layer_v"][layer], cfg.n_attn_kv_heads)
     o = causal_attention(q, K, V, 1.0 / math.sqrt(cfg.hd_c), allowed).reshape(n, cfg.dim)
+    record(trace, at + "attention", o)
     h = h + linear(o, w[p + "mixer.out_proj.weight"])
-    return h + ffn(rmsnorm(h, w[p + "final_layer_norm.weight"], cfg.norm_eps), p, w)
+    return ffn_block(h, p, w, cfg.norm_eps, trace, at)
 
 
-def transformer_forward(model, tokens, state=None):
+def transformer_forward(model, tokens, state=None, trace=None):
     """The baseline over `tokens` from `state` (empty when None). Returns (logprobs, state) with
-    state {"position": n, "layer_k": [n_layers x [n, Hkv*hd_c]] (post-RoPE), "layer_v": ...}."""
+    state {"position": n, "layer_k": [n_layers x [n, Hkv*hd_c]] (post-RoPE), "layer_v": ...}.
+    With `trace` (a dict), records the named intermediates of these rows."""
     cfg, w = model.cfg, model.w
     state = empty_state(model) if state is None else {
         "position": state["position"], "layer_k": list(state["layer_k"]), "layer_v": list(state["layer_v"])}
     pos0, n = state["position"], len(tokens)
     positions = np.arange(pos0, pos0 + n)
     h = math.sqrt(cfg.dim) * w["embed_tokens.weight"][np.asarray(list(tokens))]
+    record(trace, "embed", h)
     # query at pos0 + i sees keys 0 .. pos0 + i
     allowed = np.arange(pos0 + n)[None, :] <= positions[:, None]
     for layer in range(cfg.n_layers):
-        h = transformer_block(model, layer, h, state, positions, allowed)
+        h = transformer_block(model, layer, h, state, positions, allowed, trace)
     state["position"] = pos0 + n
-    return logprobs_from_hidden(model, h), state
+    return logprobs_from_hidden(model, h, trace), state
 
 
-def forward(model, tokens, form="parallel", chunk=4):
+def forward(model, tokens, form="parallel", chunk=4, trace=None):
     """Full forward. Returns (logprobs [n, vocab], state) where state follows docs/design.md §2.5:
     {"position": n, "global_k": [n, Hkv*hd_c] (post-RoPE), "global_v": [n, Hkv*hd_c],
      "self": [ {"loop", "layer", "S": [H, hd, hd]} or {"loop", "layer", "k": [rows, dim], "v": ...} ]}
-    with "self" ordered loop-major. A transformer's state is transformer_forward's."""
+    with "self" ordered loop-major. A transformer's state is transformer_forward's.
+    With `trace` (a dict), records every named intermediate (docs/design.md §2.9) as [n, values]."""
     if model.cfg.is_transformer:
-        return transformer_forward(model, tokens)
+        return transformer_forward(model, tokens, trace=trace)
     cfg, w = model.cfg, model.w
     tokens = list(tokens)
     n = len(tokens)
     positions = np.arange(n)
     h = math.sqrt(cfg.dim) * w["embed_tokens.weight"][np.asarray(tokens)]
+    record(trace, "embed", h)
     self_states = []
     for loop in range(cfg.n_loops):
         for layer in range(cfg.n_self_layers):
             p = f"self_decoder.layers.{layer}."
+            at = f"self.{loop}.{layer}."
             x = rmsnorm(h, w[p + "mixer_layer_norm.weight"], cfg.norm_eps)
-            out, st = self_mixer_full(model, layer, x, positions, form, chunk)
+            record(trace, at + "mixer_norm", x)
+            out, st = self_mixer_full(model, layer, x, positions, form, chunk, trace, at)
             h = h + out
-            h = h + ffn(rmsnorm(h, w[p + "final_layer_norm.weight"], cfg.norm_eps), p, w)
+            h = ffn_block(h, p, w, cfg.norm_eps, trace, at)
             self_states.append(dict(loop=loop, layer=layer, **st))
-    K, V = global_kv(model, h, positions)
+    K, V = global_kv(model, h, positions, trace)
     allowed = np.tril(np.ones((n, n), dtype=bool))
     for layer in range(cfg.n_cross_layers):
-        h = cross_block(model, layer, h, K, V, positions, allowed)
+        h = cross_block(model, layer, h, K, V, positions, allowed, trace)
     state = {
         "position": n,
         "global_k": K.reshape(n, -1),
         "global_v": V.reshape(n, -1),
         "self": self_states,
     }
-    return logprobs_from_hidden(model, h), state
+    return logprobs_from_hidden(model, h, trace), state
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,16 +1,17 @@
-// The YOCO engine on one CUDA device, an Engine (model/engine.h): the GPU twin of yoco::Model's
-// serving path (prefill = self-decoder only with early exit, batched decode steps, next-token
-// logits), built on the ops of kernels/cuda/ops.h. Plain C++: this header never includes CUDA
-// headers (docs/architecture.md, rule 2); the target yoco_engine_cuda exists only with YOCO_CUDA. Its files split
-// by concern (model/cuda_engine_impl.h lists them).
+// The YOCO engine on one CUDA device, an Engine (model/engine.h): the layer program
+// (model/program.h) on a CUDA backend (model/cuda/backend.h) over the ops of kernels/cuda/ops.h, for
+// the serving path (prefill = self-decoder only with early exit, batched decode steps, next-token
+// logits). Plain C++: this header never includes CUDA headers (docs/architecture.md, rule 2); the
+// target yoco_engine_cuda exists only with YOCO_CUDA. Its files split by concern
+// (model/cuda/engine_impl.h lists them).
 //
 // Numerics (docs/design.md §2.5): matrices live on the device as bf16 and every projection is a bf16 ×
 // bf16 GEMM with fp32 accumulation (its activation input rounded to bf16 once, by a fused
 // rmsnorm/silu/convert op); the residual stream, norms, gate log-decays, the gRet state S, the
 // SWA window and the global K/V cache stay fp32. Chunkwise retention and SWA prefill use bf16
-// tensor cores inside; decode steps are fp32 apart from the GEMMs. The order of operations is
-// model.cc's, so a state moves between the CPU Model and this engine at any point
-// (upload/download) and decoding goes on within bf16 tolerance.
+// tensor cores inside; decode steps are fp32 apart from the GEMMs. The program is the CPU Model's,
+// so a state moves between the CPU Model and this engine at any point (upload/download) and
+// decoding goes on within bf16 tolerance.
 //
 // State on the device, per sequence (a slot): the self-decoder state of every (loop, layer):
 // gRet S [n_self_heads, hd, hd] fp32 or the SWA ring [window, dim] fp32 for K and for V (the row
@@ -48,6 +49,9 @@
 namespace yoco {
 
 class Model;
+namespace cuda_engine {
+struct Impl;
+}
 
 class CudaEngine final : public Engine {
  public:
@@ -130,9 +134,8 @@ class CudaEngine final : public Engine {
   Status snapshot(SeqId id, SequenceState& out) const override;
 
  private:
-  struct Impl;
-  explicit CudaEngine(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit CudaEngine(std::unique_ptr<cuda_engine::Impl> impl);
+  std::unique_ptr<cuda_engine::Impl> impl_;
 };
 
 }  // namespace yoco
