@@ -9,11 +9,12 @@
 namespace yoco {
 
 RouterCore::RouterCore(const Tokenizer* tokenizer, WorkerGroup& prefill, WorkerGroup& decode, ModelInfoCache& model,
-                       RouterLimits limits, RouterMetrics& metrics, bool colocated)
+                       WorkerCalls& calls, RouterLimits limits, RouterMetrics& metrics, bool colocated)
     : tok_(tokenizer),
       prefill_(prefill),
       decode_(decode),
       model_(model),
+      calls_(calls),
       limits_(limits),
       m_(metrics),
       colocated_(colocated),
@@ -34,10 +35,10 @@ std::vector<WorkerSnapshot> RouterCore::decode_snapshot() const {
   return snap;
 }
 
-std::shared_ptr<grpc::Channel> RouterCore::any_decode_channel() {
+std::optional<std::string> RouterCore::any_decode_worker() const {
   for (const auto& w : decode_snapshot())
-    if (w.healthy) return decode_.channel(w.address);
-  return nullptr;
+    if (w.healthy) return w.address;
+  return std::nullopt;
 }
 
 std::optional<size_t> RouterCore::pick_prefill(const std::vector<WorkerSnapshot>& workers,

@@ -19,6 +19,7 @@
 #include "router/metrics.h"
 #include "router/model_info.h"
 #include "router/policy.h"
+#include "router/worker_calls.h"
 #include "router/workers.h"
 #include "tokenizer/tokenizer.h"
 
@@ -50,12 +51,14 @@ class RouterCore {
  public:
   // `colocated`: no prefill workers are configured; decode workers prefill locally
   // (DecodeRequest.local_prefill) and the document RPCs are unavailable.
+  // `calls` reaches the workers (GrpcWorkerCalls; an in-memory fake in the unit tests).
   RouterCore(const Tokenizer* tokenizer, WorkerGroup& prefill, WorkerGroup& decode, ModelInfoCache& model,
-             RouterLimits limits, RouterMetrics& metrics, bool colocated);
+             WorkerCalls& calls, RouterLimits limits, RouterMetrics& metrics, bool colocated);
 
   const Tokenizer* tokenizer() const { return tok_; }
   WorkerGroup& prefill() { return prefill_; }
   WorkerGroup& decode() { return decode_; }
+  WorkerCalls& calls() { return calls_; }
   const RouterLimits& limits() const { return limits_; }
   RouterMetrics& metrics() { return m_; }
   bool colocated() const { return colocated_; }
@@ -68,7 +71,7 @@ class RouterCore {
   // Decode workers of the served model (others show as unhealthy: never used).
   std::vector<WorkerSnapshot> decode_snapshot() const;
   // Any healthy decode worker of the served model (Score).
-  std::shared_ptr<grpc::Channel> any_decode_channel();
+  std::optional<std::string> any_decode_worker() const;
   // A prefill worker among `workers`: by prefix affinity when `prefix_hash` is given (and
   // affinity is on), else the balanced pick; `exclude`d ones are skipped.
   std::optional<size_t> pick_prefill(const std::vector<WorkerSnapshot>& workers, std::optional<uint64_t> prefix_hash,
@@ -93,6 +96,7 @@ class RouterCore {
   WorkerGroup& prefill_;
   WorkerGroup& decode_;
   ModelInfoCache& model_;
+  WorkerCalls& calls_;
   const RouterLimits limits_;
   RouterMetrics& m_;
   const bool colocated_;

@@ -16,11 +16,11 @@ void add_owner(grpc::ClientContext* c, const std::optional<std::string>& owner) 
   if (owner) c->AddMetadata("yoco-owner", *owner);
 }
 
-grpc::Status fetch_document(RouterCore& core, grpc::ServerContext* ctx, const std::string& id,
+grpc::Status fetch_document(RouterCore& core, const CallParent& parent, const std::string& id,
                             internal::v1::DocumentRecord* rec, const std::optional<std::string>& owner) {
   v1::GetDocumentRequest req;
   req.set_id(id);
-  return call_prefill_worker(core, ctx, req, rec,
+  return call_prefill_worker(core, parent, req, rec,
                              [&owner](auto& stub, grpc::ClientContext* c, const auto& r, auto* out) {
                                add_owner(c, owner);
                                return stub.GetDocument(c, r, out);

@@ -10,6 +10,7 @@
 
 #include "router/call_util.h"
 #include "router/core.h"
+#include "router/worker_calls.h"
 #include "yoco/internal/v1/worker.grpc.pb.h"
 
 namespace yoco {
@@ -17,7 +18,7 @@ namespace yoco {
 // One PrefillWorker RPC, tried on up to three prefill workers (the first by prefix affinity
 // when `affinity` is given); answers no other worker would change end the loop.
 template <class Req, class Resp, class Call>
-grpc::Status call_prefill_worker(RouterCore& core, grpc::ServerContext* ctx, const Req& req, Resp* resp, Call call,
+grpc::Status call_prefill_worker(RouterCore& core, const CallParent& parent, const Req& req, Resp* resp, Call call,
                                  std::optional<uint64_t> affinity = std::nullopt);
 
 // The document owner a key acts as (docs/design.md §9b): its name for a non-admin key; none (every
@@ -27,13 +28,13 @@ std::optional<std::string> document_owner(const KeyLease* key);
 void add_owner(grpc::ClientContext* c, const std::optional<std::string>& owner);
 
 // A stored document's record (tokens included), by id, as `owner` sees it.
-grpc::Status fetch_document(RouterCore& core, grpc::ServerContext* ctx, const std::string& id,
+grpc::Status fetch_document(RouterCore& core, const CallParent& parent, const std::string& id,
                             internal::v1::DocumentRecord* rec, const std::optional<std::string>& owner = std::nullopt);
 
 grpc::Status no_documents_when_colocated();
 
 template <class Req, class Resp, class Call>
-grpc::Status call_prefill_worker(RouterCore& core, grpc::ServerContext* ctx, const Req& req, Resp* resp, Call call,
+grpc::Status call_prefill_worker(RouterCore& core, const CallParent& parent, const Req& req, Resp* resp, Call call,
                                  std::optional<uint64_t> affinity) {
   if (core.colocated()) return no_documents_when_colocated();
   grpc::Status st;
@@ -44,12 +45,12 @@ grpc::Status call_prefill_worker(RouterCore& core, grpc::ServerContext* ctx, con
       st = {grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker"};
       break;
     }
-    auto cctx = grpc::ClientContext::FromServerContext(*ctx);
+    auto cctx = parent.child();
     resp->Clear();
     auto stub = internal::v1::PrefillWorker::NewStub(core.prefill().channel(snap[*i].address));
     st = call(*stub, cctx.get(), req, resp);
     if (st.ok() || final_error(st.error_code()) || st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-        st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED || client_end(ctx))
+        st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED || parent.end())
       break;
   }
   return st;

@@ -14,9 +14,8 @@
 
 namespace yoco {
 
-GenerateCall::GenerateCall(RouterCore& core, grpc::ServerContext* ctx, const v1::GenerateRequest& req,
-                           grpc::ServerWriter<v1::GenerateResponse>* writer, KeyLease* key)
-    : core_(core), ctx_(ctx), req_(req), writer_(writer), tok_(core.tokenizer()), key_(key) {}
+GenerateCall::GenerateCall(RouterCore& core, GenerateSink& client, const v1::GenerateRequest& req, KeyLease* key)
+    : core_(core), client_(client), req_(req), tok_(core.tokenizer()), key_(key) {}
 
 GenerateCall::~GenerateCall() {
   if (!admitted_) return;
@@ -67,7 +66,7 @@ grpc::Status GenerateCall::resolve_documents() {
       return invalid(not_a_document_id("document_ids[" + std::to_string(i) + "]", req_.document_ids(i)));
   for (int i = 0; i < req_.document_ids_size(); ++i) {
     internal::v1::DocumentRecord rec;
-    grpc::Status st = fetch_document(core_, ctx_, req_.document_ids(i), &rec, document_owner(key_));
+    grpc::Status st = fetch_document(core_, client_, req_.document_ids(i), &rec, document_owner(key_));
     if (st.error_code() == grpc::StatusCode::NOT_FOUND)
       return {grpc::StatusCode::NOT_FOUND,
               "document_ids[" + std::to_string(i) + "]: unknown document \"" + req_.document_ids(i) + "\""};
@@ -135,7 +134,7 @@ void GenerateCall::prepare_stream() {
         *tok_, /*skip_special=*/!req_.has_skip_special_tokens() || req_.skip_special_tokens());
 }
 
-std::optional<grpc::Status> GenerateCall::client_end() const { return yoco::client_end(ctx_); }
+std::optional<grpc::Status> GenerateCall::client_end() const { return client_.end(); }
 
 // ---- attempt: one decode worker (and one prefill worker), until the stream ends or moves ----
 
@@ -152,22 +151,23 @@ GenerateCall::Step GenerateCall::attempt() {
     ~Pending() { g.add_pending(p.address, -p.blocks); }
   } pending{decode, pick};
 
-  DecodeStream stream = open_decode(pick);
+  const std::unique_ptr<DecodeCall> stream = open_decode(pick);
   // One watch for everything this worker must answer, from the call's start to its end: the
   // reservation, the prefill (whose transfer and commit wait on it), the admission, the tokens.
   // Destroyed before the stream, so it never touches a finished call.
-  const std::unique_ptr<StallWatch> stall = watch(stream, pick.address);
+  const std::unique_ptr<StallWatch> stall = watch(*stream, pick.address);
   if (!core_.colocated()) {
     internal::v1::DecodeEvent ev;
-    if (!stream.reader->Read(&ev) || ev.kind_case() != internal::v1::DecodeEvent::kReservation) {
-      const grpc::Status st = stream.reader->Finish();
+    if (!stream->read(&ev) || ev.kind_case() != internal::v1::DecodeEvent::kReservation) {
+      const grpc::Status st = stream->finish();
       if (stall->fired()) return decode_stalled(pick.address);
       return decode_failed(pick.address, st.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "no reservation") : st);
     }
     stall->heard();
-    if (Step s = prefill(pick, ev.reservation().transfer_descriptor(), stream, *stall); s.kind != Step::kNext) return s;
+    if (Step s = prefill(pick, ev.reservation().transfer_descriptor(), *stream, *stall); s.kind != Step::kNext)
+      return s;
   }
-  return relay(stream, pick.address, *stall);
+  return relay(*stream, pick.address, *stall);
 }
 
 // A decode worker that reserves blocks for everything the state will cover.
@@ -218,7 +218,7 @@ std::optional<size_t> GenerateCall::choose_decode(const std::vector<WorkerSnapsh
   return i;
 }
 
-GenerateCall::DecodeStream GenerateCall::open_decode(const DecodePick& pick) {
+std::unique_ptr<DecodeCall> GenerateCall::open_decode(const DecodePick& pick) {
   internal::v1::DecodeRequest dreq;
   dreq.set_request_id(request_id_);
   dreq.mutable_prompt()->Add(prompt_.begin(), prompt_.end());
@@ -230,33 +230,21 @@ GenerateCall::DecodeStream GenerateCall::open_decode(const DecodePick& pick) {
   dreq.set_lease_ms(core_.limits().lease_ms);
   dreq.set_priority(req_.priority());
   dreq.set_local_prefill(core_.colocated());  // no prefill workers: the decode worker prefills itself
-  DecodeStream s;
-  s.ctx = grpc::ClientContext::FromServerContext(*ctx_);
-  s.reader = internal::v1::DecodeWorker::NewStub(core_.decode().channel(pick.address))->Decode(s.ctx.get(), dreq);
-  return s;
+  return core_.calls().open_decode(pick.address, dreq, client_);
 }
 
 // The stream's call is cancelled if its worker hangs (router/stall_watch.h).
-std::unique_ptr<StallWatch> GenerateCall::watch(DecodeStream& stream, const std::string& address) {
-  grpc::ClientContext* ctx = stream.ctx.get();
+std::unique_ptr<StallWatch> GenerateCall::watch(DecodeCall& stream, const std::string& address) {
   return std::make_unique<StallWatch>(
       std::chrono::milliseconds(core_.limits().stall_timeout_ms),
-      [this, address] { return !core_.decode().answering(address); }, [ctx] { ctx->TryCancel(); });
-}
-
-void GenerateCall::DecodeStream::cancel_and_drain() {
-  ctx->TryCancel();
-  internal::v1::DecodeEvent ev;
-  while (reader->Read(&ev)) {
-  }
-  reader->Finish();
+      [this, address] { return !core_.decode().answering(address); }, [s = &stream] { s->cancel(); });
 }
 
 // A prefill worker of the same model fills the reservation over UCX and returns once the decode
 // worker admitted the sequence; a failure is retried on another prefill worker. The call waits on
 // the decode worker too (its transfer, its commit acknowledgement): if that one hangs, the stall
 // watch cancels both calls and the request is prefilled again on another decode worker.
-GenerateCall::Step GenerateCall::prefill(const DecodePick& pick, const std::string& reservation, DecodeStream& stream,
+GenerateCall::Step GenerateCall::prefill(const DecodePick& pick, const std::string& reservation, DecodeCall& stream,
                                          StallWatch& stall) {
   auto snap = core_.prefill().snapshot();
   for (auto& w : snap)  // never pair workers of different models (llm-d #2433)
@@ -264,8 +252,8 @@ GenerateCall::Step GenerateCall::prefill(const DecodePick& pick, const std::stri
   auto choose = [&](const std::vector<std::string>& ex) { return core_.pick_prefill(snap, prefix_hash_, ex); };
   const auto pi = pick_excluding(bad_prefill_, choose);
   if (!pi) {
-    stream.ctx->TryCancel();
-    stream.reader->Finish();
+    stream.cancel();
+    stream.finish();
     return Step::end(
         {grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker for model " + pick.fingerprint +
                                             (last_error_.empty() ? "" : " (last error: " + last_error_ + ")")});
@@ -283,9 +271,9 @@ GenerateCall::Step GenerateCall::prefill(const DecodePick& pick, const std::stri
   core_.prefill().add_pending(paddr, rows);
   grpc::Status pst;
   {
-    std::unique_ptr<grpc::ClientContext> pctx = grpc::ClientContext::FromServerContext(*ctx_);
-    const StallWatch::Link link = stall.link([c = pctx.get()] { c->TryCancel(); });
-    pst = internal::v1::PrefillWorker::NewStub(core_.prefill().channel(paddr))->Prefill(pctx.get(), preq, &presp);
+    const std::unique_ptr<PrefillCall> call = core_.calls().prefill(paddr, preq, client_);
+    const StallWatch::Link link = stall.link([c = call.get()] { c->cancel(); });
+    pst = call->wait(&presp);
   }
   core_.prefill().add_pending(paddr, -rows);
   // Not the prefill worker's fault: it let go of the job when its call was cancelled (and it
@@ -327,11 +315,11 @@ GenerateCall::Step GenerateCall::prefill_failed(const std::string& address, cons
 
 // ---- relay: the decode worker's tokens to the client ----
 
-GenerateCall::Step GenerateCall::relay(DecodeStream& stream, const std::string& address, StallWatch& stall) {
+GenerateCall::Step GenerateCall::relay(DecodeCall& stream, const std::string& address, StallWatch& stall) {
   internal::v1::DecodeEvent ev;
   bool finished = false;
   std::string reason;
-  while (stream.reader->Read(&ev)) {
+  while (stream.read(&ev)) {
     stall.heard();
     // Cancelled as stalled: whatever the old worker still sends is dropped; the stream goes on
     // from the tokens already relayed.
@@ -345,9 +333,9 @@ GenerateCall::Step GenerateCall::relay(DecodeStream& stream, const std::string& 
     }
     if (ev.kind_case() != internal::v1::DecodeEvent::kTokens || stop_hit_ || client_gone_) continue;
     if (!relay_tokens(ev.tokens())) client_gone_ = true;
-    if (stop_hit_ || client_gone_) stream.ctx->TryCancel();
+    if (stop_hit_ || client_gone_) stream.cancel();
   }
-  const grpc::Status st = stream.reader->Finish();
+  const grpc::Status st = stream.finish();
   if (client_gone_) return Step::end({grpc::StatusCode::CANCELLED, "the client went away"});
   if (stop_hit_) return finish("stop_string");
   if (finished && st.ok()) return finish(reason);
@@ -385,7 +373,7 @@ bool GenerateCall::relay_tokens(const internal::v1::Tokens& tokens) {
   }
   last_token_ = now;
   core_.metrics().observe_generated(delta->token_ids_size());
-  return writer_->Write(resp);
+  return client_.write(resp);
 }
 
 // One token's text; a byte-level token that is part of a character has no UTF-8 of its own, and a
@@ -440,7 +428,7 @@ GenerateCall::Step GenerateCall::finish(const std::string& reason) {
     rest += stops_->flush();
     if (!rest.empty()) {
       resp.mutable_delta()->set_text(rest);
-      writer_->Write(resp);
+      client_.write(resp);
       resp.Clear();
     }
   }
@@ -457,7 +445,7 @@ GenerateCall::Step GenerateCall::finish(const std::string& reason) {
   if (first_token_)
     fin->mutable_timings()->set_first_token_seconds(std::chrono::duration<double>(*first_token_ - t0_).count());
   fin->mutable_timings()->set_total_seconds(std::chrono::duration<double>(Clock::now() - t0_).count());
-  writer_->Write(resp);
+  client_.write(resp);
   return Step::end(grpc::Status::OK);
 }
 

@@ -15,6 +15,9 @@
 //                     are cancelled and the request migrates the same way (re-prefilled
 //                     elsewhere when it had no token yet)
 //   finish            the remaining text and the final message (reason, usage, timings)
+// The workers are reached through RouterCore::calls (router/worker_calls.h) and the client through
+// a GenerateSink, so the stages run in unit tests over in-memory workers and an in-memory client
+// (tests/unit/router/generate_call_test.cc).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -29,15 +32,36 @@
 #include "router/core.h"
 #include "router/stall_watch.h"
 #include "router/stop_strings.h"
+#include "router/worker_calls.h"
 #include "yoco/internal/v1/worker.grpc.pb.h"
 #include "yoco/v1/yoco.grpc.pb.h"
 
 namespace yoco {
 
+// The client's side of one Generate: where its responses go and (as the CallParent of the
+// worker calls) its deadline and cancellation.
+class GenerateSink : public CallParent {
+ public:
+  virtual bool write(const v1::GenerateResponse& resp) = 0;  // false: the client went away
+};
+
+// A gRPC server call as the sink (RouterService::Generate).
+class ServerGenerateSink final : public GenerateSink {
+ public:
+  ServerGenerateSink(grpc::ServerContext* ctx, grpc::ServerWriter<v1::GenerateResponse>* writer)
+      : parent_(ctx), writer_(writer) {}
+  bool write(const v1::GenerateResponse& resp) override { return writer_->Write(resp); }
+  std::optional<grpc::Status> end() const override { return parent_.end(); }
+  std::unique_ptr<grpc::ClientContext> child() const override { return parent_.child(); }
+
+ private:
+  const ServerCallParent parent_;
+  grpc::ServerWriter<v1::GenerateResponse>* const writer_;
+};
+
 class GenerateCall {
  public:
-  GenerateCall(RouterCore& core, grpc::ServerContext* ctx, const v1::GenerateRequest& req,
-               grpc::ServerWriter<v1::GenerateResponse>* writer, KeyLease* key = nullptr);
+  GenerateCall(RouterCore& core, GenerateSink& client, const v1::GenerateRequest& req, KeyLease* key = nullptr);
   ~GenerateCall();  // gives the admission back
   GenerateCall(const GenerateCall&) = delete;
   GenerateCall& operator=(const GenerateCall&) = delete;
@@ -60,11 +84,6 @@ class GenerateCall {
   };
   std::optional<size_t> choose_decode(const std::vector<WorkerSnapshot>& snap, int64_t rows_needed,
                                       const std::vector<std::string>& exclude);
-  struct DecodeStream {
-    std::unique_ptr<grpc::ClientContext> ctx;
-    std::unique_ptr<grpc::ClientReader<internal::v1::DecodeEvent>> reader;
-    void cancel_and_drain();
-  };
 
   grpc::Status validate();
   grpc::Status validate_prompt(const v1::ModelInfo& model);
@@ -75,22 +94,21 @@ class GenerateCall {
 
   Step attempt();
   Step pick_decode(DecodePick* pick);
-  DecodeStream open_decode(const DecodePick& pick);
-  Step prefill(const DecodePick& pick, const std::string& reservation, DecodeStream& stream, StallWatch& stall);
+  std::unique_ptr<DecodeCall> open_decode(const DecodePick& pick);
+  Step prefill(const DecodePick& pick, const std::string& reservation, DecodeCall& stream, StallWatch& stall);
   Step prefill_failed(const std::string& address, const grpc::Status& st);
-  Step relay(DecodeStream& stream, const std::string& address, StallWatch& stall);
+  Step relay(DecodeCall& stream, const std::string& address, StallWatch& stall);
   bool relay_tokens(const internal::v1::Tokens& tokens);  // false: the client went away
   void fill_logprob_text(v1::LogprobEntry* e, int32_t chosen) const;
   Step decode_failed(const std::string& address, const grpc::Status& st);
   Step decode_stalled(const std::string& address);
-  std::unique_ptr<StallWatch> watch(DecodeStream& stream, const std::string& address);
+  std::unique_ptr<StallWatch> watch(DecodeCall& stream, const std::string& address);
   Step finish(const std::string& reason);
   std::optional<grpc::Status> client_end() const;
 
   RouterCore& core_;
-  grpc::ServerContext* const ctx_;
+  GenerateSink& client_;
   const v1::GenerateRequest& req_;
-  grpc::ServerWriter<v1::GenerateResponse>* const writer_;
   const Clock::time_point t0_ = Clock::now();
   const Tokenizer* const tok_;
   KeyLease* const key_;  // the API key's limits and documents; null without keys

@@ -158,14 +158,15 @@ int run(int argc, char** argv) {
 
   WorkerGroup prefill(WorkerRole::kPrefill, ptargets, wopt);
   WorkerGroup decode(WorkerRole::kDecode, dtargets, wopt);
-  ModelInfoCache model(decode);
+  GrpcWorkerCalls calls(prefill, decode);
+  ModelInfoCache model(decode, calls);
   decode.set_on_poll([&] { model.refresh(); });  // the first poll (in start) describes the model
-  prefill.start();
-  decode.start();
+  prefill.start(calls);
+  decode.start(calls);
 
   MetricsRegistry registry;
   RouterMetrics metrics(registry);
-  RouterCore core(tok.get(), prefill, decode, model, lim, metrics, /*colocated=*/ptargets.empty());
+  RouterCore core(tok.get(), prefill, decode, model, calls, lim, metrics, /*colocated=*/ptargets.empty());
   core.set_keys(keys.get());
   RouterService service(core);
   auto server = Server::start(

@@ -3,7 +3,6 @@
 #include <chrono>
 
 #include "common/log.h"
-#include "yoco/internal/v1/worker.grpc.pb.h"
 
 namespace yoco {
 
@@ -14,11 +13,8 @@ void ModelInfoCache::refresh() {
     if (have && w.healthy && w.fingerprint == have->fingerprint()) return;  // still served
   for (const auto& w : snap) {
     if (!w.healthy) continue;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     auto info = std::make_shared<v1::ModelInfo>();
-    auto stub = internal::v1::DecodeWorker::NewStub(decode_.channel(w.address));
-    const grpc::Status st = stub->Describe(&ctx, internal::v1::DescribeRequest(), info.get());
+    const grpc::Status st = calls_.describe(w.address, std::chrono::seconds(2), info.get());
     if (!st.ok()) {
       YOCO_LOG(LogLevel::kWarn, "describe failed",
                LogFields().kv("address", w.address).kv("error", st.error_message()));

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "router/worker_calls.h"
 #include "router/workers.h"
 #include "yoco/v1/yoco.pb.h"
 
@@ -16,7 +17,7 @@ namespace yoco {
 
 class ModelInfoCache {
  public:
-  explicit ModelInfoCache(WorkerGroup& decode) : decode_(decode) {}
+  ModelInfoCache(WorkerGroup& decode, WorkerCalls& calls) : decode_(decode), calls_(calls) {}
 
   // After each poll of the decode workers: keeps the info while a healthy worker still reports
   // its fingerprint, else asks a healthy worker (the first model seen, or the one they moved to).
@@ -28,6 +29,7 @@ class ModelInfoCache {
 
  private:
   WorkerGroup& decode_;
+  WorkerCalls& calls_;
   mutable std::mutex mu_;
   std::shared_ptr<const v1::ModelInfo> info_;
 };

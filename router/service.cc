@@ -74,7 +74,8 @@ grpc::Status RouterService::Generate(grpc::ServerContext* ctx, const v1::Generat
                                      grpc::ServerWriter<v1::GenerateResponse>* writer) {
   return keyed(ctx, "Generate", req->request_id(), [&](KeyLease* key) {
     const auto t0 = Clock::now();
-    grpc::Status st = GenerateCall(core_, ctx, *req, writer, key).run();
+    ServerGenerateSink client(ctx, writer);
+    grpc::Status st = GenerateCall(core_, client, *req, key).run();
     core_.metrics().observe_finished(st.error_code(), since(t0));
     if (!st.ok() && !key)  // with keys, keyed logs it with the key's name
       YOCO_LOG(LogLevel::kInfo, "generate failed",
@@ -118,12 +119,12 @@ grpc::Status RouterService::score(grpc::ServerContext* ctx, const v1::ScoreReque
   if (key) {
     if (Status k = key->charge(ids.size(), 0); !k.ok()) return {grpc::StatusCode::RESOURCE_EXHAUSTED, k.message()};
   }
+  const ServerCallParent parent(ctx);
   for (int attempt = 0; attempt < 3; ++attempt) {
-    auto ch = core_.any_decode_channel();
-    if (!ch) return {grpc::StatusCode::UNAVAILABLE, "no healthy decode worker"};
-    auto cctx = grpc::ClientContext::FromServerContext(*ctx);
+    const std::optional<std::string> worker = core_.any_decode_worker();
+    if (!worker) return {grpc::StatusCode::UNAVAILABLE, "no healthy decode worker"};
     resp->Clear();
-    grpc::Status st = internal::v1::DecodeWorker::NewStub(ch)->Score(cctx.get(), fwd, resp);
+    grpc::Status st = core_.calls().score(*worker, fwd, resp, parent);
     if (st.ok() || final_error(st.error_code()) || client_end(ctx)) return st;
   }
   return {grpc::StatusCode::UNAVAILABLE, "score failed on 3 attempts"};
@@ -176,7 +177,7 @@ template <class Req, class Resp, class Call>
 grpc::Status RouterService::on_prefill_worker(grpc::ServerContext* ctx, const Req& req, Resp* resp, Call call,
                                               std::optional<uint64_t> affinity) {
   const auto t0 = Clock::now();
-  const grpc::Status st = call_prefill_worker(core_, ctx, req, resp, call, affinity);
+  const grpc::Status st = call_prefill_worker(core_, ServerCallParent(ctx), req, resp, call, affinity);
   core_.metrics().observe_finished(st.error_code(), since(t0));
   return st;
 }

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/log.h"
-#include "yoco/internal/v1/worker.grpc.pb.h"
+#include "router/worker_calls.h"
 
 namespace yoco {
 
@@ -12,7 +12,8 @@ WorkerGroup::WorkerGroup(WorkerRole role, std::vector<Target> targets, WorkerGro
 
 WorkerGroup::~WorkerGroup() { stop(); }
 
-void WorkerGroup::start() {
+void WorkerGroup::start(WorkerCalls& calls) {
+  calls_ = &calls;
   if (Status st = discovery_.refresh(); !st.ok())
     YOCO_LOG(LogLevel::kWarn, "discovery failed", LogFields().kv("error", st.message()));
   poll_all();
@@ -64,19 +65,16 @@ void WorkerGroup::poll_all() {
   for (const auto& a : addrs) {
     Worker w;
     w.snap.address = a;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + opt_.poll_timeout);
-    internal::v1::LoadRequest req;
     if (role_ == WorkerRole::kPrefill) {
       internal::v1::PrefillLoad load;
-      auto st = internal::v1::PrefillWorker::NewStub(channel(a))->GetLoad(&ctx, req, &load);
+      auto st = calls_->prefill_load(a, opt_.poll_timeout, &load);
       w.answered = st.ok();
       w.snap.healthy = st.ok() && load.serving();
       w.snap.queued_tokens = load.queued_tokens();
       w.snap.fingerprint = load.fingerprint();
     } else {
       internal::v1::DecodeLoad load;
-      auto st = internal::v1::DecodeWorker::NewStub(channel(a))->GetLoad(&ctx, req, &load);
+      auto st = calls_->decode_load(a, opt_.poll_timeout, &load);
       w.answered = st.ok();
       w.snap.healthy = st.ok() && load.serving();
       w.snap.free_kv_blocks = load.free_kv_blocks();

@@ -2,7 +2,7 @@
 // (static or a DNS name re-resolved periodically), a channel per address, and health + load
 // from polling each worker's GetLoad. A worker that fails a request is marked unhealthy only
 // until its next successful poll: one transient error never takes a healthy worker out for
-// good (sglang #13054).
+// good (sglang #13054). The polls go through WorkerCalls (router/worker_calls.h).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -24,6 +24,8 @@
 
 namespace yoco {
 
+class WorkerCalls;
+
 enum class WorkerRole { kPrefill, kDecode };
 
 struct WorkerGroupOptions {
@@ -41,7 +43,8 @@ class WorkerGroup {
               Resolver resolver = resolve_with_getaddrinfo);
   ~WorkerGroup();
 
-  void start();  // first discovery + poll happen before start returns
+  // First discovery + poll happen before start returns; every poll asks through `calls`.
+  void start(WorkerCalls& calls);
   // Runs after every poll (outside the group's lock); set before start().
   void set_on_poll(std::function<void()> hook) { on_poll_ = std::move(hook); }
   void stop();
@@ -86,6 +89,7 @@ class WorkerGroup {
   bool stopping_ = false;
   std::thread thread_;
   std::function<void()> on_poll_;
+  WorkerCalls* calls_ = nullptr;
 };
 
 }  // namespace yoco
