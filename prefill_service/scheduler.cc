@@ -21,21 +21,6 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The lease is wall clock (it crosses machines); waits here are on the steady clock.
-Clock::time_point lease_on_steady_clock(const ReservationDescriptor& d) {
-  const auto now_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-  return Clock::now() + std::chrono::milliseconds(d.lease_deadline_unix_ms - now_ms);
-}
-
-bool lease_over(const ReservationDescriptor& d) {
-  const auto now_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-  return now_ms >= d.lease_deadline_unix_ms;
-}
-
 }  // namespace
 
 struct PrefillScheduler::Job {
@@ -512,7 +497,7 @@ void PrefillScheduler::commit_loop() {
     const bool skipped = j->cancel_requested;
     if (!skipped) {
       // Every wait has a deadline: the caller's, else the lease (plus slack for the ack).
-      const Clock::time_point deadline = std::min(j->req.deadline, lease_on_steady_clock(d) + limits_.commit_grace);
+      const Clock::time_point deadline = std::min(j->req.deadline, lease_deadline_steady(d) + limits_.commit_grace);
       st = sender_.commit(d, j->size(), deadline);
     }
     const auto now = Clock::now();
