@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/checksum.h"
+#include "common/log.h"
 #include "model/cpu_engine.h"
 
 namespace yoco {
@@ -283,6 +284,10 @@ std::vector<PrefillScheduler::Slice> PrefillScheduler::plan_locked() {
     active_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     active_.back()->phase = Job::Phase::kActive;
+    const Job& j = *active_.back();
+    YOCO_HOP(
+        "prefill.start", j.req.reservation.request_id,
+        .kv("reservation", j.req.reservation.reservation_id).kv("tokens", j.size()).kv("document", j.req.document));
   }
   std::vector<Slice> slices;
   for (const PlannedSlice& p : step.slices)
@@ -361,6 +366,8 @@ bool PrefillScheduler::compute_slice(Slice& s, Clock::time_point t0) {
     return false;
   }
   j.stats.chunks.push_back(s.tokens);
+  YOCO_HOP("prefill.slice", j.req.reservation.request_id,
+           .kv("reservation", j.req.reservation.reservation_id).kv("from", j.computed).kv("tokens", s.tokens));
   j.computed += s.tokens;
   if (prompt_cache_ && j.computed == stop) {
     auto snapshot = [&](SequenceState& snap) { return engine_.snapshot(j.seq, snap); };
@@ -501,6 +508,8 @@ void PrefillScheduler::commit_loop() {
       st = sender_.commit(d, j->size(), deadline);
     }
     const auto now = Clock::now();
+    YOCO_HOP("prefill.commit", d.request_id,
+             .kv("reservation", d.reservation_id).kv("rows", j->size()).kv("ok", st.ok()).kv("skipped", skipped));
     j->stats.transfer_seconds = seconds_between(j->prefilled, now);
     {
       std::lock_guard<std::mutex> lock(mu_);

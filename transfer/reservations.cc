@@ -88,6 +88,7 @@ Result<ReservationDescriptor> ReservationTable::reserve(const std::string& reque
   reservations_.emplace(id, std::move(r));
   next_expiry_ = std::min(next_expiry_, lease_deadline);
   metrics_.add_in_flight(1);
+  YOCO_HOP("transfer.reserve", request_id, .kv("reservation", id).kv("rows", rows).kv("resident_rows", resident_rows));
   return d;
 }
 
@@ -420,6 +421,7 @@ void ReservationTable::process_commit_locked(const CommitMsg& m, ReplyTo reply, 
   const double secs = std::chrono::duration<double>(Clock::now() - r.started).count();
   metrics_.observe_transfer(
       (r.rows - r.resident_rows) * kv_row_bytes(pool_.row_floats()) + static_cast<int64_t>(m.state_bytes), secs);
+  YOCO_HOP("transfer.commit", r.request_id, .kv("reservation", r.id).kv("rows", r.rows).kv("seconds", secs));
   acks.push_back({reply, m.reservation_id, Status::Ok()});
   cv_.notify_all();
 }
