@@ -26,6 +26,12 @@ const char* level_name(LogLevel l) {
 void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
 LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
 
+Result<LogLevel> parse_log_level(std::string_view name) {
+  for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError})
+    if (name == level_name(l)) return l;
+  return invalid_argument("log level \"" + std::string(name) + "\": expected debug, info, warn or error");
+}
+
 void log_line(LogLevel level, std::string_view msg, std::string_view fields) {
   using namespace std::chrono;
   auto now = system_clock::now();

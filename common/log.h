@@ -5,12 +5,16 @@
 #include <string>
 #include <string_view>
 
+#include "common/status.h"
+
 namespace yoco {
 
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
 void set_log_level(LogLevel level);
 LogLevel log_level();
+// "debug", "info", "warn" or "error" (the servers' --log-level); the error names the value.
+Result<LogLevel> parse_log_level(std::string_view name);
 void log_line(LogLevel level, std::string_view msg, std::string_view fields);
 
 // `s` with quotes, backslashes, control characters, DEL and invalid UTF-8 escaped (\n, \r, \t,
@@ -41,3 +45,10 @@ class LogFields {
     if (static_cast<int>(level) >= static_cast<int>(::yoco::log_level())) \
       ::yoco::log_line(level, msg, (fields).str());                       \
   } while (0)
+
+// One debug line per hop of a request through the cluster (docs/architecture.md, a request's
+// path): `msg="hop" hop=<service.step> request_id=<id>` and the `more` fields (`.kv(...)`
+// calls, e.g. the reservation id), so one grep for a request_id follows it through every
+// process's log. Off unless the level is debug (--log-level debug).
+#define YOCO_HOP(hop, request_id, more) \
+  YOCO_LOG(::yoco::LogLevel::kDebug, "hop", ::yoco::LogFields().kv("hop", hop).kv("request_id", request_id) more)

@@ -45,7 +45,8 @@ grpc::Status DecodeWorkerService::decode(grpc::ServerContext* ctx, const interna
     if (!st.ok()) return st;
   }
   m_.prompt_tokens.inc(static_cast<double>(dr->prompt.size()));
-  return stream_tokens(ctx, std::move(dr).value(), writer, t0);
+  if (req->local_prefill()) YOCO_HOP("decode.admit", req->request_id(), .kv("local_prefill", true));
+  return stream_tokens(ctx, req->request_id(), std::move(dr).value(), writer, t0);
 }
 
 Result<DecodeRequest> DecodeWorkerService::to_request(const grpc::ServerContext& ctx,
@@ -99,13 +100,15 @@ grpc::Status DecodeWorkerService::receive_state(grpc::ServerContext* ctx, const 
   if (grpc::Status st = wait_committed(ctx, rid, lease, dr.deadline, committed); !st.ok()) return st;
   const double transfer_wait = seconds_since(t0);
   m_.transfer.observe(transfer_wait);
-  m_.request_transfer_bytes.observe(static_cast<double>((rows - desc->resident_rows) * model_.config().kv_dim() * 8 +
+  m_.request_transfer_bytes.observe(static_cast<double>((rows - desc->resident_rows) * kv_row_bytes(desc->kv_dim) +
                                                         static_cast<int64_t>(committed.state_blob.size())));
   m_.resident_blocks.inc(static_cast<double>(resident_blocks));
   m_.shared_blocks.inc(static_cast<double>(resident_blocks));
   auto admitted = admit(committed);
   if (!admitted.ok()) return to_grpc(admitted.status());
   dr.state = std::move(admitted).value();
+  YOCO_HOP("decode.admit", req.request_id(),
+           .kv("reservation", rid).kv("rows", rows).kv("resident_blocks", resident_blocks));
   if (share_prefixes_ && dr.state->pages) share_prefix(dr);
   ev.Clear();
   ev.mutable_committed()->set_transfer_wait_seconds(transfer_wait);
@@ -165,16 +168,18 @@ std::vector<int32_t> DecodeWorkerService::claim_resident(const DecodeRequest& dr
   return pool_.claim_prefix(hashes, hashes.size());
 }
 
-grpc::Status DecodeWorkerService::stream_tokens(grpc::ServerContext* ctx, DecodeRequest dr,
-                                                grpc::ServerWriter<internal::v1::DecodeEvent>* writer,
+grpc::Status DecodeWorkerService::stream_tokens(grpc::ServerContext* ctx, const std::string& request_id,
+                                                DecodeRequest dr, grpc::ServerWriter<internal::v1::DecodeEvent>* writer,
                                                 Clock::time_point t0) {
   // 3. Decode in the continuous batcher; stream tokens as they are sampled.
   std::optional<Clock::time_point> last;
   auto pumped = pump_tokens(ctx, batcher_, std::move(dr),
                             [&](const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps) {
                               const auto now = Clock::now();
-                              if (!last) m_.ttft.observe(std::chrono::duration<double>(now - t0).count());
-                              else m_.itl.observe(std::chrono::duration<double>(now - *last).count() / ids.size());
+                              if (!last) {
+                                m_.ttft.observe(std::chrono::duration<double>(now - t0).count());
+                                YOCO_HOP("decode.first_token", request_id, .kv("ids", ids.size()));
+                              } else m_.itl.observe(std::chrono::duration<double>(now - *last).count() / ids.size());
                               last = now;
                               m_.generation_tokens.inc(static_cast<double>(ids.size()));
                               internal::v1::DecodeEvent ev;
@@ -186,6 +191,8 @@ grpc::Status DecodeWorkerService::stream_tokens(grpc::ServerContext* ctx, Decode
   if (!pumped.ok()) return to_grpc(pumped.status());
   const FinishInfo& f = pumped->info;
   m_.queue.observe(f.queue_seconds);
+  YOCO_HOP("decode.finish", request_id,
+           .kv("reason", f.reason).kv("tokens", f.completion_tokens).kv("ok", f.status.ok() && !pumped->client_gone));
   if (!f.status.ok()) return to_grpc(f.status);
   if (pumped->client_gone) return {grpc::StatusCode::CANCELLED, "the router went away"};
   internal::v1::DecodeEvent ev;

@@ -66,7 +66,7 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
   // The leading whole blocks this pool already holds, pinned for the reservation
   // (docs/design.md, resident prefixes); empty without prefix sharing.
   std::vector<int32_t> claim_resident(const DecodeRequest& dr);
-  grpc::Status stream_tokens(grpc::ServerContext* ctx, DecodeRequest dr,
+  grpc::Status stream_tokens(grpc::ServerContext* ctx, const std::string& request_id, DecodeRequest dr,
                              grpc::ServerWriter<internal::v1::DecodeEvent>* writer, Clock::time_point t0);
 
   const Model& model_;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/checksum.h"
+#include "common/log.h"
 #include "model/cpu_engine.h"
 
 namespace yoco {
@@ -19,21 +20,6 @@ constexpr std::chrono::seconds kThroughputWindow{10};
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// The lease is wall clock (it crosses machines); waits here are on the steady clock.
-Clock::time_point lease_on_steady_clock(const ReservationDescriptor& d) {
-  const auto now_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-  return Clock::now() + std::chrono::milliseconds(d.lease_deadline_unix_ms - now_ms);
-}
-
-bool lease_over(const ReservationDescriptor& d) {
-  const auto now_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-  return now_ms >= d.lease_deadline_unix_ms;
 }
 
 }  // namespace
@@ -298,6 +284,10 @@ std::vector<PrefillScheduler::Slice> PrefillScheduler::plan_locked() {
     active_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     active_.back()->phase = Job::Phase::kActive;
+    const Job& j = *active_.back();
+    YOCO_HOP(
+        "prefill.start", j.req.reservation.request_id,
+        .kv("reservation", j.req.reservation.reservation_id).kv("tokens", j.size()).kv("document", j.req.document));
   }
   std::vector<Slice> slices;
   for (const PlannedSlice& p : step.slices)
@@ -376,6 +366,8 @@ bool PrefillScheduler::compute_slice(Slice& s, Clock::time_point t0) {
     return false;
   }
   j.stats.chunks.push_back(s.tokens);
+  YOCO_HOP("prefill.slice", j.req.reservation.request_id,
+           .kv("reservation", j.req.reservation.reservation_id).kv("from", j.computed).kv("tokens", s.tokens));
   j.computed += s.tokens;
   if (prompt_cache_ && j.computed == stop) {
     auto snapshot = [&](SequenceState& snap) { return engine_.snapshot(j.seq, snap); };
@@ -512,10 +504,12 @@ void PrefillScheduler::commit_loop() {
     const bool skipped = j->cancel_requested;
     if (!skipped) {
       // Every wait has a deadline: the caller's, else the lease (plus slack for the ack).
-      const Clock::time_point deadline = std::min(j->req.deadline, lease_on_steady_clock(d) + limits_.commit_grace);
+      const Clock::time_point deadline = std::min(j->req.deadline, lease_deadline_steady(d) + limits_.commit_grace);
       st = sender_.commit(d, j->size(), deadline);
     }
     const auto now = Clock::now();
+    YOCO_HOP("prefill.commit", d.request_id,
+             .kv("reservation", d.reservation_id).kv("rows", j->size()).kv("ok", st.ok()).kv("skipped", skipped));
     j->stats.transfer_seconds = seconds_between(j->prefilled, now);
     {
       std::lock_guard<std::mutex> lock(mu_);

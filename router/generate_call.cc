@@ -118,6 +118,7 @@ grpc::Status GenerateCall::admit() {
   if (Status a = core_.try_admit(static_cast<int64_t>(prompt_.size())); !a.ok())
     return {grpc::StatusCode::RESOURCE_EXHAUSTED, a.message()};
   admitted_ = true;
+  YOCO_HOP("router.admit", request_id_, .kv("prompt_tokens", prompt_.size()).kv("max_tokens", max_tokens_));
   core_.metrics().observe_admitted(static_cast<int64_t>(prompt_.size()));
   return grpc::Status::OK;
 }
@@ -193,6 +194,7 @@ GenerateCall::Step GenerateCall::pick_decode(DecodePick* pick) {
   // requests in flight for a prefix a worker holds do not make it look full.
   const int64_t blocks = (rows_needed + block_rows - 1) / block_rows;
   *pick = {snap[*di].address, snap[*di].fingerprint, std::max<int64_t>(1, blocks - chosen_resident_blocks_)};
+  YOCO_HOP("router.pick_decode", request_id_, .kv("decode", pick->address).kv("migrations", migrations_));
   return Step::next();
 }
 
@@ -259,6 +261,7 @@ GenerateCall::Step GenerateCall::prefill(const DecodePick& pick, const std::stri
                                             (last_error_.empty() ? "" : " (last error: " + last_error_ + ")")});
   }
   const std::string paddr = snap[*pi].address;
+  YOCO_HOP("router.pick_prefill", request_id_, .kv("prefill", paddr).kv("decode", pick.address));
   internal::v1::PrefillRequest preq;
   preq.set_request_id(request_id_);
   preq.mutable_tokens()->Add(prompt_.begin(), prompt_.end());
@@ -407,6 +410,7 @@ GenerateCall::Step GenerateCall::decode_failed(const std::string& address, const
                .kv("from", address)
                .kv("generated", static_cast<int64_t>(generated_.size()))
                .kv("error", st.error_message()));
+  YOCO_HOP("router.migrate", request_id_, .kv("from", address).kv("generated", generated_.size()));
   return Step::retry();
 }
 
@@ -422,6 +426,7 @@ GenerateCall::Step GenerateCall::decode_stalled(const std::string& address) {
 // ---- finish: what the text decoder and the stop matcher still hold, then the final message ----
 
 GenerateCall::Step GenerateCall::finish(const std::string& reason) {
+  YOCO_HOP("router.finish", request_id_, .kv("reason", reason).kv("tokens", generated_.size()));
   v1::GenerateResponse resp;
   if (text_) {
     std::string rest = stops_->push(text_->flush());

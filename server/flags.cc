@@ -4,12 +4,14 @@
 #include <sstream>
 #include <utility>
 
+#include "common/log.h"
+
 namespace yoco {
 
 const std::set<std::string>& ServerFlags::common_names() {
-  static const std::set<std::string> names = {"listen",        "metrics-listen", "port-file",
-                                              "drain-seconds", "config",         "tls-cert",
-                                              "tls-key",       "tls-client-ca",  "tls-reload-seconds"};
+  static const std::set<std::string> names = {
+      "listen",   "metrics-listen", "port-file",     "drain-seconds",      "config",
+      "tls-cert", "tls-key",        "tls-client-ca", "tls-reload-seconds", "log-level"};
   return names;
 }
 
@@ -20,6 +22,12 @@ ServerFlags::ServerFlags(std::string program, int argc, char** argv, std::set<st
   auto f = Flags::parse(argc, argv, 1, known, booleans);
   if (f.ok()) flags_ = std::move(f).value();
   else fail(f.status().message());
+  // Every server's log level, set here so each main gets it with its flags (default info).
+  if (flags_.has("log-level")) {
+    auto level = parse_log_level(flags_.get("log-level"));
+    if (level.ok()) set_log_level(*level);
+    else fail("--log-level: " + level.status().message());
+  }
 }
 
 ServerFlags::ServerFlags(std::string program, Result<Flags> parsed) : program_(std::move(program)) {

@@ -26,7 +26,7 @@ class ServerFlags {
  public:
   // The flags every server takes (read by server_options(), server/server.h): listen,
   // metrics-listen, port-file, drain-seconds, config, and the listener's TLS (server/tls.h:
-  // tls-cert, tls-key, tls-client-ca, tls-reload-seconds).
+  // tls-cert, tls-key, tls-client-ca, tls-reload-seconds), and log-level (common/log.h; set here).
   static const std::set<std::string>& common_names();
 
   // Parses argv[1..]; `known` (plus common_names()) are the accepted names, `booleans` those that

@@ -56,6 +56,25 @@ bool secret_equal(const ReservationSecret& a, const ReservationSecret& b) {
   return diff == 0;
 }
 
+int64_t lease_deadline_unix_ms(std::chrono::steady_clock::time_point deadline) {
+  const auto sys = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                                          deadline - std::chrono::steady_clock::now());
+  return std::chrono::duration_cast<std::chrono::milliseconds>(sys.time_since_epoch()).count();
+}
+
+namespace {
+int64_t now_unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+std::chrono::steady_clock::time_point lease_deadline_steady(const ReservationDescriptor& d) {
+  return std::chrono::steady_clock::now() + std::chrono::milliseconds(d.lease_deadline_unix_ms - now_unix_ms());
+}
+
+bool lease_over(const ReservationDescriptor& d) { return now_unix_ms() >= d.lease_deadline_unix_ms; }
+
 Result<std::pair<std::string, int>> split_host_port(const std::string& address) {
   std::string host, port;
   if (!address.empty() && address[0] == '[') {

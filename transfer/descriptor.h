@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -20,6 +21,9 @@ struct RowRun {
   int64_t rows = 0;
   uint64_t offset = 0;
 };
+
+// Bytes of one sequence row in the pool: its K row and its V row of kv_dim fp32 values each.
+inline int64_t kv_row_bytes(int64_t kv_dim) { return 2 * kv_dim * static_cast<int64_t>(sizeof(float)); }
 
 // The reservation's capability (docs/design.md §4.5): 128 bits from the kernel CSPRNG, minted by
 // the decode worker; every control message that names the reservation must carry it.
@@ -49,7 +53,7 @@ struct ReservationDescriptor {
   // receiver refuses rows below it. A multiple of block_size, at most rows.
   int64_t resident_rows = 0;
 
-  int64_t row_bytes() const { return static_cast<int64_t>(kv_dim) * 4; }
+  int64_t row_bytes() const { return kv_row_bytes(kv_dim) / 2; }  // one K (or V) row
   // Byte offset of row r from the start of a pool array.
   uint64_t row_offset(int64_t r) const {
     return (static_cast<uint64_t>(blocks[r / block_size]) * block_size + r % block_size) * row_bytes();
@@ -69,6 +73,12 @@ struct ReservationDescriptor {
   // The field checks of parse, for descriptors built in memory.
   Status validate() const;
 };
+
+// The lease is wall clock (it crosses machines; ReservationDescriptor::lease_deadline_unix_ms);
+// waits are on the steady clock. These are the only conversions between the two.
+int64_t lease_deadline_unix_ms(std::chrono::steady_clock::time_point deadline);
+std::chrono::steady_clock::time_point lease_deadline_steady(const ReservationDescriptor& d);
+bool lease_over(const ReservationDescriptor& d);
 
 // "host:port" or "[v6 host]:port" → (host, port); port in 1..65535.
 Result<std::pair<std::string, int>> split_host_port(const std::string& address);

@@ -1,22 +1,18 @@
-// Decode side of the UCX transfer engine: pool registration, listener, reservations with leases,
-// commit validation. UCX callbacks only queue what arrived; the progress thread's tick handles
-// it outside any callback, under mu_ where reservations are touched.
+// Decode side of the UCX transfer engine: the wiring only. Pool registration, the listener,
+// connections, fetching rows and state blobs, sending acknowledgements; the reservations,
+// their leases and the commit verdicts are the ReservationTable's (transfer/reservations.h).
+// UCX callbacks only queue what arrived; the progress thread's tick hands it to the table.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstring>
-#include <deque>
-#include <optional>
-#include <random>
-#include <thread>
 #include <unordered_map>
 
-#include "common/checksum.h"
 #include "common/log.h"
 #include "transfer/messages.h"
+#include "transfer/reservations.h"
 #include "transfer/ucx_transport.h"
 #include "transfer/ucx_worker.h"
 
@@ -28,10 +24,26 @@ namespace {
 
 using Clock = TransferClock;
 
+ReservationTableOptions table_options(const UcxReceiverOptions& o) {
+  ReservationTableOptions t;
+  t.fingerprint = o.fingerprint;
+  t.state_shape = o.state_shape;
+  t.max_rows = o.max_rows;
+  t.max_state_bytes = o.max_state_bytes;
+  t.verify_rows = o.verify_rows;
+  t.verify_threads = o.verify_threads;
+  t.verify_bytes_per_thread = o.verify_bytes_per_thread;
+  t.max_tombstones = o.max_tombstones;
+  return t;
+}
+
+ReplyTo reply_to(ucp_ep_h ep) { return reinterpret_cast<ReplyTo>(ep); }
+ucp_ep_h ep_of(ReplyTo to) { return reinterpret_cast<ucp_ep_h>(to); }
+
 class UcxKvReceiver final : public KvReceiver {
  public:
   UcxKvReceiver(KvBlockPool& pool, const UcxReceiverOptions& opt)
-      : pool_(pool), fingerprint_(opt.fingerprint), opt_(opt) {}
+      : pool_(pool), opt_(opt), table_(pool, table_options(opt)) {}
   ~UcxKvReceiver() override;
 
   Status init();
@@ -42,33 +54,17 @@ class UcxKvReceiver final : public KvReceiver {
     return reserve_over(request_id, rows, lease_deadline, {});
   }
   Result<ReservationDescriptor> reserve_over(const std::string& request_id, int64_t rows,
-                                             Clock::time_point lease_deadline, std::vector<int32_t> resident) override;
-  Result<CommittedSequence> wait_committed(uint64_t reservation_id, Clock::time_point deadline) override;
-  void cancel(uint64_t reservation_id) override;
-  int64_t in_flight() const override { return metrics_.snapshot().in_flight; }
-  const TransferMetrics& metrics() const override { return metrics_; }
+                                             Clock::time_point lease_deadline, std::vector<int32_t> resident) override {
+    return table_.reserve(request_id, rows, lease_deadline, std::move(resident));
+  }
+  Result<CommittedSequence> wait_committed(uint64_t reservation_id, Clock::time_point deadline) override {
+    return table_.wait_committed(reservation_id, deadline);
+  }
+  void cancel(uint64_t reservation_id) override { table_.cancel(reservation_id); }
+  int64_t in_flight() const override { return table_.metrics().snapshot().in_flight; }
+  const TransferMetrics& metrics() const override { return table_.metrics(); }
 
  private:
-  enum class Phase { kOpen, kCommitted, kFailed };
-  struct Reservation {
-    uint64_t id = 0;
-    std::string request_id;
-    int64_t rows = 0;
-    int64_t resident_rows = 0;    // leading rows already in place (never written by the sender)
-    std::vector<int32_t> blocks;  // the reserved pool blocks, in row order
-    Clock::time_point deadline, started;
-    Phase phase = Phase::kOpen;
-    std::vector<uint64_t> writers;  // connections that sent kBegin or kState for it
-    bool state_pending = false, has_state = false;
-    // Pull path: rows that arrived (bit 0 K, bit 1 V) and receives still writing into the blocks.
-    std::vector<uint8_t> arrived;
-    int pending_rows = 0;
-    std::vector<uint8_t> state_blob;
-    std::optional<std::pair<CommitMsg, ucp_ep_h>> deferred_commit;  // waits for the state data
-    Status failure;
-    std::vector<uint8_t> admitted_blob;  // the validated state blob, once committed
-    ReservationSecret secret{};          // minted here; every message for it must carry it
-  };
   // What a UCX callback saw, handled later by tick().
   struct Inbound {
     unsigned id = 0;
@@ -101,50 +97,21 @@ class UcxKvReceiver final : public KvReceiver {
   void handle(Inbound& in);
   void handle_state(Inbound& in, uint64_t conn);
   void handle_rows(Inbound& in);
-  // Where rows of `m` go in the pool, or null when they are not one contiguous run of the
-  // reservation (the receiver never trusts the sender's idea of its memory). Under mu_.
-  float* rows_destination_locked(Reservation& r, const RowsMsg& m, size_t length);
-  void rows_arrived(const RowsMsg& m, ucs_status_t status);
-  void state_arrived(uint64_t reservation_id, const StateMsg& msg, std::vector<uint8_t> blob, ucs_status_t status);
-  // Validates and admits, or rejects; sends the acknowledgement. Under mu_.
-  void process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep);
-  // The per-row checksums of the reservation's rows past the resident ones, read from the pool.
-  std::vector<uint32_t> pool_row_crcs(const Reservation& r) const;
-  void fail_locked(Reservation& r, TransferError e, const std::string& detail);
-  // True when `secret` is the reservation's; else counts the refusal. A message without it
-  // changes nothing (it cannot fail the reservation either: that would let anyone cancel it).
-  bool authorized_locked(const Reservation& r, const ReservationSecret& secret);
   // Queues the acknowledgement; tick() sends it (never from inside a UCX callback).
   void send_ack(ucp_ep_h ep, uint64_t reservation_id, const Status& st);
+  void queue_acks(Acks acks);
   void flush_acks();
   void close_ep(ucp_ep_h ep);
   uint64_t conn_of(ucp_ep_h ep) const;
-  void expire_leases();
   void teardown();
 
   KvBlockPool& pool_;
-  const uint64_t fingerprint_;
   const UcxReceiverOptions opt_;
   std::unique_ptr<UcxWorker> ucx_;
   ucp_listener_h listener_ = nullptr;
   ucp_mem_h k_memh_ = nullptr, v_memh_ = nullptr;
-  std::vector<uint8_t> k_rkey_, v_rkey_;
   std::string address_;
-  TransferMetrics metrics_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::unordered_map<uint64_t, Reservation> reservations_;
-  std::deque<uint64_t> tombstones_;  // failed reservations, oldest first
-  // Blocks of failed reservations that receives still write into: back to the pool when the
-  // last one completes, never earlier.
-  struct Draining {
-    std::vector<int32_t> blocks;
-    int pending = 0;
-  };
-  std::unordered_map<uint64_t, Draining> draining_;
-  Clock::time_point next_expiry_ = Clock::time_point::max();
-  uint64_t id_seed_ = 0, id_counter_ = 0;
+  ReservationTable table_;
 
   // Progress thread only.
   std::vector<Inbound> inbox_;
@@ -167,20 +134,13 @@ Status ucx_error(const char* what, ucs_status_t st) {
   return Status(StatusCode::kUnavailable, std::string(what) + ": " + ucs_status_string(st));
 }
 
-int64_t unix_ms(Clock::time_point t) {
-  const auto sys = std::chrono::system_clock::now() +
-                   std::chrono::duration_cast<std::chrono::system_clock::duration>(t - Clock::now());
-  return std::chrono::duration_cast<std::chrono::milliseconds>(sys.time_since_epoch()).count();
-}
-
 Status UcxKvReceiver::init() {
   if (static_cast<uint32_t>(pool_.row_floats()) != opt_.state_shape.kv_dim)
     return invalid_argument("kv receiver: pool kv_dim " + std::to_string(pool_.row_floats()) + " != model kv_dim " +
                             std::to_string(opt_.state_shape.kv_dim));
   if (opt_.max_rows <= 0) return invalid_argument("kv receiver: max_rows must be > 0");
   YOCO_ASSIGN_OR_RETURN(ucx_, UcxWorker::create(opt_.transports, "yoco-kv-receiver", opt_.allow_push));
-  std::random_device rd;
-  id_seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  std::vector<uint8_t> k_rkey, v_rkey;
 
   // Register the pool once (pulled rows are received straight into it); senders write into it
   // with the packed keys only when pushes are allowed.
@@ -198,7 +158,7 @@ Status UcxKvReceiver::init() {
     st = ucp_rkey_pack(ucx_->context(), memh, &buf, &size);
     if (st != UCS_OK) return ucx_error("ucp_rkey_pack", st);
     auto* b = static_cast<uint8_t*>(buf);
-    (which == 0 ? k_rkey_ : v_rkey_).assign(b, b + size);
+    (which == 0 ? k_rkey : v_rkey).assign(b, b + size);
     ucp_rkey_buffer_release(buf);
   }
 
@@ -236,6 +196,7 @@ Status UcxKvReceiver::init() {
     }
   }
   address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  table_.set_endpoint(address_, std::move(k_rkey), std::move(v_rkey));
 
   ucx_->start([this] { return tick(); });
   YOCO_LOG(LogLevel::kInfo, "kv receiver listening",
@@ -260,17 +221,7 @@ UcxKvReceiver::~UcxKvReceiver() {
     }
     ucx_->stop();
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, r] : reservations_) {
-      if (r.phase == Phase::kOpen) fail_locked(r, TransferError::kShutdown, "receiver stopped");
-      if (r.phase == Phase::kCommitted) pool_.release_blocks(r.blocks);  // admitted but never claimed
-    }
-    reservations_.clear();
-    for (auto& [id, d] : draining_) pool_.release_blocks(d.blocks);  // the worker no longer progresses
-    draining_.clear();
-    cv_.notify_all();
-  }
+  table_.shutdown();  // the worker no longer progresses
   if (ucx_) {
     if (k_memh_) ucp_mem_unmap(ucx_->context(), k_memh_);
     if (v_memh_) ucp_mem_unmap(ucx_->context(), v_memh_);
@@ -311,15 +262,7 @@ ucs_status_t UcxKvReceiver::on_am(void* arg, const void* header, size_t header_l
   if (in.id == kAmRows && !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
     // Eager rows: straight into the pool, here (the data does not outlive the callback).
     auto m = decode_rows(in.header);
-    if (!m.ok()) return UCS_OK;
-    std::lock_guard<std::mutex> lock(self->mu_);
-    auto it = self->reservations_.find(m->reservation_id);
-    if (it == self->reservations_.end() || it->second.phase != Phase::kOpen) return UCS_OK;
-    if (!self->authorized_locked(it->second, m->secret)) return UCS_OK;
-    float* dst = self->rows_destination_locked(it->second, *m, length);
-    if (dst == nullptr) return UCS_OK;
-    std::memcpy(dst, data, length);
-    for (int64_t r = m->row; r < m->row + m->rows; ++r) it->second.arrived[r] |= static_cast<uint8_t>(1 << m->which);
+    if (m.ok()) self->queue_acks(self->table_.rows_landed(*m, data, length));
     return UCS_OK;
   }
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
@@ -366,14 +309,14 @@ bool UcxKvReceiver::tick() {
   auto inbox = std::exchange(inbox_, {});
   for (auto& in : inbox) handle(in);
   for (auto& [rr, st] : std::exchange(rows_done_, {})) {
-    rows_arrived(rr->msg, st);
+    queue_acks(table_.rows_arrived(rr->msg, st == UCS_OK ? "" : ucs_status_string(st)));
     delete rr;
   }
   for (auto& [sr, st] : std::exchange(state_done_, {})) {
-    state_arrived(sr->reservation_id, sr->msg, std::move(sr->buf), st);
+    queue_acks(table_.state_arrived(sr->msg, std::move(sr->buf), st == UCS_OK ? "" : ucs_status_string(st)));
     delete sr;
   }
-  expire_leases();
+  queue_acks(table_.expire(Clock::now()));
   flush_acks();
   // After the messages: an endpoint's last messages are handled before its failure.
   for (auto& [ep, st] : std::exchange(ep_errors_, {})) drop_connection(ep, st);
@@ -422,14 +365,8 @@ void UcxKvReceiver::drop_connection(ucp_ep_h ep, ucs_status_t status) {
   const uint64_t conn = it->second;
   conns_.erase(it);
   close_ep(ep);
-  std::lock_guard<std::mutex> lock(mu_);
   int failed = 0;
-  for (auto& [id, r] : reservations_) {
-    if (r.phase != Phase::kOpen) continue;
-    if (std::find(r.writers.begin(), r.writers.end(), conn) == r.writers.end()) continue;
-    fail_locked(r, TransferError::kPeerFailed, std::string("sender endpoint failed: ") + ucs_status_string(status));
-    ++failed;
-  }
+  queue_acks(table_.connection_failed(conn, ucs_status_string(status), &failed));
   YOCO_LOG(failed ? LogLevel::kWarn : LogLevel::kDebug, "kv receiver: connection closed",
            LogFields().kv("status", ucs_status_string(status)).kv("failed_reservations", failed));
 }
@@ -440,16 +377,7 @@ void UcxKvReceiver::handle(Inbound& in) {
     case kAmBegin: {
       auto m = decode_begin(in.header);
       if (!m.ok()) return;  // nothing to bind; the commit will be checked on its own
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = reservations_.find(m->reservation_id);
-      if (it == reservations_.end() || it->second.phase != Phase::kOpen) return;
-      Reservation& r = it->second;
-      if (!authorized_locked(r, m->secret)) return;
-      if (r.writers.empty()) r.started = Clock::now();  // transfer time runs from the first write
-      if (conn && std::find(r.writers.begin(), r.writers.end(), conn) == r.writers.end()) r.writers.push_back(conn);
-      if (m->fingerprint != fingerprint_)
-        fail_locked(r, TransferError::kFingerprintMismatch,
-                    "sender model " + std::to_string(m->fingerprint) + " != " + std::to_string(fingerprint_));
+      queue_acks(table_.begin(*m, conn));
       return;
     }
     case kAmState:
@@ -460,25 +388,22 @@ void UcxKvReceiver::handle(Inbound& in) {
       return;
     case kAmCommit: {
       auto m = decode_commit(in.header);
-      std::lock_guard<std::mutex> lock(mu_);
       if (!m.ok()) {
         // Unreadable, so unauthenticated: answered, but the reservation it names stays as it is.
-        const uint64_t id = peek_reservation_id(in.header);
-        send_ack(in.reply_ep, id, m.status());
+        send_ack(in.reply_ep, peek_reservation_id(in.header), m.status());
         return;
       }
-      process_commit_locked(*m, in.reply_ep);
+      Acks acks = table_.commit(*m, reply_to(in.reply_ep));
+      const bool admitted = std::any_of(acks.begin(), acks.end(), [](const Ack& a) { return a.status.ok(); });
+      queue_acks(std::move(acks));
+      // An admission's acknowledgement leaves at once, before the decode side takes the core.
+      if (admitted) flush_acks();
       return;
     }
     case kAmAbort: {
       auto m = decode_abort(in.header);
       if (!m.ok()) return;
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = reservations_.find(m->reservation_id);
-      if (it == reservations_.end() || it->second.phase != Phase::kOpen) return;
-      if (!authorized_locked(it->second, m->secret)) return;
-      const TransferError e = m->reason == TransferError::kNone ? TransferError::kAborted : m->reason;
-      fail_locked(it->second, e, "sender aborted: " + m->message);
+      queue_acks(table_.abort(*m));
       return;
     }
     default:
@@ -488,41 +413,18 @@ void UcxKvReceiver::handle(Inbound& in) {
 
 void UcxKvReceiver::handle_state(Inbound& in, uint64_t conn) {
   auto m = decode_state(in.header);
-  std::unique_lock<std::mutex> lock(mu_);
-  Reservation* r = nullptr;
-  if (m.ok()) {
-    auto it = reservations_.find(m->reservation_id);
-    if (it != reservations_.end() && it->second.phase == Phase::kOpen && authorized_locked(it->second, m->secret))
-      r = &it->second;
-  }
-  auto refuse_rndv = [&] {
-    if (!in.rndv_desc) return;
-    ucp_am_data_release(ucx_->worker(), in.rndv_desc);
-  };
-  if (r == nullptr) {
-    refuse_rndv();
+  Acks acks;
+  const auto admission = m.ok() ? table_.state_announced(*m, in.length, in.rndv_desc == nullptr, conn, acks)
+                                : ReservationTable::StateAdmission::kRefused;
+  queue_acks(std::move(acks));
+  if (admission == ReservationTable::StateAdmission::kRefused) {
+    if (in.rndv_desc) ucp_am_data_release(ucx_->worker(), in.rndv_desc);
     return;
   }
-  if (conn && std::find(r->writers.begin(), r->writers.end(), conn) == r->writers.end()) r->writers.push_back(conn);
-  if (r->has_state || r->state_pending) {
-    refuse_rndv();
-    fail_locked(*r, TransferError::kInvalid, "second state blob");
+  if (admission == ReservationTable::StateAdmission::kInline) {
+    queue_acks(table_.state_arrived(*m, std::move(in.data), ""));
     return;
   }
-  if (static_cast<int64_t>(in.length) > opt_.max_state_bytes || m->bytes != in.length) {
-    refuse_rndv();
-    fail_locked(*r, in.length != m->bytes ? TransferError::kBadChecksum : TransferError::kStateTooLarge,
-                "state blob of " + std::to_string(in.length) + " bytes (announced " + std::to_string(m->bytes) +
-                    ", limit " + std::to_string(opt_.max_state_bytes) + ")");
-    return;
-  }
-  if (!in.rndv_desc) {
-    lock.unlock();
-    state_arrived(m->reservation_id, *m, std::move(in.data), UCS_OK);
-    return;
-  }
-  r->state_pending = true;
-  lock.unlock();
   auto* sr = new StateRecv{this, m->reservation_id, *m, std::vector<uint8_t>(in.length)};
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -530,42 +432,19 @@ void UcxKvReceiver::handle_state(Inbound& in, uint64_t conn) {
   p.user_data = sr;
   ucs_status_ptr_t ret = ucp_am_recv_data_nbx(ucx_->worker(), in.rndv_desc, sr->buf.data(), in.length, &p);
   if (!UCS_PTR_IS_PTR(ret)) {
-    state_arrived(sr->reservation_id, sr->msg, std::move(sr->buf), UCS_PTR_STATUS(ret));
+    const ucs_status_t st = UCS_PTR_STATUS(ret);
+    queue_acks(table_.state_arrived(sr->msg, std::move(sr->buf), st == UCS_OK ? "" : ucs_status_string(st)));
     delete sr;
   }
-}
-
-float* UcxKvReceiver::rows_destination_locked(Reservation& r, const RowsMsg& m, size_t length) {
-  const int64_t bs = pool_.block_size();
-  const bool fits = m.row >= r.resident_rows && m.rows > 0 && m.row + m.rows <= r.rows &&
-                    static_cast<uint64_t>(length) == static_cast<uint64_t>(m.rows) * pool_.row_floats() * 4;
-  bool contiguous = fits;
-  for (int64_t b = m.row / bs + 1; contiguous && b <= (m.row + m.rows - 1) / bs; ++b)
-    contiguous = r.blocks[b] == r.blocks[b - 1] + 1;
-  if (!contiguous) {
-    metrics_.count_refused(TransferRefusal::kOutOfRange);
-    fail_locked(r, TransferError::kInvalid,
-                "rows message [" + std::to_string(m.row) + ", +" + std::to_string(m.rows) + ") of " +
-                    std::to_string(length) + " bytes does not fit the reservation");
-    return nullptr;
-  }
-  if (r.arrived.empty()) {
-    r.arrived.assign(r.rows, 0);
-    std::fill(r.arrived.begin(), r.arrived.begin() + r.resident_rows, uint8_t{3});
-  }
-  return (m.which ? pool_.v_base() : pool_.k_base()) + pool_.row_offset(r.blocks, m.row);
 }
 
 void UcxKvReceiver::handle_rows(Inbound& in) {
   auto m = decode_rows(in.header);
   float* dst = nullptr;
   if (m.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = reservations_.find(m->reservation_id);
-    if (it != reservations_.end() && it->second.phase == Phase::kOpen && authorized_locked(it->second, m->secret)) {
-      dst = rows_destination_locked(it->second, *m, in.length);
-      if (dst) ++it->second.pending_rows;
-    }
+    Acks acks;
+    dst = table_.rows_announced(*m, in.length, acks);
+    queue_acks(std::move(acks));
   }
   if (dst == nullptr) {  // dropped: the sender's send completes, its commit gets the reason
     ucp_am_data_release(ucx_->worker(), in.rndv_desc);
@@ -578,202 +457,18 @@ void UcxKvReceiver::handle_rows(Inbound& in) {
   p.user_data = rr;
   ucs_status_ptr_t ret = ucp_am_recv_data_nbx(ucx_->worker(), in.rndv_desc, dst, in.length, &p);
   if (!UCS_PTR_IS_PTR(ret)) {
-    rows_arrived(rr->msg, UCS_PTR_STATUS(ret));
+    const ucs_status_t st = UCS_PTR_STATUS(ret);
+    queue_acks(table_.rows_arrived(rr->msg, st == UCS_OK ? "" : ucs_status_string(st)));
     delete rr;
   }
 }
 
-void UcxKvReceiver::rows_arrived(const RowsMsg& m, ucs_status_t status) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto d = draining_.find(m.reservation_id); d != draining_.end()) {
-    if (--d->second.pending == 0) {
-      pool_.release_blocks(d->second.blocks);
-      draining_.erase(d);
-    }
-    return;
-  }
-  auto it = reservations_.find(m.reservation_id);
-  if (it == reservations_.end() || it->second.phase != Phase::kOpen) return;
-  Reservation& r = it->second;
-  --r.pending_rows;
-  if (r.phase == Phase::kOpen) {
-    if (status != UCS_OK) {
-      fail_locked(r, TransferError::kPeerFailed, std::string("rows receive failed: ") + ucs_status_string(status));
-    } else {
-      for (int64_t row = m.row; row < m.row + m.rows; ++row) r.arrived[row] |= static_cast<uint8_t>(1 << m.which);
-    }
-  }
-  if (r.pending_rows > 0) return;
-  if (r.phase == Phase::kOpen && r.deferred_commit && !r.state_pending) {
-    auto [dm, ep] = std::move(*r.deferred_commit);
-    r.deferred_commit.reset();
-    process_commit_locked(dm, ep);
-  }
-}
-
-void UcxKvReceiver::state_arrived(uint64_t reservation_id, const StateMsg& msg, std::vector<uint8_t> blob,
-                                  ucs_status_t status) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = reservations_.find(reservation_id);
-  if (it == reservations_.end() || it->second.phase != Phase::kOpen) return;
-  Reservation& r = it->second;
-  r.state_pending = false;
-  if (status != UCS_OK) {
-    fail_locked(r, TransferError::kPeerFailed, std::string("state blob receive failed: ") + ucs_status_string(status));
-    return;
-  }
-  if (blob.size() != msg.bytes || crc32c(blob.data(), blob.size()) != msg.blob_crc) {
-    fail_locked(r, TransferError::kBadChecksum, "state blob checksum mismatch");
-    return;
-  }
-  r.state_blob = std::move(blob);
-  r.has_state = true;
-  if (r.deferred_commit && r.pending_rows == 0) {
-    auto [m, ep] = std::move(*r.deferred_commit);
-    r.deferred_commit.reset();
-    process_commit_locked(m, ep);
-  }
-}
-
-std::vector<uint32_t> UcxKvReceiver::pool_row_crcs(const Reservation& r) const {
-  // The sender's checksum covers the rows it put: those past the resident ones. Read from the
-  // pool after everything landed (a write between landing and commit is caught too), on up to
-  // verify_threads threads: nothing else overlaps this pass (bench/README.md, transfer at memcpy speed).
-  std::vector<uint32_t> crcs(r.rows - r.resident_rows);
-  const int kv_dim = pool_.row_floats();
-  auto range = [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t off = pool_.row_offset(r.blocks, row);
-      crcs[row - r.resident_rows] = row_crc(pool_.k_base() + off, pool_.v_base() + off, kv_dim);
-    }
-  };
-  const int64_t bytes = static_cast<int64_t>(crcs.size()) * kv_dim * 8;
-  const int threads = static_cast<int>(std::clamp<int64_t>(bytes / std::max<int64_t>(1, opt_.verify_bytes_per_thread),
-                                                           1, std::max(1, opt_.verify_threads)));
-  std::vector<std::thread> helpers;
-  const int64_t n = static_cast<int64_t>(crcs.size());
-  for (int i = 1; i < threads; ++i)
-    helpers.emplace_back(range, r.resident_rows + n * i / threads, r.resident_rows + n * (i + 1) / threads);
-  range(r.resident_rows, r.resident_rows + n / threads);
-  for (auto& t : helpers) t.join();
-  return crcs;
-}
-
-void UcxKvReceiver::process_commit_locked(const CommitMsg& m, ucp_ep_h reply_ep) {
-  auto it = reservations_.find(m.reservation_id);
-  if (it == reservations_.end()) {  // never made, or committed and handed over: a replay at best
-    metrics_.count_refused(TransferRefusal::kReplay);
-    send_ack(reply_ep, m.reservation_id,
-             transfer_error(TransferError::kUnknownReservation, "reservation " + std::to_string(m.reservation_id)));
-    return;
-  }
-  Reservation& r = it->second;
-  if (!authorized_locked(r, m.secret)) {
-    send_ack(reply_ep, m.reservation_id,
-             transfer_error(TransferError::kInvalid, "commit without the reservation's secret: refused"));
-    return;
-  }
-  if (r.phase == Phase::kFailed) {
-    send_ack(reply_ep, m.reservation_id, r.failure);
-    return;
-  }
-  if (r.phase == Phase::kCommitted) {
-    metrics_.count_refused(TransferRefusal::kReplay);
-    send_ack(reply_ep, m.reservation_id,
-             transfer_error(TransferError::kAlreadyCommitted, "reservation " + std::to_string(r.id)));
-    return;
-  }
-  auto reject = [&](TransferError e, const std::string& detail) {
-    fail_locked(r, e, detail);
-    send_ack(reply_ep, m.reservation_id, r.failure);
-  };
-  if (m.fingerprint != fingerprint_)
-    return reject(TransferError::kFingerprintMismatch,
-                  "sender model " + std::to_string(m.fingerprint) + " != " + std::to_string(fingerprint_));
-  if (m.request_id != r.request_id)
-    return reject(TransferError::kRequestMismatch, "commit for request '" + m.request_id + "'");
-  if (m.rows_written != r.rows)
-    return reject(TransferError::kRowCountMismatch,
-                  std::to_string(m.rows_written) + " rows written, " + std::to_string(r.rows) + " reserved");
-  if (r.state_pending || r.pending_rows > 0 || (!r.has_state && m.state_bytes > 0)) {
-    // Rows or the state are still on the wire (or overtaken by the commit on another lane):
-    // finish when they land, or fail with the lease.
-    r.deferred_commit.emplace(m, reply_ep);
-    return;
-  }
-  if (!r.has_state) return reject(TransferError::kMissingState, "commit before the state blob");
-  if (m.state_bytes != r.state_blob.size() || m.state_crc != crc32c(r.state_blob.data(), r.state_blob.size()))
-    return reject(TransferError::kBadChecksum, "state blob does not match the commit");
-  if (!r.arrived.empty()) {  // pulled rows: every K and V row must have come
-    for (int64_t row = 0; row < r.rows; ++row)
-      if (r.arrived[row] != 3)
-        return reject(TransferError::kRowsIncomplete, "row " + std::to_string(row) + " never arrived");
-  }
-  if (opt_.verify_rows && m.has_rows_crc && combine_row_crcs(pool_row_crcs(r)) != m.rows_crc)
-    return reject(TransferError::kBadChecksum, "K/V rows checksum mismatch");
-  // Everything the decode side's deserialize_state checks, so an admitted blob restores.
-  auto blob = parse_state_blob(r.state_blob);
-  if (!blob.ok()) return reject(TransferError::kBadState, blob.status().message());
-  const StateBlobHeader& h = blob->header;
-  if (Status fits = check_state_blob_model(h, fingerprint_, opt_.state_shape); !fits.ok())
-    return reject(TransferError::kBadState, fits.message());
-  if (h.position != r.rows)
-    return reject(TransferError::kBadState,
-                  "state position " + std::to_string(h.position) + " != rows " + std::to_string(r.rows));
-  if (h.kv_rows != 0) return reject(TransferError::kBadState, "state blob carries K/V rows (they come by RMA)");
-  r.admitted_blob = std::move(r.state_blob);
-  r.phase = Phase::kCommitted;
-  r.state_blob.clear();
-  metrics_.add_in_flight(-1);
-  const double secs = std::chrono::duration<double>(Clock::now() - r.started).count();
-  metrics_.observe_transfer((r.rows - r.resident_rows) * pool_.row_floats() * 8 + static_cast<int64_t>(m.state_bytes),
-                            secs);
-  send_ack(reply_ep, m.reservation_id, Status::Ok());
-  // The acknowledgement leaves before the decode side wakes up and takes the core.
-  flush_acks();
-  cv_.notify_all();
-}
-
-bool UcxKvReceiver::authorized_locked(const Reservation& r, const ReservationSecret& secret) {
-  if (secret_equal(r.secret, secret)) return true;
-  metrics_.count_refused(TransferRefusal::kBadSecret);
-  return false;
-}
-
-void UcxKvReceiver::fail_locked(Reservation& r, TransferError e, const std::string& detail) {
-  if (r.phase != Phase::kOpen) return;
-  if (r.pending_rows > 0) {
-    draining_[r.id] = Draining{std::move(r.blocks), r.pending_rows};
-    r.blocks.clear();
-    r.pending_rows = 0;
-  } else {
-    pool_.release_blocks(r.blocks);
-    r.blocks.clear();
-  }
-  r.phase = Phase::kFailed;
-  r.failure = transfer_error(e, "reservation " + std::to_string(r.id) + ": " + detail);
-  r.state_blob.clear();
-  if (r.deferred_commit && ucx_->on_progress_thread()) send_ack(r.deferred_commit->second, r.id, r.failure);
-  r.deferred_commit.reset();
-  metrics_.add_in_flight(-1);
-  metrics_.count_failure();
-  tombstones_.push_back(r.id);
-  while (tombstones_.size() > std::max<size_t>(1, opt_.max_tombstones)) {
-    auto it = reservations_.find(tombstones_.front());
-    if (it != reservations_.end() && it->second.phase == Phase::kFailed) reservations_.erase(it);
-    tombstones_.pop_front();
-  }
-  YOCO_LOG(LogLevel::kInfo, "kv reservation failed",
-           LogFields()
-               .kv("reservation", r.id)
-               .kv("request", r.request_id)
-               .kv("reason", transfer_error_name(e))
-               .kv("detail", detail));
-  cv_.notify_all();
-}
-
 void UcxKvReceiver::send_ack(ucp_ep_h ep, uint64_t reservation_id, const Status& st) {
   if (ep != nullptr) acks_out_.push_back({ep, reservation_id, st});
+}
+
+void UcxKvReceiver::queue_acks(Acks acks) {
+  for (Ack& a : acks) send_ack(ep_of(a.to), a.reservation_id, a.status);
 }
 
 void UcxKvReceiver::flush_acks() {
@@ -786,116 +481,6 @@ void UcxKvReceiver::flush_acks() {
     ucp_request_param_t p;
     ucx_op_param(p, op);
     ucx_op_posted(ucp_am_send_nbx(a.ep, kAmAck, op->header.data(), op->header.size(), nullptr, 0, &p), op);
-  }
-}
-
-void UcxKvReceiver::expire_leases() {
-  const auto now = Clock::now();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (now < next_expiry_) return;
-  auto next = Clock::time_point::max();
-  for (auto& [id, r] : reservations_) {
-    if (r.phase != Phase::kOpen) continue;
-    if (r.deadline <= now) {
-      fail_locked(r, TransferError::kLeaseExpired, "lease expired before a valid commit");
-    } else {
-      next = std::min(next, r.deadline);
-    }
-  }
-  next_expiry_ = next;
-}
-
-// ---- API ---------------------------------------------------------------------------------
-
-Result<ReservationDescriptor> UcxKvReceiver::reserve_over(const std::string& request_id, int64_t rows,
-                                                          Clock::time_point lease_deadline,
-                                                          std::vector<int32_t> resident) {
-  if (request_id.empty() || request_id.size() > 256)
-    return transfer_error(TransferError::kInvalid, "request_id must be 1..256 bytes");
-  if (rows <= 0 || rows > opt_.max_rows)
-    return transfer_error(TransferError::kInvalid, "rows " + std::to_string(rows) + " out of range");
-  if (lease_deadline <= Clock::now()) return transfer_error(TransferError::kInvalid, "lease_deadline already passed");
-  const int64_t resident_rows = static_cast<int64_t>(resident.size()) * pool_.block_size();
-  if (resident_rows > rows)
-    return transfer_error(TransferError::kInvalid, "resident blocks: " + std::to_string(resident.size()) +
-                                                       " hold more than the " + std::to_string(rows) + " rows");
-  YOCO_ASSIGN_OR_RETURN(std::vector<int32_t> blocks, pool_.allocate_blocks(rows - resident_rows));
-  blocks.insert(blocks.begin(), resident.begin(), resident.end());
-
-  std::lock_guard<std::mutex> lock(mu_);
-  uint64_t id = 0;
-  while (id == 0 || reservations_.count(id)) id = mix64(id_seed_, ++id_counter_);
-  ReservationDescriptor d;
-  d.reservation_id = id;
-  d.request_id = request_id;
-  d.fingerprint = fingerprint_;
-  d.kv_dim = pool_.row_floats();
-  d.block_size = pool_.block_size();
-  d.pool_blocks = pool_.total_blocks();
-  d.rows = rows;
-  d.blocks = blocks;
-  d.address = address_;
-  d.k_base = reinterpret_cast<uint64_t>(pool_.k_base());
-  d.v_base = reinterpret_cast<uint64_t>(pool_.v_base());
-  d.k_rkey = k_rkey_;
-  d.v_rkey = v_rkey_;
-  d.lease_deadline_unix_ms = unix_ms(lease_deadline);
-  d.secret = mint_reservation_secret();
-  d.resident_rows = resident_rows;
-
-  Reservation r;
-  r.id = id;
-  r.request_id = request_id;
-  r.rows = rows;
-  r.resident_rows = resident_rows;
-  r.blocks = std::move(blocks);
-  r.deadline = lease_deadline;
-  r.started = Clock::now();
-  r.secret = d.secret;
-  reservations_.emplace(id, std::move(r));
-  next_expiry_ = std::min(next_expiry_, lease_deadline);
-  metrics_.add_in_flight(1);
-  return d;
-}
-
-Result<CommittedSequence> UcxKvReceiver::wait_committed(uint64_t reservation_id, Clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (true) {
-    auto it = reservations_.find(reservation_id);
-    if (it == reservations_.end())
-      return transfer_error(TransferError::kUnknownReservation, "reservation " + std::to_string(reservation_id));
-    Reservation& r = it->second;
-    if (r.phase == Phase::kCommitted) {
-      CommittedSequence c{r.id, r.request_id, r.rows, std::move(r.blocks), std::move(r.admitted_blob)};
-      reservations_.erase(it);
-      return c;
-    }
-    if (r.phase == Phase::kFailed) {
-      Status st = r.failure;
-      reservations_.erase(it);
-      return st;
-    }
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && Clock::now() >= deadline) {
-      auto again = reservations_.find(reservation_id);
-      if (again != reservations_.end() && again->second.phase == Phase::kOpen)
-        return transfer_error(TransferError::kTimeout,
-                              "no commit for reservation " + std::to_string(reservation_id) + " by the deadline");
-    }
-  }
-}
-
-void UcxKvReceiver::cancel(uint64_t reservation_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = reservations_.find(reservation_id);
-  if (it == reservations_.end()) return;
-  Reservation& r = it->second;
-  if (r.phase == Phase::kOpen) {
-    fail_locked(r, TransferError::kCancelled, "cancelled by the decode side");
-  } else if (r.phase == Phase::kCommitted) {
-    pool_.release_blocks(r.blocks);
-    reservations_.erase(it);
-  } else {
-    reservations_.erase(it);
   }
 }
 

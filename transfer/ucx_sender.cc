@@ -1,20 +1,17 @@
-// Prefill side of the UCX transfer engine: cached endpoints per receiver address, staged
-// one-sided puts, the state active message, and commit (drain, flush, commit, wait for the ack).
+// Prefill side of the UCX transfer engine: the wiring. Cached endpoints per receiver address,
+// the row operations, the state active message, and the commit's flush, message and ack; the
+// staging buffers (transfer/staging.h) and each transfer's bookkeeping and commit phases
+// (transfer/outgoing.h) carry no UCX.
 // Caller threads stage data and hand commands to the progress thread; UCX completions only
 // record what happened (defer), and the progress thread's tick acts on it.
-#include <sys/mman.h>
-
-#include <atomic>
-#include <condition_variable>
-#include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <new>
 #include <unordered_map>
 
 #include "common/checksum.h"
 #include "common/log.h"
 #include "transfer/messages.h"
+#include "transfer/outgoing.h"
+#include "transfer/staging.h"
 #include "transfer/ucx_transport.h"
 #include "transfer/ucx_worker.h"
 
@@ -29,57 +26,6 @@ using Clock = TransferClock;
 // A large message goes in slices of about this many K+V bytes, each posted as soon as it is
 // staged or checksummed, so the receiver copies one while this side works on the next.
 constexpr int64_t kSliceBytes = int64_t{4} << 20;
-
-// Staging buffers of at least this size sit on transparent huge pages: UCX's cma read walks and
-// pins the sender's pages, 4 KiB at a time otherwise (bench/README.md, transfer at memcpy speed).
-constexpr size_t kHugePage = size_t{2} << 20;
-
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-using StagingBuf = std::unique_ptr<float[], FreeDeleter>;
-
-StagingBuf alloc_staging(int64_t bytes) {
-  void* p = nullptr;
-  if (static_cast<size_t>(bytes) >= kHugePage) {
-    const size_t len = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
-    p = std::aligned_alloc(kHugePage, len);
-    if (p) (void)madvise(p, len, MADV_HUGEPAGE);  // a hint: without it the buffer still works
-  } else {
-    p = std::malloc(static_cast<size_t>(bytes));
-  }
-  if (p == nullptr) throw std::bad_alloc();
-  return StagingBuf(static_cast<float*>(p));
-}
-
-int64_t now_unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// A result handed from the progress thread to a waiting caller.
-struct Waiter {
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  Status st;
-  std::atomic<bool> abandoned{false};  // the caller stopped waiting
-
-  void set(Status s) {
-    std::lock_guard<std::mutex> lock(m);
-    if (done) return;
-    st = std::move(s);
-    done = true;
-    cv.notify_all();
-  }
-  // False when the deadline passed first.
-  bool wait(Clock::time_point deadline, Status& out) {
-    std::unique_lock<std::mutex> lock(m);
-    if (!cv.wait_until(lock, deadline, [&] { return done; })) return false;
-    out = st;
-    return true;
-  }
-};
 
 class UcxKvSender final : public KvSender {
  public:
@@ -107,44 +53,15 @@ class UcxKvSender final : public KvSender {
     // Work that waits for the endpoint to be wired up: called with OK then, or with the failure.
     std::vector<std::function<void(const Status&)>> parked;
   };
-  // Staged rows: the caller's buffers are free once put_rows returns. Counted against
-  // max_staging_bytes until the last put reading it completes.
-  struct Staging {
-    Staging(UcxKvSender* o, int64_t b, StagingBuf p) : owner(o), bytes(b), buf(std::move(p)) {}
-    Staging(const Staging&) = delete;
-    ~Staging() { owner->release_staging(bytes, std::move(buf)); }
-    UcxKvSender* owner;
-    int64_t bytes;
-    StagingBuf buf;
-  };
-  enum class CommitPhase { kNone, kDraining, kFlushing, kAwaitAck };
-  struct Transfer {
-    uint64_t id = 0;
+  struct Transfer : OutgoingTransfer {
+    Transfer(const ReservationDescriptor& d, std::shared_ptr<Peer> p) : OutgoingTransfer(d), peer(std::move(p)) {}
     std::shared_ptr<Peer> peer;
-    int64_t rows = 0, lease_ms = 0;
-    int64_t resident_rows = 0;   // already on the decode worker: never put, not in the checksum
-    ReservationSecret secret{};  // from the descriptor: sent in every control message
-    std::vector<uint32_t> row_crc;
-    std::vector<uint8_t> written;
-    int outstanding = 0;
-    Status error;
-    bool has_state = false;
-    uint64_t state_bytes = 0;
-    uint32_t state_crc = 0;
-    CommitPhase phase = CommitPhase::kNone;
-    CommitMsg commit;
-    std::shared_ptr<Waiter> waiter;
-    Clock::time_point started;
-    int64_t bytes = 0;
   };
 
   static ucs_status_t on_ack(void* arg, const void* header, size_t header_length, void* data, size_t length,
                              const ucp_am_recv_param_t* param);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
 
-  void release_staging(int64_t bytes, StagingBuf buf);
-  // A staging buffer of exactly `bytes`, reused when one is cached (fresh pages cost a fault each).
-  StagingBuf take_staging(int64_t bytes);
   Status check_descriptor(const ReservationDescriptor& d) const;
   // put_rows for one slice: stages and checksums the rows, then posts them.
   Status stage_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k_rows,
@@ -162,7 +79,7 @@ class UcxKvSender final : public KvSender {
   // Progress thread: an asynchronous step of transfer `id` failed; commit reports it.
   void fail_async(uint64_t id, const Status& st);
   void submit(const std::string& address, uint64_t id, std::function<Status()> body);
-  Status ended_status(uint64_t id) const;
+  Status ended_status(uint64_t id) const { return ended_.status(id); }
   void defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
   void unpark_commit(uint64_t id, const std::shared_ptr<Waiter>& w) {
     if (auto it = parked_commits_.find(id); it != parked_commits_.end() && it->second == w) parked_commits_.erase(it);
@@ -186,25 +103,19 @@ class UcxKvSender final : public KvSender {
   void fail_peer(ucp_ep_h ep, ucs_status_t st);
   void peer_ready(const std::shared_ptr<Peer>& p, ucs_status_t st);
   void close_peer(Peer& p, bool force);
-  void remember_ended(uint64_t id, const Status& st);
+  void remember_ended(uint64_t id, const Status& st) { ended_.remember(id, st); }
   void teardown();
 
   const UcxSenderOptions opt_;
   std::unique_ptr<UcxWorker> ucx_;
   TransferMetrics metrics_;
 
-  std::mutex staging_mu_;
-  std::condition_variable staging_cv_;
-  int64_t staged_bytes_ = 0;
-  std::vector<std::pair<int64_t, StagingBuf>> staging_cache_;  // (bytes, buffer)
-  int64_t cached_bytes_ = 0;
+  StagingBuffers staging_{opt_.max_staging_bytes};
 
   // Progress thread only.
   std::unordered_map<std::string, std::shared_ptr<Peer>> peers_;
   std::unordered_map<uint64_t, Transfer> transfers_;
-  mutable std::mutex ended_mu_;                 // ended_ is read by callers too
-  std::unordered_map<uint64_t, Status> ended_;  // failed or aborted transfers, for late calls
-  std::deque<uint64_t> ended_order_;
+  EndedTransfers ended_;  // failed or aborted transfers, for late calls (read by callers too)
   std::vector<std::function<void()>> deferred_;
   // Commits waiting for their endpoint to be wired up, by reservation.
   std::unordered_map<uint64_t, std::shared_ptr<Waiter>> parked_commits_;
@@ -249,42 +160,13 @@ void UcxKvSender::teardown() {
   ucx_->progress_until([&] { return reap_requests(closing_); }, Clock::now() + std::chrono::seconds(2));
 }
 
-StagingBuf UcxKvSender::take_staging(int64_t bytes) {
-  {
-    std::lock_guard<std::mutex> lock(staging_mu_);
-    for (auto it = staging_cache_.begin(); it != staging_cache_.end(); ++it) {
-      if (it->first != bytes) continue;
-      auto buf = std::move(it->second);
-      cached_bytes_ -= bytes;
-      staging_cache_.erase(it);
-      return buf;
-    }
-  }
-  return alloc_staging(bytes);
-}
-
-void UcxKvSender::release_staging(int64_t bytes, StagingBuf buf) {
-  std::lock_guard<std::mutex> lock(staging_mu_);
-  staged_bytes_ -= bytes;
-  staging_cv_.notify_all();
-  // Prefill chunks come in a few sizes: keep the latest buffers for the next ones, oldest out.
-  const int64_t cap = opt_.max_staging_bytes / 2;
-  if (!buf || bytes > cap) return;
-  while (cached_bytes_ + bytes > cap) {
-    cached_bytes_ -= staging_cache_.front().first;
-    staging_cache_.erase(staging_cache_.begin());
-  }
-  cached_bytes_ += bytes;
-  staging_cache_.emplace_back(bytes, std::move(buf));
-}
-
 Status UcxKvSender::check_descriptor(const ReservationDescriptor& d) const {
   if (Status st = d.validate(); !st.ok()) return transfer_error(TransferError::kInvalid, st.message());
   if (d.fingerprint != opt_.fingerprint)
     return transfer_error(TransferError::kFingerprintMismatch,
                           "reservation " + std::to_string(d.reservation_id) + " is for model " +
                               std::to_string(d.fingerprint) + ", this worker runs " + std::to_string(opt_.fingerprint));
-  if (now_unix_ms() >= d.lease_deadline_unix_ms)
+  if (lease_over(d))
     return transfer_error(TransferError::kLeaseExpired,
                           "reservation " + std::to_string(d.reservation_id) + ": lease is over");
   return Status::Ok();
@@ -301,12 +183,6 @@ void UcxKvSender::fail_async(uint64_t id, const Status& st) {
   if (transfers_.count(id)) return finish(id, st);
   metrics_.count_failure();
   remember_ended(id, st);
-}
-
-Status UcxKvSender::ended_status(uint64_t id) const {
-  std::lock_guard<std::mutex> lock(ended_mu_);
-  auto it = ended_.find(id);
-  return it == ended_.end() ? Status::Ok() : it->second;
 }
 
 // ---- API ---------------------------------------------------------------------------------
@@ -343,32 +219,24 @@ Status UcxKvSender::stage_rows(const ReservationDescriptor& d, int64_t row_begin
                                const float* v_rows) {
   const int kv_dim = d.kv_dim;
   const int64_t n = static_cast<int64_t>(n_rows) * kv_dim;
-  const int64_t bytes = 2 * n * 4;
-  {
-    std::unique_lock<std::mutex> lock(staging_mu_);
-    if (!staging_cv_.wait_until(lock, Clock::now() + opt_.op_timeout,
-                                [&] { return staged_bytes_ == 0 || staged_bytes_ + bytes <= opt_.max_staging_bytes; }))
-      return transfer_error(TransferError::kTimeout, "put_rows: staging buffers stayed full");
-    staged_bytes_ += bytes;
-  }
-  auto staging = std::make_shared<Staging>(this, bytes, take_staging(bytes));
+  YOCO_ASSIGN_OR_RETURN(auto staging, staging_.acquire(n_rows * kv_row_bytes(kv_dim), opt_.op_timeout));
   std::vector<uint32_t> crcs(n_rows);
   if (opt_.row_checksums) {
     // Copy and checksum row by row, so the checksum reads the staged row from L1 instead of a
     // second pass over the whole message (bench/README.md, transfer at memcpy speed).
     for (int i = 0; i < n_rows; ++i) {
       const int64_t off = static_cast<int64_t>(i) * kv_dim;
-      float* k_dst = staging->buf.get() + off;
-      float* v_dst = staging->buf.get() + n + off;
+      float* k_dst = staging->data() + off;
+      float* v_dst = staging->data() + n + off;
       std::memcpy(k_dst, k_rows + off, static_cast<size_t>(kv_dim) * 4);
       std::memcpy(v_dst, v_rows + off, static_cast<size_t>(kv_dim) * 4);
       crcs[i] = row_crc(k_dst, v_dst, kv_dim);
     }
   } else {
-    std::memcpy(staging->buf.get(), k_rows, n * 4);
-    std::memcpy(staging->buf.get() + n, v_rows, n * 4);
+    std::memcpy(staging->data(), k_rows, n * 4);
+    std::memcpy(staging->data() + n, v_rows, n * 4);
   }
-  const float* k = staging->buf.get();
+  const float* k = staging->data();
   post_rows(d, row_begin, n_rows, k, k + n, std::move(staging), std::move(crcs));
   return Status::Ok();
 }
@@ -394,12 +262,11 @@ Status UcxKvSender::put_rows_in_place(const ReservationDescriptor& d, int64_t ro
 
 void UcxKvSender::post_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k,
                             const float* v, std::shared_ptr<const void> keep, std::vector<uint32_t> crcs) {
-  const int64_t bytes = 2 * static_cast<int64_t>(n_rows) * d.kv_dim * 4;
   auto runs = d.contiguous_runs(row_begin, n_rows);
   // Handed to the progress thread without waiting (a thread hand-off per chunk would cost more
   // than a small put); a failure is kept for the next call and for commit. Every operation's
   // completion holds `keep`, so the rows outlive whatever reads them.
-  auto body = [this, d, row_begin, n_rows, k, v, bytes, keep = std::move(keep), crcs = std::move(crcs),
+  auto body = [this, d, row_begin, n_rows, k, v, keep = std::move(keep), crcs = std::move(crcs),
                runs = std::move(runs)]() -> Status {
     YOCO_ASSIGN_OR_RETURN(Transfer * t, transfer_for(d, true));
     const bool push = opt_.row_path == UcxRowPath::kPush;
@@ -433,11 +300,7 @@ void UcxKvSender::post_rows(const ReservationDescriptor& d, int64_t row_begin, i
         ucx_op_posted(ucp_put_nbx(t->peer->ep, src, len, remote, rkeys[which], &p), op);
       }
     }
-    for (int i = 0; i < n_rows; ++i) {
-      t->row_crc[row_begin + i] = crcs[i];
-      t->written[row_begin + i] = 1;
-    }
-    t->bytes += bytes;
+    t->rows_put(row_begin, crcs, d.kv_dim);
     return Status::Ok();
   };
   submit(d.address, d.reservation_id, std::move(body));
@@ -501,25 +364,8 @@ Status UcxKvSender::commit(const ReservationDescriptor& d, int64_t rows_written,
         t.waiter = w;
         return finish(id, Status(t.error));
       }
-      if (rows_written <= 0 || rows_written < t.resident_rows || rows_written > t.rows)
-        return w->set(
-            transfer_error(TransferError::kRowsIncomplete,
-                           std::to_string(rows_written) + " rows committed, " + std::to_string(t.rows) + " reserved"));
-      for (int64_t r = 0; r < rows_written; ++r)
-        if (!t.written[r])
-          return w->set(transfer_error(TransferError::kRowsIncomplete, "row " + std::to_string(r) + " was never put"));
-      t.commit = CommitMsg{id,
-                           t.secret,
-                           request_id,
-                           opt_.fingerprint,
-                           rows_written,
-                           t.state_bytes,
-                           t.state_crc,
-                           opt_.row_checksums ? combine_row_crcs(std::span<const uint32_t>(
-                                                    t.row_crc.data() + t.resident_rows, rows_written - t.resident_rows))
-                                              : 0,
-                           opt_.row_checksums};
-      t.phase = CommitPhase::kDraining;
+      if (Status st = t.begin_commit(rows_written, request_id, opt_.fingerprint, opt_.row_checksums); !st.ok())
+        return w->set(st);
       t.waiter = w;
       advance(t);
     });
@@ -592,10 +438,10 @@ bool UcxKvSender::tick() {
   // Transfers nobody committed or aborted are dropped some time after their lease.
   if (Clock::now() >= next_gc_) {
     next_gc_ = Clock::now() + std::chrono::seconds(1);
-    const int64_t now = now_unix_ms();
+    const int64_t now = lease_deadline_unix_ms(Clock::now());
     std::vector<uint64_t> stale;
     for (auto& [id, t] : transfers_)
-      if (t.phase == CommitPhase::kNone && now > t.lease_ms + 10000) stale.push_back(id);
+      if (t.stale(now, 10000)) stale.push_back(id);
     for (uint64_t id : stale) finish(id, transfer_error(TransferError::kLeaseExpired, "never committed"));
   }
   return work || !deferred_.empty();
@@ -665,17 +511,7 @@ Result<UcxKvSender::Transfer*> UcxKvSender::transfer_for(const ReservationDescri
   }
   if (!create) return transfer_error(TransferError::kUnknownReservation, "reservation " + std::to_string(id));
   YOCO_ASSIGN_OR_RETURN(auto peer, peer_for(d.address));
-  Transfer& t = transfers_[id];
-  t.id = id;
-  t.peer = peer;
-  t.rows = d.rows;
-  t.lease_ms = d.lease_deadline_unix_ms;
-  t.secret = d.secret;
-  t.row_crc.assign(d.rows, 0);
-  t.written.assign(d.rows, 0);
-  t.resident_rows = d.resident_rows;
-  std::fill(t.written.begin(), t.written.begin() + d.resident_rows, uint8_t{1});
-  t.started = Clock::now();
+  Transfer& t = transfers_.try_emplace(id, d, peer).first->second;
   metrics_.add_in_flight(1);
   send_am(*peer, kAmBegin, encode(BeginMsg{id, t.secret, opt_.fingerprint}), {}, [this, id](ucs_status_t st) {
     if (st != UCS_OK) defer([this, id, st] { note_error(id, st); });
@@ -721,12 +557,11 @@ void UcxKvSender::note_error(uint64_t id, ucs_status_t st) {
 }
 
 void UcxKvSender::advance(Transfer& t) {
-  if (t.phase == CommitPhase::kNone) return;
-  if (!t.error.ok()) return finish(t.id, t.error);
-  if (t.phase != CommitPhase::kDraining || t.outstanding > 0) return;
+  const auto step = t.advance();
+  if (step == OutgoingTransfer::Step::kFail) return finish(t.id, t.error);
+  if (step != OutgoingTransfer::Step::kFlush) return;
   // Every put and the state completed locally; the flush makes them complete at the target
   // before the commit is sent.
-  t.phase = CommitPhase::kFlushing;
   const uint64_t id = t.id;
   auto* op = new UcxOp;
   op->on_done = [this, id](ucs_status_t st) {
@@ -833,16 +668,6 @@ void UcxKvSender::close_peer(Peer& p, bool force) {
   if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
   p.ep = nullptr;
   p.failed = true;
-}
-
-void UcxKvSender::remember_ended(uint64_t id, const Status& st) {
-  std::lock_guard<std::mutex> lock(ended_mu_);
-  if (!ended_.emplace(id, st).second) return;
-  ended_order_.push_back(id);
-  while (ended_order_.size() > 4096) {
-    ended_.erase(ended_order_.front());
-    ended_order_.pop_front();
-  }
 }
 
 }  // namespace

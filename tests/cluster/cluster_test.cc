@@ -21,8 +21,10 @@
 #include <fstream>
 #include <future>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <sstream>
 
 #include "model/generate.h"
 #include "model/random_model.h"
@@ -801,6 +803,72 @@ TEST(Cluster, HeldReservationsAreCappedByTheWorkersMaximumLease) {
   auto got = test::run_generate(*stub, greedy(prompt, 8), milliseconds(60000));
   ASSERT_TRUE(got.status.ok()) << got.status.error_message() << c.logs();
   EXPECT_EQ(got.ids, reference(**model, prompt, 8));
+}
+
+// Issue 31: one request followed through every process's log by its request_id. At
+// --log-level debug each process writes one `msg="hop"` line per hop (docs/architecture.md, a
+// request's path); the reservation id ties the prefill worker's lines to the decode worker's.
+TEST(Cluster, OneRequestIsFollowedThroughEveryProcessLogByItsId) {
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  const std::string debug = "--log-level=debug";
+  LocalCluster c({.model = kGret,
+                  .prefill = 1,
+                  .decode = 1,
+                  .prefill_args = {"--chunk-tokens=64", debug},
+                  .decode_args = {debug},
+                  .router_args = {debug}});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  const std::vector<int32_t> prompt = prompts(20, (*model)->config().vocab_size, 31)[19];  // 300 tokens
+  auto req = greedy(prompt, 6);
+  const std::string id = "trace-me-31";
+  req.set_request_id(id);
+  auto stub = c.stub();
+  const test::Generated got = test::run_generate(*stub, req, milliseconds(60000));
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message() << c.logs();
+  EXPECT_EQ(got.ids, reference(**model, prompt, 6));
+
+  // The hops of `id` in one log, in order, with their reservation ids.
+  auto hops = [&](const std::string& log, std::vector<std::string>* reservations) {
+    std::vector<std::string> out;
+    std::istringstream in(log);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(" msg=\"hop\" ") == std::string::npos || line.find(" request_id=" + id) == std::string::npos)
+        continue;
+      const size_t h = line.find(" hop=") + 5;
+      out.push_back(line.substr(h, line.find(' ', h) - h));
+      if (const size_t r = line.find(" reservation="); r != std::string::npos && reservations)
+        reservations->push_back(line.substr(r + 13, line.find(' ', r + 13) - r - 13));
+    }
+    return out;
+  };
+  std::map<std::string, std::string> logs;
+  std::vector<std::string> decode_hops;
+  for (int i = 0; i < 100; ++i) {  // the decode worker's last line may trail the client's status
+    logs = c.process_logs();
+    decode_hops = hops(logs["decode-0.log"], nullptr);
+    if (!decode_hops.empty() && decode_hops.back() == "decode.finish") break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  using V = std::vector<std::string>;
+  EXPECT_EQ(hops(logs["router.log"], nullptr),
+            (V{"router.admit", "router.pick_decode", "router.pick_prefill", "router.finish"}))
+      << logs["router.log"];
+  std::vector<std::string> prefill_res, decode_res;
+  const V prefill = hops(logs["prefill-0.log"], &prefill_res);
+  ASSERT_GE(prefill.size(), 3u) << logs["prefill-0.log"];  // start, the slices (64 tokens at most each), commit
+  EXPECT_EQ(prefill.front(), "prefill.start");
+  EXPECT_EQ(prefill.back(), "prefill.commit");
+  EXPECT_GE(prefill.size() - 2, 300u / 64);
+  for (size_t i = 1; i + 1 < prefill.size(); ++i) EXPECT_EQ(prefill[i], "prefill.slice") << i;
+  EXPECT_EQ(hops(logs["decode-0.log"], &decode_res),
+            (V{"transfer.reserve", "transfer.commit", "decode.admit", "decode.first_token", "decode.finish"}))
+      << logs["decode-0.log"];
+  // One reservation, named alike on both sides of the transfer.
+  ASSERT_FALSE(prefill_res.empty());
+  for (const auto& r : prefill_res) EXPECT_EQ(r, prefill_res[0]);
+  ASSERT_EQ(decode_res.size(), 3u);  // reserve, commit, admit
+  for (const auto& r : decode_res) EXPECT_EQ(r, prefill_res[0]);
 }
 
 }  // namespace

@@ -167,6 +167,13 @@ class LocalCluster {
       }
     return out;
   }
+  // Every process's whole log by file name ("router.log", "prefill-0.log", ...).
+  std::map<std::string, std::string> process_logs() const {
+    std::map<std::string, std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(state_dir_))
+      if (e.path().extension() == ".log") out[e.path().filename().string()] = read_file(e.path().string());
+    return out;
+  }
   const ProcInfo& router() const { return router_; }
   const std::vector<ProcInfo>& prefill() const { return prefill_; }
   const std::vector<ProcInfo>& decode() const { return decode_; }

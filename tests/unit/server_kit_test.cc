@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/log.h"
 #include "server/call.h"
 #include "server/flags.h"
 #include "server/server.h"
@@ -35,6 +36,25 @@ TEST(ServerFlags, RangesAndTheFirstErrorNamingTheFlag) {
   f.required("model", "a directory");  // a later error does not replace the first
   EXPECT_EQ(f.error(), "--n: must be in [0, 5], got 7");
   EXPECT_EQ(f.usage_error(), 2);
+}
+
+TEST(ServerFlags, LogLevelIsOffDebugByDefaultAndSetByTheFlag) {
+  // A hop line (docs/design.md §3.1, --log-level) as a process would write it.
+  auto hop = [] {
+    testing::internal::CaptureStderr();
+    YOCO_HOP("router.admit", "req-9", .kv("reservation", 42));
+    return testing::internal::GetCapturedStderr();
+  };
+  EXPECT_EQ(log_level(), LogLevel::kInfo);
+  EXPECT_EQ(hop(), "");
+  auto f = parse({"--log-level", "debug"});
+  EXPECT_TRUE(f.ok()) << f.error();
+  EXPECT_EQ(log_level(), LogLevel::kDebug);
+  EXPECT_NE(hop().find("level=debug msg=\"hop\" hop=router.admit request_id=req-9 reservation=42\n"),
+            std::string::npos);
+  auto bad = parse({"--log-level=loud"});
+  EXPECT_EQ(bad.error(), "--log-level: log level \"loud\": expected debug, info, warn or error");
+  set_log_level(LogLevel::kInfo);
 }
 
 TEST(ServerFlags, ParseErrorsRequiredAndMalformed) {
