@@ -1,36 +1,122 @@
+// Json::parse: nlohmann-json reads the text; on top of it hostile input is bounded by a nesting
+// depth, duplicate object keys are errors, and an error names where it was found. Objects keep
+// their keys sorted (std::map): the API's answers and the fingerprints are written in that order;
+// a chat template that needs the client's order reads the text again with nlohmann's ordered_json
+// (tokenizer/jinja/json_order.h).
 #include "common/json.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
+#include <iterator>
+#include <limits>
+#include <nlohmann/json.hpp>
 
 namespace yoco {
 namespace {
 
-class Parser {
- public:
-  Parser(std::string_view s, int max_depth, std::string* error_path)
-      : s_(s), max_depth_(max_depth), error_path_(error_path) {}
-
-  Result<Json> run() {
-    Json v;
-    YOCO_RETURN_IF_ERROR(value(v, 0));
-    skip_ws();
-    if (pos_ != s_.size()) return error("trailing characters after the JSON value");
-    return v;
+// The text as nlohmann reads it, one byte at a time, counting: a refusal of ours (a duplicate key,
+// the depth) then names the byte offset as the library's own errors do.
+struct CountingIterator {
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+  const char* p;
+  size_t* read;
+  reference operator*() const { return *p; }
+  CountingIterator& operator++() {
+    ++p;
+    ++*read;
+    return *this;
   }
+  CountingIterator operator++(int) {
+    CountingIterator old = *this;
+    ++*this;
+    return old;
+  }
+  bool operator==(const CountingIterator& o) const { return p == o.p; }
+  bool operator!=(const CountingIterator& o) const { return p != o.p; }
+};
+
+// nlohmann's SAX parser reads the text (iteratively: no recursion however deep); this handler builds
+// the Json and adds what the library does not do: the depth limit, refusing duplicate keys, and
+// errors that name the member path and quote bytes so the message stays valid UTF-8.
+class Builder : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  Builder(std::string_view s, int max_depth) : s_(s), max_depth_(max_depth) {}
+
+  bool null() override { return add(Json()); }
+  bool boolean(bool b) override { return add(Json(b)); }
+  bool number_integer(number_integer_t v) override { return add(Json(static_cast<int64_t>(v))); }
+  bool number_unsigned(number_unsigned_t v) override {
+    // Past int64 a number is a double, as a float literal of the same value would be.
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return add(Json(static_cast<double>(v)));
+    return add(Json(static_cast<int64_t>(v)));
+  }
+  bool number_float(number_float_t v, const string_t&) override {
+    if (!std::isfinite(v)) return fail("number out of range");
+    return add(Json(static_cast<double>(v)));
+  }
+  bool string(string_t& v) override { return add(Json(std::move(v))); }
+  bool binary(binary_t&) override { return fail("binary values are not JSON"); }
+  bool start_object(std::size_t) override { return open(false); }
+  bool start_array(std::size_t) override { return open(true); }
+  bool key(string_t& k) override {
+    Frame& f = stack_.back();
+    if (f.obj.count(k)) return fail("duplicate key \"" + k + "\"");
+    f.key = std::move(k);
+    f.has_key = true;
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t position, const std::string& /*last_token*/,
+                   const nlohmann::detail::exception& ex) override {
+    in_parse_error_ = true;
+    pos_ = position == 0 ? 0 : std::min(position - 1, s_.size());  // the byte it stopped at
+    // The lexer stops at the first byte it cannot take: the 'N' of NaN, the 'I' of [-]Infinity.
+    const std::string_view at = s_.substr(pos_);
+    const std::string what = ex.what();
+    if (at.starts_with("NaN") || at.starts_with("Infinity"))
+      return fail("NaN and Infinity are not JSON numbers (RFC 8259); send a finite number");
+    if (what.find("number overflow") != std::string::npos) return fail("number out of range");
+    if (what.find("ill-formed UTF-8") != std::string::npos) {
+      const bool in_name = !stack_.empty() && !stack_.back().is_array && !stack_.back().has_key;
+      return fail(std::string(in_name ? "a member name is " : "") +
+                  "not valid UTF-8 (JSON text must be UTF-8; send text as UTF-8, or token ids)");
+    }
+    if (position > s_.size()) return fail("unexpected end of input");
+    // nlohmann's reason ("invalid literal", "expected end of input", ...), then the byte it stopped at.
+    std::string reason = what.substr(std::min(what.find(" - "), what.size()));
+    reason = reason.empty() ? "syntax error" : reason.substr(3, reason.find("; last read") - 3);
+    const char c = position > 0 && position <= s_.size() ? s_[position - 1] : '\0';
+    return fail(reason + ", at " + describe(c));
+  }
+
+  Result<Json> finish(bool parsed) {
+    if (!parsed || !error_.empty()) {
+      if (error_.empty()) error_ = "unexpected end of input";
+      return invalid_argument("JSON parse error at byte " + std::to_string(pos_) +
+                              (path_.empty() ? "" : " in " + path_) + ": " + error_);
+    }
+    return std::move(root_);
+  }
+  const std::string& path() const { return path_; }
+  CountingIterator begin() { return {s_.data(), &read_}; }
+  CountingIterator end() { return {s_.data() + s_.size(), &read_}; }
 
  private:
-  // The message names the byte offset and, inside a document, the member or element being read
-  // ("messages[2].content"), so a client learns which field it wrote wrong.
-  Status error(const std::string& what) const {
-    std::string path;
-    for (const std::string& seg : path_) path += (seg[0] == '[' || path.empty() ? "" : ".") + seg;
-    if (error_path_) *error_path_ = path;
-    return invalid_argument("JSON parse error at byte " + std::to_string(pos_) + (path.empty() ? "" : " in " + path) +
-                            ": " + what);
-  }
+  struct Frame {
+    bool is_array = false;
+    Json::Array arr;
+    Json::Object obj;
+    std::string key;
+    bool has_key = false;
+  };
+
   // A byte as an error message may quote it: printable ASCII as itself, anything else in hex, so
   // the message stays valid UTF-8 whatever the input was.
   static std::string describe(char c) {
@@ -40,252 +126,62 @@ class Parser {
     std::snprintf(buf, sizeof buf, "byte 0x%02x", u);
     return buf;
   }
-  void skip_ws() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
-  }
-  bool consume(std::string_view lit) {
-    if (s_.substr(pos_, lit.size()) == lit) {
-      pos_ += lit.size();
-      return true;
+
+  // The message names, inside a document, the member or element being read ("messages[2].content"),
+  // so a client learns which field it wrote wrong.
+  bool fail(const std::string& what) {
+    if (!error_.empty()) return false;
+    if (!in_parse_error_) pos_ = read_;
+    error_ = what;
+    for (const Frame& f : stack_) {
+      if (f.is_array) {
+        path_.append("[").append(std::to_string(f.arr.size())).append("]");
+      } else if (f.has_key) {
+        path_.append(path_.empty() ? "" : ".").append(f.key);
+      } else {
+        break;
+      }
     }
     return false;
   }
-
-  Status value(Json& out, int depth) {
-    if (depth > max_depth_) return error("nesting deeper than " + std::to_string(max_depth_));
-    skip_ws();
-    if (pos_ >= s_.size()) return error("unexpected end of input");
-    char c = s_[pos_];
-    if (c == '{') return object(out, depth);
-    if (c == '[') return array(out, depth);
-    if (c == '"') {
-      std::string str;
-      YOCO_RETURN_IF_ERROR(string(str));
-      out = Json(std::move(str));
-      return Status::Ok();
+  bool too_deep() const { return static_cast<int>(stack_.size()) > max_depth_; }
+  bool add(Json v) {
+    if (too_deep()) return fail("nesting deeper than " + std::to_string(max_depth_));
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return true;
     }
-    if (consume("true")) {
-      out = Json(true);
-      return Status::Ok();
-    }
-    if (consume("false")) {
-      out = Json(false);
-      return Status::Ok();
-    }
-    if (consume("null")) {
-      out = Json();
-      return Status::Ok();
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) return number(out);
-    if (consume("NaN") || consume("Infinity"))
-      return error("NaN and Infinity are not JSON numbers (RFC 8259); send a finite number");
-    if (pos_ == 0 && s_.substr(0, 3) == "\xEF\xBB\xBF")
-      return error("a UTF-8 byte order mark is not allowed before JSON");
-    return error("unexpected " + describe(c));
-  }
-
-  Status object(Json& out, int depth) {
-    ++pos_;  // '{'
-    Json::Object obj;
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == '}') {
-      ++pos_;
-      out = Json(std::move(obj));
-      return Status::Ok();
-    }
-    while (true) {
-      skip_ws();
-      if (pos_ >= s_.size() || s_[pos_] != '"') return error("expected a string key");
-      std::string key;
-      YOCO_RETURN_IF_ERROR(string(key));
-      skip_ws();
-      if (pos_ >= s_.size() || s_[pos_] != ':') return error("expected ':'");
-      ++pos_;
-      Json v;
-      path_.push_back(key);
-      YOCO_RETURN_IF_ERROR(value(v, depth + 1));
-      path_.pop_back();
-      if (!obj.emplace(key, std::move(v)).second) return error("duplicate key \"" + key + "\"");
-      skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < s_.size() && s_[pos_] == '}') {
-        ++pos_;
-        break;
-      }
-      return error("expected ',' or '}'");
-    }
-    out = Json(std::move(obj));
-    return Status::Ok();
-  }
-
-  Status array(Json& out, int depth) {
-    ++pos_;  // '['
-    Json::Array arr;
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == ']') {
-      ++pos_;
-      out = Json(std::move(arr));
-      return Status::Ok();
-    }
-    while (true) {
-      Json v;
-      path_.push_back("[" + std::to_string(arr.size()) + "]");
-      YOCO_RETURN_IF_ERROR(value(v, depth + 1));
-      path_.pop_back();
-      arr.push_back(std::move(v));
-      skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < s_.size() && s_[pos_] == ']') {
-        ++pos_;
-        break;
-      }
-      return error("expected ',' or ']'");
-    }
-    out = Json(std::move(arr));
-    return Status::Ok();
-  }
-
-  static void put_utf8(std::string& s, uint32_t cp) {
-    if (cp < 0x80) {
-      s += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      s += static_cast<char>(0xE0 | (cp >> 12));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
+    Frame& f = stack_.back();
+    if (f.is_array) {
+      f.arr.push_back(std::move(v));
     } else {
-      s += static_cast<char>(0xF0 | (cp >> 18));
-      s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
+      f.obj.emplace(std::move(f.key), std::move(v));
+      f.key.clear();
+      f.has_key = false;
     }
+    return true;
   }
-
-  Status hex4(uint32_t& v) {
-    if (pos_ + 4 > s_.size()) return error("truncated \\u escape");
-    v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char c = s_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= c - '0';
-      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-      else return error("bad hex digit in \\u escape");
-    }
-    return Status::Ok();
+  bool open(bool is_array) {
+    if (too_deep()) return fail("nesting deeper than " + std::to_string(max_depth_));
+    stack_.emplace_back();
+    stack_.back().is_array = is_array;
+    return true;
   }
-
-  Status string(std::string& out) {
-    ++pos_;  // '"'
-    while (true) {
-      if (pos_ >= s_.size()) return error("unterminated string");
-      char c = s_[pos_++];
-      if (c == '"') return Status::Ok();
-      if (static_cast<unsigned char>(c) < 0x20) return error("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= s_.size()) return error("unterminated escape");
-      char e = s_[pos_++];
-      switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          uint32_t cp = 0;
-          YOCO_RETURN_IF_ERROR(hex4(cp));
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            uint32_t lo = 0;
-            if (!consume("\\u")) return error("unpaired high surrogate");
-            YOCO_RETURN_IF_ERROR(hex4(lo));
-            if (lo < 0xDC00 || lo > 0xDFFF) return error("bad low surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            return error("unpaired low surrogate");
-          }
-          put_utf8(out, cp);
-          break;
-        }
-        default:
-          return error("bad escape \\ followed by " + describe(e));
-      }
-    }
-  }
-
-  Status number(Json& out) {
-    size_t start = pos_;
-    if (s_[pos_] == '-') ++pos_;
-    if (s_.substr(pos_, 8) == "Infinity")
-      return error("NaN and Infinity are not JSON numbers (RFC 8259); send a finite number");
-    bool is_int = true;
-    auto digits = [&] {
-      size_t d = pos_;
-      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
-      return pos_ - d;
-    };
-    if (digits() == 0) return error("bad number");
-    if (pos_ < s_.size() && s_[pos_] == '.') {
-      ++pos_;
-      is_int = false;
-      if (digits() == 0) return error("bad number fraction");
-    }
-    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
-      ++pos_;
-      is_int = false;
-      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
-      if (digits() == 0) return error("bad number exponent");
-    }
-    std::string_view tok = s_.substr(start, pos_ - start);
-    if (is_int) {
-      int64_t v = 0;
-      auto r = std::from_chars(tok.data(), tok.data() + tok.size(), v);
-      if (r.ec == std::errc() && r.ptr == tok.data() + tok.size()) {
-        out = Json(v);
-        return Status::Ok();
-      }
-    }
-    double d = 0;
-    auto r = std::from_chars(tok.data(), tok.data() + tok.size(), d);
-    if (r.ec != std::errc() || !std::isfinite(d)) return error("number out of range");
-    out = Json(d);
-    return Status::Ok();
+  bool close() {
+    Frame f = std::move(stack_.back());
+    stack_.pop_back();
+    return f.is_array ? add(Json(std::move(f.arr))) : add(Json(std::move(f.obj)));
   }
 
   std::string_view s_;
-  size_t pos_ = 0;
   int max_depth_;
-  std::string* error_path_;
-  std::vector<std::string> path_;  // keys and "[i]" down to the value being read
+  std::vector<Frame> stack_;  // the containers open down to the value being read
+  Json root_;
+  size_t read_ = 0;  // bytes the library has read so far
+  size_t pos_ = 0;
+  bool in_parse_error_ = false;
+  std::string error_;
+  std::string path_;
 };
 
 void dump_string(std::string& out, const std::string& s) {
@@ -323,7 +219,15 @@ void dump_string(std::string& out, const std::string& s) {
 }  // namespace
 
 Result<Json> Json::parse(std::string_view text, int max_depth, std::string* error_path) {
-  return Parser(text, max_depth, error_path).run();
+  if (text.starts_with("\xEF\xBB\xBF")) {  // nlohmann would skip it; RFC 8259 forbids sending one
+    if (error_path) error_path->clear();
+    return invalid_argument("JSON parse error at byte 0: a UTF-8 byte order mark is not allowed before JSON");
+  }
+  Builder b(text, max_depth);
+  const bool parsed = nlohmann::json::sax_parse(b.begin(), b.end(), &b);
+  Result<Json> r = b.finish(parsed);
+  if (!r.ok() && error_path) *error_path = b.path();
+  return r;
 }
 
 const Json* Json::find(std::string_view key) const {

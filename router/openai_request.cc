@@ -3,8 +3,6 @@
 #include <cmath>
 #include <limits>
 
-#include "tokenizer/utf8.h"
-
 namespace yoco {
 namespace {
 
@@ -190,50 +188,17 @@ void read_max_tokens(Fields& f, OpenAiRequest& r, const char* name) {
 
 }  // namespace
 
-namespace {
-
-// Where the first string (member name or value) of `j` that is not well-formed UTF-8 is, as a
-// field path ("messages[1].content"); nullopt when all are. Such bytes cannot become a gRPC string
-// field, and a client that sent them gets a 400 naming where they are.
-struct BadUtf8 {
-  std::string path;
-  bool in_name = false;  // a member's name: no request field to blame
-};
-
-std::optional<BadUtf8> invalid_utf8_at(const Json& j, const std::string& path) {
-  if (j.is_string()) return utf8::is_valid(j.as_string()) ? std::nullopt : std::optional(BadUtf8{path});
-  if (j.is_array()) {
-    for (size_t i = 0; i < j.as_array().size(); ++i)
-      if (auto at = invalid_utf8_at(j.as_array()[i], path + "[" + std::to_string(i) + "]")) return at;
-  } else if (j.is_object()) {
-    for (const auto& [k, v] : j.as_object()) {
-      if (!utf8::is_valid(k)) {
-        std::string name;
-        utf8::append_lossy(name, k);
-        return BadUtf8{(path.empty() ? "" : path + ".") + "\"" + name + "\" (a member name)", true};
-      }
-      if (auto at = invalid_utf8_at(v, path.empty() ? k : path + "." + k)) return at;
-    }
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
 std::variant<Json, ApiError> parse_body(const std::string& body) {
   std::string where;
   auto j = Json::parse(body, 64, &where);
   if (!j.ok()) {
-    // The field the parser was in when it failed, as the error's param ("temperature" for NaN).
+    // The field the parser was in when it failed, as the error's param ("temperature" for NaN,
+    // "messages" for bytes that are not UTF-8 in messages[1].content: such bytes cannot become a
+    // gRPC string field; a member name's own bad bytes blame no field).
     const std::string param = where.substr(0, where.find_first_of(".["));
     return ApiError{400, "invalid JSON body: " + j.status().message(), "invalid_request_error", param, ""};
   }
   if (!j->is_object()) return ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
-  if (auto at = invalid_utf8_at(*j, "")) {
-    const std::string param = at->in_name ? "" : at->path.substr(0, at->path.find_first_of(".["));
-    return ApiError{400, at->path + ": not valid UTF-8 (JSON text must be UTF-8; send text as UTF-8, or token ids)",
-                    "invalid_request_error", param, ""};
-  }
   return std::move(j).value();
 }
 

@@ -10,8 +10,9 @@
 
 namespace yoco::jinja {
 
-// `text` parsed with object keys in document order; nullopt when it is not valid JSON (the
-// order is only a hint: the caller keeps the sorted form then). Nesting is bounded.
+// `text` parsed with object keys in document order (nlohmann's ordered_json, non-throwing); nullopt
+// when it is not valid JSON (the order is only a hint: the caller keeps the sorted form then).
+// Nesting is bounded.
 std::optional<Value> parse_json_ordered(std::string_view text);
 
 // `v` with the keys of every object reordered as in the same place of `hint`; keys the hint
