@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Two builds of the engine against each other on one machine, interleaved so that drift and
+# neighbours weigh on both alike (a redesign's "no regression" check: docs/design.md §2.9).
+# Each round runs engine_bench from BUILD_A then BUILD_B (every other round B first); compare
+# medians. Never asserts; run on an idle machine.
+#   bench/ab_engine.sh BUILD_A BUILD_B PRESET DTYPE ROUNDS [prefill|decode]
+set -euo pipefail
+a=$1 b=$2 preset=$3 dtype=$4 rounds=$5 what=${6:-decode}
+export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
+if [[ $what == prefill ]]; then args=(--prefill-lens 1024,2048 --decode-batches 1 --decode-steps 2 --repeats 2)
+else args=(--prefill-lens 16 --decode-batches 1,2 --decode-context 512 --decode-steps 48 --repeats 3); fi
+for ((r = 0; r < rounds; r++)); do
+  order=("$a" "$b")
+  ((r % 2 == 0)) || order=("$b" "$a")
+  for build in "${order[@]}"; do
+    "$build/bench/engine_bench" --preset "$preset" --threads 2 --dtype "$dtype" --json "${args[@]}" 2>/dev/null |
+      python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+pre = " ".join("prefill %d tok %.0f tok/s" % (x["tokens"], x["tokens_per_s"]) for x in d["prefill"])
+dec = " ".join("B%d %.1f ms/step" % (x["batch"], x["ms_per_step"]) for x in d["decode"])
+print(sys.argv[1], pre if sys.argv[2] == "prefill" else dec)' "$build" "$what"
+  done
+done
