@@ -454,6 +454,10 @@ double cpu_seconds() {
 }
 
 TEST(HttpStreamServer, AcceptOutOfDescriptorsWaitsAndRecovers) {
+  // The sanitizers' runtimes need descriptors of their own (UBSan's vptr check reads memory
+  // through a pipe and reports a false "invalid vptr" when none is left): the test takes every
+  // descriptor, so it runs in the plain build only.
+  if (kSlow > 1) GTEST_SKIP() << "takes every descriptor, which the sanitizer runtimes need";
   auto s = serve([](HttpExchange& ex) { ex.respond(200, "text/plain", "ok", {}); });
   rlimit saved{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
