@@ -5,15 +5,24 @@
 # objects, chat templates, HTTP requests), then the sanitizer stages
 # (scripts/sanitize.sh: ASan+UBSan over labels unit, integration and cluster; TSan over the
 # concurrent parts). YOCO_SANITIZERS picks the stages ("asan tsan" by default, "none" skips them);
-# YOCO_FUZZ_SECONDS=0 skips the fuzz run.
+# YOCO_FUZZ_SECONDS=0 skips the fuzz run. Each stage ends with a "test.sh: STAGE took N s" line
+# (README.md, "Where CI's time goes").
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stage_start=$SECONDS
+took() {
+  echo "test.sh: $1 took $((SECONDS - stage_start)) s"
+  stage_start=$SECONDS
+}
 scripts/setup.sh
+took setup
 scripts/build.sh
+took build
 (cd build && ctest --output-on-failure -j "$(nproc)" --timeout 600)
+took ctest
 
 # libFuzzer needs clang: a separate build of just the fuzz targets.
-FUZZ_SECONDS=${YOCO_FUZZ_SECONDS:-30}
+FUZZ_SECONDS=${YOCO_FUZZ_SECONDS:-20}
 if command -v clang++ >/dev/null && [[ "$FUZZ_SECONDS" -gt 0 ]]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DYOCO_FUZZ=ON \
     -DYOCO_CUDA=OFF -DYOCO_BUILD_TESTS=OFF -DYOCO_BUILD_BENCH=OFF -DYOCO_CPU_BLAS=OFF -DYOCO_NATIVE=OFF >/dev/null
@@ -30,9 +39,11 @@ if command -v clang++ >/dev/null && [[ "$FUZZ_SECONDS" -gt 0 ]]; then
       -print_final_stats=1 "$work/$target" 2>&1 | tail -n 4
     echo "libFuzzer: ${target}_fuzz ran ${FUZZ_SECONDS}s with no crash"
   done
+  took "fuzz (build and run)"
 fi
 
 # Sanitizer stages, each in its own build dir (build-asan/, build-tsan/; CPU code only).
 for stage in ${YOCO_SANITIZERS:-asan tsan}; do
   [[ "$stage" == none ]] || scripts/sanitize.sh "$stage"
+  took "sanitizer stage $stage"
 done
