@@ -10,6 +10,8 @@
 
 namespace yoco {
 
+static_assert(program::Backend<CpuBackend>, "the CPU backend implements every op of the program");
+
 using program::Matrix;
 using program::Norm;
 using program::Part;

@@ -11,7 +11,7 @@
 // call runs: prefill exits early after the self-decoder (docs/design.md §2.5), a decode step and
 // the full forward run everything, logits() starts from each sequence's last_hidden.
 //
-// The backend concept (B below). A backend binds one call's rows before run() and keeps the first
+// The backend concept (B below; `Backend`, checked by the compiler). A backend binds one call's rows before run() and keeps the first
 // error as a sticky status that run() checks after every block (the CUDA backend launches nothing
 // after a failed kernel, the CPU backend joins no collective after a failed one):
 //   using Tensor                       a [rows, cols] view in the backend's memory, row stride ld,
@@ -36,6 +36,7 @@
 // Templates, so a backend's ops are direct calls: no virtual call on the hot path.
 #pragma once
 
+#include <concepts>
 #include <string>
 
 #include "common/status.h"
@@ -107,6 +108,37 @@ struct Pass {
   static Pass forward() { return {true, true, false, true, true}; }
 };
 
+// The backend interface of the header comment, checked by the compiler: each backend
+// static_asserts it (model/cpu_backend.cc, model/cuda/backend.cc), and every stage below takes
+// only a Backend, so an op missing or mistyped in one backend is an error naming the op here.
+template <class B>
+concept Backend = requires(B& be, const B& cbe, const Site& at, const typename B::Tensor& t, Norm n, Matrix m,
+                           int heads, const std::string& name) {
+  typename B::Tensor;
+  { t.cols(0, 1) } -> std::same_as<typename B::Tensor>;
+  { cbe.config() } -> std::convertible_to<const ModelConfig&>;
+  { cbe.widths() } -> std::convertible_to<const Widths&>;
+  { cbe.status() } -> std::convertible_to<Status>;
+  { be.hidden() } -> std::same_as<typename B::Tensor>;
+  be.embed();
+  be.load_last_hidden();
+  be.keep_last_hidden();
+  { be.norm(at, n) } -> std::same_as<typename B::Tensor>;
+  { be.project(at, m, t) } -> std::same_as<typename B::Tensor>;
+  be.add_projection(at, m, t);
+  be.rope(t, heads, heads);
+  { be.gate_logits(at, t, t) } -> std::same_as<typename B::Tensor>;
+  { be.retention(at, t, t, t, t) } -> std::same_as<typename B::Tensor>;
+  be.head_norm(t, heads, heads);
+  { be.silu_gate(t, t) } -> std::same_as<typename B::Tensor>;
+  { be.window_attention(at, t, t, t) } -> std::same_as<typename B::Tensor>;
+  be.write_kv(at, t, t);
+  { be.attention(at, t) } -> std::same_as<typename B::Tensor>;
+  { be.swiglu(t) } -> std::same_as<typename B::Tensor>;
+  { cbe.tracing() } -> std::convertible_to<bool>;
+  be.trace(name, t);
+};
+
 inline std::string trace_name(const Site& at, const char* stage) {
   switch (at.part) {
     case Part::kEmbed:
@@ -125,13 +157,13 @@ inline std::string trace_name(const Site& at, const char* stage) {
   return stage;
 }
 
-template <class B>
+template <Backend B>
 void trace(B& be, const Site& at, const char* stage, const typename B::Tensor& t) {
   if (be.tracing()) be.trace(trace_name(at, stage), t);
 }
 
 // Gated retention (docs/design.md §2.3).
-template <class B>
+template <Backend B>
 typename B::Tensor retention_mixer(B& be, const Site& at, const typename B::Tensor& x) {
   const Widths& w = be.widths();
   const int width = w.self_width;
@@ -154,7 +186,7 @@ typename B::Tensor retention_mixer(B& be, const Site& at, const typename B::Tens
 }
 
 // Sliding-window attention (docs/design.md §2.3).
-template <class B>
+template <Backend B>
 typename B::Tensor window_mixer(B& be, const Site& at, const typename B::Tensor& x) {
   const Widths& w = be.widths();
   const int width = w.self_width;
@@ -171,7 +203,7 @@ typename B::Tensor window_mixer(B& be, const Site& at, const typename B::Tensor&
 }
 
 // The cross-decoder's attention over the global K/V (docs/design.md §2.4; NoPE without RoPE).
-template <class B>
+template <Backend B>
 typename B::Tensor global_attention_mixer(B& be, const Site& at, const typename B::Tensor& x) {
   const Widths& w = be.widths();
   const auto q = be.project(at, Matrix::kMixerIn, x);
@@ -183,7 +215,7 @@ typename B::Tensor global_attention_mixer(B& be, const Site& at, const typename 
 }
 
 // A transformer layer's attention over its own K/V (docs/design.md §2.6).
-template <class B>
+template <Backend B>
 typename B::Tensor own_attention_mixer(B& be, const Site& at, const typename B::Tensor& x) {
   const Widths& w = be.widths();
   const auto proj = be.project(at, Matrix::kMixerIn, x);
@@ -202,7 +234,7 @@ typename B::Tensor own_attention_mixer(B& be, const Site& at, const typename B::
 
 // One block, every layer of every decoder (docs/design.md §2.2):
 // h += Mixer(RMSNorm_mixer(h)), then h += FFN(RMSNorm_final(h)).
-template <class B>
+template <Backend B>
 Status block(B& be, const Site& at) {
   const auto x = be.norm(at, Norm::kMixer);
   trace(be, at, "mixer_norm", x);
@@ -233,7 +265,7 @@ Status block(B& be, const Site& at) {
 }
 
 // The global K/V rows (docs/design.md §2.4): z = RMSNorm_kv(h), K = z·W_kᵀ (RoPE unless NoPE), V.
-template <class B>
+template <Backend B>
 void global_kv(B& be) {
   const Widths& w = be.widths();
   const Site at{Part::kGlobalKv};
@@ -248,7 +280,7 @@ void global_kv(B& be) {
 }
 
 // logits = RMSNorm_final(h) · Oᵀ.
-template <class B>
+template <Backend B>
 void head(B& be) {
   const Site at{Part::kHead};
   const auto x = be.norm(at, Norm::kFinal);
@@ -258,7 +290,7 @@ void head(B& be) {
 }
 
 // The whole network for the bound rows.
-template <class B>
+template <Backend B>
 Status run(B& be, const Pass& pass) {
   const ModelConfig& c = be.config();
   if (pass.from_tokens) {

@@ -12,6 +12,8 @@
 
 namespace yoco::cuda_engine {
 
+static_assert(program::Backend<CudaBackend>, "the CUDA backend implements every op of the program");
+
 using program::Matrix;
 using program::Norm;
 using program::Part;
