@@ -7,12 +7,14 @@
 # default, it is slow). Router + 1 prefill + 1 decode worker each, on loopback.
 # Model: a copy of MODEL_DIR when given (e.g. models/kjv-yoco), else the small-gret random preset;
 # either way with max_seq_len raised to 32K.
-# Usage: bench/score_speed.sh [MODEL_DIR] [THREADS] (default: random small-gret, 1 thread per
-# process); writes bench/results/score_speed.json.
+# Usage: [SIZES=1024,4096,16384] [OUT=bench/results/score_speed.json] bench/score_speed.sh [MODEL_DIR] [THREADS]
+# (default: random small-gret, 1 thread per process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-}
 THREADS=${2:-1}
+SIZES=${SIZES:-1024,4096,16384}
+OUT=${OUT:-bench/results/score_speed.json}
 work=$(mktemp -d -t yoco-score.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
@@ -44,5 +46,5 @@ done
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 bench/score_speed.py --cli build/tools/yoco-cli --vocab "$VOCAB" \
   --cluster "sliced=$work/cluster-sliced/cluster.json" --cluster "per_token=$work/cluster-per_token/cluster.json" \
-  --out bench/results/score_speed.json
+  --sizes "$SIZES" --out "$OUT"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
