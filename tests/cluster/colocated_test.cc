@@ -2,7 +2,8 @@
 // prompt itself (DecodeRequest.local_prefill). Generate through the router is token-identical to
 // the in-process engine, bad requests get INVALID_ARGUMENT naming the field, GetModelInfo and
 // Score come from the decode worker (Describe, Score through its batcher), /metrics counts the
-// work, and SIGTERM drains the worker, which exits 0.
+// work, and SIGTERM drains the worker, which exits 0. Score as forward slices (the default decode
+// worker) agrees with a --score-per-token worker (the plain reference).
 #include <signal.h>
 
 #include <cmath>
