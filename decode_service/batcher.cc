@@ -39,6 +39,8 @@ Status ContinuousBatcher::validate(const DecodeRequest& req) const {
     if (req.max_tokens != static_cast<int>(req.forced.size()))
       return invalid_argument("max_tokens: must be the number of forced tokens when scoring");
     YOCO_RETURN_IF_ERROR(model_.validate_tokens(req.forced, static_cast<int64_t>(req.prompt.size()), "forced"));
+    if (!req.generated_before.empty()) return invalid_argument("generated: a score takes no generated tokens");
+    if (req.state) return invalid_argument("state: a score is computed here, never shipped");
   }
   if (req.state && (!req.state->pages || req.state->pages->k_pool != pool_.k_data()))
     return invalid_argument("state: a shipped state must hold its K/V rows in this worker's pool");
@@ -55,6 +57,7 @@ Result<uint64_t> ContinuousBatcher::submit(DecodeRequest req) {
   auto s = std::make_unique<Seq>();
   s->sampler = std::make_unique<Sampler>(req.sampling, model_.config().vocab_size, req.prompt);
   s->sampler->replay(req.generated_before);
+  s->forward_score = !req.forced.empty() && !limits_.score_per_token;
   s->submitted = Clock::now();
   s->req = std::move(req);
   std::lock_guard<std::mutex> lock(mu_);
@@ -181,8 +184,9 @@ bool ContinuousBatcher::sample_and_emit(Seq& s, const float* logits) {
 
 bool ContinuousBatcher::admit(Seq& s) {
   const int V = model_.config().vocab_size;
-  s.logits.assign(V, 0.0f);
   if (!s.queue_seconds) s.queue_seconds = std::chrono::duration<double>(Clock::now() - s.submitted).count();
+  if (s.forward_score) return admit_score(s);
+  s.logits.assign(V, 0.0f);
   if (s.req.state && s.generated.empty()) {
     // Shipped state: the prompt was prefilled elsewhere; its rows are already in our blocks
     // (a device engine copies them up and gives the host blocks back).
@@ -225,6 +229,90 @@ bool ContinuousBatcher::admit(Seq& s) {
   return true;
 }
 
+namespace {
+
+// Token i of prompt + forced.
+int32_t score_token(const DecodeRequest& r, int64_t i) {
+  const int64_t P = static_cast<int64_t>(r.prompt.size());
+  return i < P ? r.prompt[i] : r.forced[i - P];
+}
+
+// The rows a score consumes: prompt + forced but the last (no logits are needed after it).
+int64_t score_rows(const DecodeRequest& r) { return static_cast<int64_t>(r.prompt.size() + r.forced.size()) - 1; }
+
+}  // namespace
+
+bool ContinuousBatcher::admit_score(Seq& s) {
+  // Every row the score will consume is reserved now, all or nothing, as a local prefill's are:
+  // its forward slices then never wait for blocks.
+  SequenceState fresh = model_.new_sequence();
+  auto id = engine_.adopt(fresh);
+  if (!id.ok()) return false;  // no free sequence slot: waits
+  if (!engine_.reserve(*id, score_rows(s.req)).ok()) {
+    (void)engine_.release(*id);
+    return false;
+  }
+  // Rows whose logits nobody needs (again) are prefilled: the prompt but its last token, and the
+  // forced tokens already emitted when this is a recompute after preemption.
+  const int64_t known = static_cast<int64_t>(s.req.prompt.size() + s.generated.size()) - 1;
+  std::vector<int32_t> consumed;
+  for (int64_t i = 0; i < known; ++i) consumed.push_back(score_token(s.req, i));
+  if (!consumed.empty() && !engine_.prefill(*id, consumed, limits_.prefill).ok()) {
+    (void)engine_.release(*id);
+    s.cancelled = true;  // reported as an error by the caller
+    return true;
+  }
+  s.seq = *id;
+  return true;
+}
+
+void ContinuousBatcher::score_slices(std::vector<float>& logits) {
+  const int V = model_.config().vocab_size;
+  // The host logits of one slice stay within 64 MiB whatever the vocabulary.
+  const int max_rows = std::max(1, std::min(limits_.prefill.chunk_tokens, (1 << 24) / V));
+  int budget = limits_.prefill.chunk_tokens;
+  std::vector<int32_t> tokens;
+  while (budget > 0) {
+    Seq* s = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& r : running_)
+        if (r->forward_score) {
+          s = r.get();
+          break;
+        }
+    }
+    if (!s) return;
+    const int64_t pos = engine_.position(s->seq);
+    const int n = static_cast<int>(std::min<int64_t>({budget, max_rows, score_rows(s->req) - pos}));
+    tokens.resize(n);
+    for (int i = 0; i < n; ++i) tokens[i] = score_token(s->req, pos + i);
+    logits.resize(static_cast<size_t>(n) * V);
+    Status st = engine_.forward(s->seq, tokens, limits_.prefill, logits.data());
+    budget -= n;
+    bool done = false;
+    const int64_t first_scored = static_cast<int64_t>(s->req.prompt.size()) - 1;  // row of forced[0]'s logits
+    for (int i = 0; st.ok() && i < n && !done; ++i) {
+      if (pos + i < first_scored) continue;
+      YOCO_CHECK(pos + i - first_scored == static_cast<int64_t>(s->generated.size()));
+      done = sample_and_emit(*s, logits.data() + static_cast<size_t>(i) * V);
+    }
+    if (st.ok() && !done) continue;
+    SeqPtr owned;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = running_.begin(); it != running_.end(); ++it)
+        if (it->get() == s) {
+          owned = std::move(*it);
+          running_.erase(it);
+          break;
+        }
+    }
+    if (st.ok()) finish(std::move(owned), "length", Status::Ok());
+    else finish(std::move(owned), "error", st);
+  }
+}
+
 void ContinuousBatcher::preempt_newest() {
   SeqPtr victim = std::move(running_.back());
   running_.pop_back();
@@ -236,12 +324,13 @@ void ContinuousBatcher::preempt_newest() {
 }
 
 void ContinuousBatcher::loop() {
-  std::vector<float> logits;
+  std::vector<float> logits, score_logits;
   while (true) {
     const Sweep sw = sweep();
     if (sw == Sweep::kExit) break;
     admit_waiting();
     const std::vector<Seq*> batch = make_room();
+    score_slices(score_logits);
     if (!batch.empty()) step(batch, logits);
   }
   // Drained or aborted: nothing may keep blocks.
@@ -316,7 +405,7 @@ void ContinuousBatcher::admit_waiting() {
       finish(std::move(s), "error", internal_error("prefill failed"));
       continue;
     }
-    if (sample_and_emit(*s, s->logits.data())) {
+    if (!s->forward_score && sample_and_emit(*s, s->logits.data())) {
       finish(std::move(s),
              s->req.generated_before.size() + s->generated.size() >= static_cast<size_t>(s->req.max_tokens) ? "length"
                                                                                                             : "stop",
@@ -349,7 +438,8 @@ std::vector<ContinuousBatcher::Seq*> ContinuousBatcher::make_room() {
     }
     ++it;
   }
-  for (auto& s : running_) batch.push_back(s.get());
+  for (auto& s : running_)
+    if (!s->forward_score) batch.push_back(s.get());
   return batch;
 }
 

@@ -4,6 +4,8 @@
 // whatever its length, samples, and streams each token through the request's callback.
 // When the pool runs dry the newest sequence is preempted: its blocks are freed and it is
 // re-queued to be recomputed from prompt + generated tokens, continuing the same stream.
+// A score (forced tokens) runs as forward slices between the steps: prompt + forced rows with
+// every row's logits, at most one prefill chunk of them per turn (docs/design.md §3.3).
 // The model runs behind model/engine.h: the CPU engine over the host pool, or a CUDA engine
 // (shipped states arrive in the host pool and move to the device when admitted).
 #pragma once
@@ -62,10 +64,12 @@ struct DecodeRequest {
   std::vector<int32_t> stop_token_ids;
   Clock::time_point deadline = Clock::time_point::max();
   int logprobs = 0;  // > 0: on_logprobs gets each token's log-prob and the top-n, before on_token
-  // Scoring (teacher forcing): instead of sampling, the sequence consumes these tokens one per
-  // step after its prompt; on_logprobs gets each one's log-prob under the model's raw next-token
-  // distribution (and the top `logprobs`, which may be 0), then on_token. max_tokens must be
-  // their count; stop tokens do not apply. Empty: an ordinary sampled request.
+  // Scoring (teacher forcing): instead of sampling, the sequence consumes these tokens after its
+  // prompt; on_logprobs gets each one's log-prob under the model's raw next-token distribution
+  // (and the top `logprobs`, which may be 0), then on_token. max_tokens must be their count;
+  // stop tokens do not apply; generated_before must be empty. Empty: an ordinary sampled request.
+  // The batcher computes them in forward slices of prompt + forced (Engine::forward: every row's
+  // logits at once), between decode steps; BatcherLimits::score_per_token forces one per step.
   std::vector<int32_t> forced;
   std::function<void(const TokenLogprobs&)> on_logprobs;
   std::function<void(int32_t token)> on_token;       // called from the batcher thread
@@ -77,7 +81,12 @@ struct BatcherLimits {
   int max_running = 32;         // sequences per decode step
   int max_waiting = 256;        // queued requests; beyond: RESOURCE_EXHAUSTED
   int reserve_ahead_rows = 32;  // rows reserved past the current need, to grow less often
+  // prefill.chunk_tokens is also the budget of scoring rows per turn of the loop (one forward
+  // slice between two decode steps, so running streams keep their step time).
   PrefillOptions prefill;
+  // The plain reference of scoring (docs/design.md §3.3): each forced token one decode step, as
+  // a sampled sequence runs. Off: forward slices (Engine::forward).
+  bool score_per_token = false;
 };
 
 class ContinuousBatcher {
@@ -114,6 +123,7 @@ class ContinuousBatcher {
     int32_t next_input = -1;    // the sampled token the next step consumes
     std::vector<float> logits;  // logits awaiting sampling (after prefill)
     bool cancelled = false;
+    bool forward_score = false;  // forced tokens computed by forward slices, not decode steps
     int preemptions = 0;
     Clock::time_point submitted;
     std::optional<double> queue_seconds;  // set at first admission
@@ -129,6 +139,9 @@ class ContinuousBatcher {
   std::vector<Seq*> make_room();
   void step(const std::vector<Seq*>& batch, std::vector<float>& logits);
   bool admit(Seq& s);  // false: the pool is short (stays waiting)
+  bool admit_score(Seq& s);
+  // One turn's forward slices of the running scores, oldest first, within the chunk budget.
+  void score_slices(std::vector<float>& logits);
   void finish(SeqPtr s, std::string reason, Status status);
   void preempt_newest();
   bool sample_and_emit(Seq& s, const float* logits);  // true: the sequence is done

@@ -17,6 +17,7 @@ BatcherLimits read_limits(ServerFlags& f) {
   BatcherLimits lim;
   lim.max_running = static_cast<int>(f.int_in("max-running", 32, 1, 1 << 16));
   lim.max_waiting = static_cast<int>(f.int_in("max-waiting", 256, 0, 1 << 24));
+  lim.score_per_token = f.boolean("score-per-token");
   return lim;
 }
 
@@ -51,10 +52,27 @@ EngineOptions read_engine_options(ServerFlags& f, const BatcherLimits& lim) {
 int run(int argc, char** argv) {
   ServerFlags f(
       kProgram, argc, argv,
-      {"model", "kv-blocks", "block-size", "max-running", "max-waiting", "threads", "ucx-listen", "ucx-advertise",
-       "ucx-transports", "ucx-no-peer-error-handling", "no-prefix-sharing", "device", "dtype", "cuda-kv-blocks",
-       "cuda-max-context", "cuda-graphs", "max-lease-ms", "no-prefix-retention", "residency-keys"},
-      {"ucx-no-peer-error-handling", "no-prefix-sharing", "cuda-graphs", "no-prefix-retention"});
+      {"model",
+       "kv-blocks",
+       "block-size",
+       "max-running",
+       "max-waiting",
+       "threads",
+       "ucx-listen",
+       "ucx-advertise",
+       "ucx-transports",
+       "ucx-no-peer-error-handling",
+       "no-prefix-sharing",
+       "device",
+       "dtype",
+       "cuda-kv-blocks",
+       "cuda-max-context",
+       "cuda-graphs",
+       "max-lease-ms",
+       "no-prefix-retention",
+       "residency-keys",
+       "score-per-token"},
+      {"ucx-no-peer-error-handling", "no-prefix-sharing", "cuda-graphs", "no-prefix-retention", "score-per-token"});
   ServerOptions so = server_options(f);
   require_client_ca(f, so.tls);  // internal services: only the router, by its client certificate
   so.shutdown_grace = so.drain;  // handlers still waiting for a commit get the whole drain

@@ -28,8 +28,9 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
                       grpc::ServerWriter<internal::v1::DecodeEvent>* writer) override;
   grpc::Status GetLoad(grpc::ServerContext* ctx, const internal::v1::LoadRequest* req,
                        internal::v1::DecodeLoad* load) override;
-  // Scoring runs in the batcher like any sequence (queued, batched, preempted, under the pool's
-  // blocks): the first token is its prompt, the rest are forced one per step.
+  // Scoring runs in the batcher like any sequence (queued, preempted, under the pool's blocks):
+  // the first token is its prompt, the rest are forced, computed in forward slices between decode
+  // steps (docs/design.md §3.3).
   grpc::Status Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req, v1::ScoreResponse* resp) override;
   grpc::Status Describe(grpc::ServerContext* ctx, const internal::v1::DescribeRequest* req,
                         v1::ModelInfo* info) override;

@@ -55,6 +55,7 @@ void CpuBackend::bind(const Rows& rows) {
   proj_.resize(n * proj_width);
   o_.resize(n * std::max(w.self_width, w.attn_width));
   attended_rows_ = 0;
+  global_rows_ = 0;
   for (int r = 0; r < rows.count; ++r) attended_rows_ += rows.positions[r] + 1;
   for (RopeTable& t : ropes_) t.head_dim = -1;
 }
@@ -337,8 +338,20 @@ CpuBackend::Tensor CpuBackend::attention(const Site& at, const Tensor& q) {
       }
       keys = k_all_.data();
       values = v_all_.data();
-    } else {
-      YOCO_CHECK(!st.pages);  // the full forward runs on a fresh contiguous state
+    } else if (st.pages) {
+      // A forward's slice in the worker's pool (Score on the decode worker): the rows as one run,
+      // gathered by the first cross layer of the chunk.
+      if (global_rows_ != total) {
+        global_k_.resize(static_cast<size_t>(total) * KV);
+        global_v_.resize(static_cast<size_t>(total) * KV);
+        for (int t = 0; t < total; ++t) {
+          std::memcpy(&global_k_[static_cast<size_t>(t) * KV], st.k_row(t, KV), KV * 4);
+          std::memcpy(&global_v_[static_cast<size_t>(t) * KV], st.v_row(t, KV), KV * 4);
+        }
+        global_rows_ = total;
+      }
+      keys = global_k_.data();
+      values = global_v_.data();
     }
     cpu::AttentionArgs args{q.data, q.ld, keys, KV, values,       KV, o.data, Dq,   rows,
                             total,  Ha,   KVh,  hd, positions[0], 0,  0,      scale};

@@ -89,6 +89,10 @@ class CpuBackend {
   Rows rows_;
   int64_t attended_rows_ = 0;  // Σ (position + 1) over the rows: what a step's attention reads
   std::vector<float> h_, x_, proj_, o_, gate_, decay_, k_all_, v_all_;
+  // A paged sequence's global K/V rows 0..last as one run, for the cross-decoder over a chunk
+  // (a forward's slice): gathered once per bound chunk, read by every cross layer.
+  std::vector<float> global_k_, global_v_;
+  int64_t global_rows_ = 0;
   float *ffn_u_ = nullptr, *ffn_act_ = nullptr;  // in ffn_scratch, after norm(kFfn)
   RopeTable ropes_[2];
   std::vector<float> trace_rows_;

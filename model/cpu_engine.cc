@@ -74,6 +74,13 @@ Status CpuEngine::prefill(SeqId id, std::span<const int32_t> tokens, const Prefi
   return model_.prefill(*s, tokens, opt);
 }
 
+Status CpuEngine::forward(SeqId id, std::span<const int32_t> tokens, const PrefillOptions& opt, float* out) {
+  SequenceState* s = find(id);
+  if (!s) return unknown(id);
+  bind_threads();
+  return model_.forward(*s, tokens, out, opt);
+}
+
 Status CpuEngine::logits(std::span<const SeqId> ids, float* out) {
   std::vector<SequenceState*> states;
   YOCO_RETURN_IF_ERROR(gather(ids, states));

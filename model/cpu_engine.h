@@ -28,6 +28,7 @@ class CpuEngine final : public Engine {
   Status reserve(SeqId id, int64_t rows) override;
 
   Status prefill(SeqId id, std::span<const int32_t> tokens, const PrefillOptions& opt) override;
+  Status forward(SeqId id, std::span<const int32_t> tokens, const PrefillOptions& opt, float* out) override;
   Status logits(std::span<const SeqId> ids, float* out) override;
   Status decode_step(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* out) override;
 

@@ -80,6 +80,11 @@ class Engine {
   virtual Status prefill(SeqId id, std::span<const int32_t> tokens, const PrefillOptions& opt) = 0;
   // Next-token logits [B, vocab] into host `out`.
   virtual Status logits(std::span<const SeqId> ids, float* out) = 0;
+  // Prefill with every row's logits (the full forward, docs/design.md §2.9): consumes `tokens`
+  // as prefill does, resumable and interchangeable with it, and writes each consumed row's
+  // next-token logits [tokens.size(), vocab] into host `out`; the caller bounds tokens.size().
+  // What Score runs on the decode worker (docs/design.md §3.3).
+  virtual Status forward(SeqId id, std::span<const int32_t> tokens, const PrefillOptions& opt, float* out) = 0;
   // One token per sequence; next-token logits [B, vocab] into host `out`.
   virtual Status decode_step(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* out) = 0;
 

@@ -184,6 +184,27 @@ Status Model::decode_step(std::span<SequenceState* const> states, std::span<cons
   return Status::Ok();
 }
 
+Status Model::forward(SequenceState& st, std::span<const int32_t> tokens, float* out, const PrefillOptions& opt) const {
+  YOCO_RETURN_IF_ERROR(agree([&]() -> Status {
+    if (!has_cross_decoder())
+      return failed_precondition("this model was loaded without the cross-decoder (prefill weights)");
+    if (opt.chunk_tokens <= 0 || opt.retention_chunk <= 0) return invalid_argument("chunk sizes must be > 0");
+    YOCO_RETURN_IF_ERROR(validate_tokens(tokens, st.position));
+    return make_room(st, static_cast<int64_t>(tokens.size()));
+  }()));
+  const int V = cfg_.vocab_size;
+  CpuBackend be(*this, opt.retention_chunk);
+  SequenceState* one[1] = {&st};
+  for (size_t off = 0; off < tokens.size(); off += opt.chunk_tokens) {
+    const int n = static_cast<int>(std::min<size_t>(opt.chunk_tokens, tokens.size() - off));
+    const std::vector<int64_t> positions = consecutive(st.position, n);
+    be.bind({n, positions.data(), one, /*chunk=*/true, tokens.data() + off, out + off * V});
+    YOCO_RETURN_IF_ERROR(program::run(be, program::Pass::forward()));
+    st.position += n;
+  }
+  return Status::Ok();
+}
+
 Status Model::forward(std::span<const int32_t> tokens, const LogitsSink& sink, const PrefillOptions& opt) const {
   YOCO_RETURN_IF_ERROR(agree([&]() -> Status {
     if (!has_cross_decoder())
@@ -195,18 +216,13 @@ Status Model::forward(std::span<const int32_t> tokens, const LogitsSink& sink, c
   // Bound the logits buffer (rows × vocab) to ~256 MB whatever the vocabulary.
   const int chunk = std::max(1, std::min(opt.chunk_tokens, (1 << 26) / V));
   SequenceState st = new_sequence();
-  SequenceState* one[1] = {&st};
-  YOCO_RETURN_IF_ERROR(make_room(st, static_cast<int64_t>(tokens.size())));
-  CpuBackend be(*this, opt.retention_chunk);
+  YOCO_RETURN_IF_ERROR(make_room(st, static_cast<int64_t>(tokens.size())));  // rows allocated once
   std::vector<float> logits;
   for (size_t off = 0; off < tokens.size(); off += chunk) {
     const int n = static_cast<int>(std::min<size_t>(chunk, tokens.size() - off));
     const int64_t pos0 = st.position;
     logits.resize(static_cast<size_t>(n) * V);
-    const std::vector<int64_t> positions = consecutive(pos0, n);
-    be.bind({n, positions.data(), one, /*chunk=*/true, tokens.data() + off, logits.data()});
-    YOCO_RETURN_IF_ERROR(program::run(be, program::Pass::forward()));
-    st.position += n;
+    YOCO_RETURN_IF_ERROR(forward(st, tokens.subspan(off, n), logits.data(), opt));
     sink(pos0, n, logits.data());
   }
   return Status::Ok();

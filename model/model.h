@@ -97,6 +97,13 @@ class Model {
   // the cross-decoder. Writes next-token logits [B, vocab].
   Status decode_step(std::span<SequenceState* const> states, std::span<const int32_t> tokens, float* out) const;
 
+  // Prefill with the logits of every row (docs/design.md §2.9, the full forward): consumes
+  // `tokens` into the state chunk by chunk as prefill does (same K/V rows, self-decoder state and
+  // last_hidden, so it is resumable and mixes with prefill and decode steps), and also runs the
+  // cross-decoder and head on each row: out [tokens.size(), vocab] gets each row's next-token
+  // logits. The caller bounds tokens.size() (out holds tokens.size() · vocab floats).
+  Status forward(SequenceState& st, std::span<const int32_t> tokens, float* out, const PrefillOptions& opt = {}) const;
+
   // Full forward over a fresh sequence, in chunks: sink(first position, rows, logits[rows, vocab]).
   using LogitsSink = std::function<void(int64_t pos0, int rows, const float* logits)>;
   Status forward(std::span<const int32_t> tokens, const LogitsSink& sink, const PrefillOptions& opt = {}) const;

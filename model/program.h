@@ -9,7 +9,8 @@
 // (the mixers and the K/V writes) look at which it is, and pick their kernel (chunkwise retention
 // or its recurrence, window attention over a chunk or one step, ...). `Pass` says which stages a
 // call runs: prefill exits early after the self-decoder (docs/design.md §2.5), a decode step and
-// the full forward run everything, logits() starts from each sequence's last_hidden.
+// the full forward (a prefill chunk with every row's logits) run everything, logits() starts from
+// each sequence's last_hidden.
 //
 // The backend concept (B below; `Backend`, checked by the compiler). A backend binds one call's rows before run() and keeps the first
 // error as a sticky status that run() checks after every block (the CUDA backend launches nothing
@@ -105,7 +106,8 @@ struct Pass {
   static Pass prefill() { return {true, true, true, false, false}; }
   static Pass decode_step() { return {true, true, true, true, true}; }
   static Pass logits() { return {false, false, false, true, true}; }
-  static Pass forward() { return {true, true, false, true, true}; }
+  // A chunk's rows with the logits of each; it keeps last_hidden, so a forward resumes like a prefill.
+  static Pass forward() { return {true, true, true, true, true}; }
 };
 
 // The backend interface of the header comment, checked by the compiler: each backend

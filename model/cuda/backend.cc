@@ -40,7 +40,8 @@ Status Workspace::alloc(const EngineSizes& s, int max_batch, int table_width, bo
   YOCO_RETURN_IF_ERROR(mixer_out.alloc(rows * out_width * 4, "mixer out", stream));
   YOCO_RETURN_IF_ERROR(ffn_up.alloc(rows * 2 * ffn_hidden * 4, "ffn fc1|gate", stream));
   YOCO_RETURN_IF_ERROR(global_kv.alloc(rows * 2 * s.widths.kv_dim * 4, "global k|v", stream));
-  if (head) YOCO_RETURN_IF_ERROR(logits.alloc(B * s.widths.vocab * 4, "logits", stream));
+  if (head)
+    YOCO_RETURN_IF_ERROR(logits.alloc(static_cast<size_t>(s.logits_rows) * s.widths.vocab * 4, "logits", stream));
   std::vector<int32_t> ident(B);
   for (size_t b = 0; b < B; ++b) ident[b] = static_cast<int32_t>(b);
   return copy_up(row_tables.as<int32_t>(), ident.data(), B * 4, "row tables", stream);
@@ -345,10 +346,8 @@ CudaBackend::Tensor CudaBackend::attention(const Site& at, const Tensor& q) {
   const bool own = at.part == Part::kLayer;
   const int64_t offset = own ? layer_pool_offset(at.layer) : 0;
   if (!rows_.chunk) return paged_decode(q, offset);
-  if (!own) {  // the full forward (Score) runs on the CPU engine
-    status_ = Status(StatusCode::kUnimplemented, "cuda engine: the cross-decoder over a prefill chunk");
-    return o;
-  }
+  // A chunk: a transformer layer over its own rows, or the cross-decoder of a forward (Score) over
+  // the global K/V rows the chunk has just written; both causal over the sequence's pool rows.
   cuda::CausalPrefillArgs a;
   a.q = q.f32();
   a.ldq = q.ld;

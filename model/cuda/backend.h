@@ -39,7 +39,7 @@ struct Workspace {
   DeviceMem ffn_up;          // [rows, 2·hidden] fp32: fc1|gate
   DeviceMem ffn_act;         // [rows, hidden] bf16
   DeviceMem global_kv;       // [rows, 2·kv_dim] fp32: K|V before they go into the pool
-  DeviceMem logits;          // [max_batch, vocab] fp32 (models with a head)
+  DeviceMem logits;          // [logits_rows, vocab] fp32 (models with a head)
 
   // table_width: block-table entries per sequence (SequenceSlots::table_width).
   Status alloc(const EngineSizes& s, int max_batch, int table_width, bool head, cudaStream_t stream);

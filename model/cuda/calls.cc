@@ -1,4 +1,4 @@
-// The CUDA engine's calls (model/cuda/cuda_engine.h): prefill, logits and decode_step check their
+// The CUDA engine's calls (model/cuda/cuda_engine.h): prefill, forward, logits and decode_step check their
 // arguments, take K/V blocks, put the rows' metadata on the device, run the layer program
 // (model/program.h) on the CUDA backend and move the positions.
 #include <cuda_runtime.h>
@@ -37,12 +37,19 @@ Status Impl::upload_batch_meta(std::span<const int> ids, std::span<const int64_t
 }  // namespace cuda_engine
 
 Status CudaEngine::prefill(SeqId id, std::span<const int32_t> tokens, int chunk_tokens) {
+  return consume(id, tokens, chunk_tokens, nullptr);
+}
+
+Status CudaEngine::consume(SeqId id, std::span<const int32_t> tokens, int chunk_tokens, float* out) {
   Impl& m = *impl_;
-  YOCO_RETURN_IF_ERROR(m.slots.check_id(id, "prefill"));
+  const char* what = out ? "forward" : "prefill";
+  YOCO_RETURN_IF_ERROR(m.slots.check_id(id, what));
+  if (out && !m.has_head) return failed_precondition("this engine holds no cross-decoder (prefill weights)");
   if (chunk_tokens < 0 || chunk_tokens > m.opt.max_chunk_tokens)
     return invalid_argument("chunk_tokens must be in 0..max_chunk_tokens (" + std::to_string(m.opt.max_chunk_tokens) +
                             ")");
-  const int chunk = chunk_tokens == 0 ? m.opt.max_chunk_tokens : chunk_tokens;
+  int chunk = chunk_tokens == 0 ? m.opt.max_chunk_tokens : chunk_tokens;
+  if (out) chunk = std::min(chunk, m.sizes.logits_rows);
   Slot& s = m.slots[id];
   YOCO_RETURN_IF_ERROR(m.check_tokens(tokens, s.position, "tokens"));
   if (tokens.empty()) return Status::Ok();
@@ -54,6 +61,8 @@ Status CudaEngine::prefill(SeqId id, std::span<const int32_t> tokens, int chunk_
   std::vector<int32_t> table(m.slots.table_width());
   m.slots.fill_table(s, table.data());
   YOCO_RETURN_IF_ERROR(m.copy_up(m.ws.block_tables.as<int32_t>(), table.data(), table.size() * 4, "block table"));
+  const program::Pass pass = out ? program::Pass::forward() : program::Pass::prefill();
+  const size_t V = static_cast<size_t>(m.sizes.widths.vocab);
   std::vector<int64_t> positions;
   int64_t position = s.position;
   for (size_t off = 0; off < tokens.size(); off += chunk) {
@@ -65,10 +74,14 @@ Status CudaEngine::prefill(SeqId id, std::span<const int32_t> tokens, int chunk_
     YOCO_RETURN_IF_ERROR(
         m.copy_up(m.ws.positions.as<int64_t>(), positions.data(), static_cast<size_t>(n) * 8, "positions"));
     CudaBackend be(m, DeviceRows{n, /*chunk=*/true, id, position, 0, positions.data()});
-    YOCO_RETURN_IF_ERROR(program::run(be, program::Pass::prefill()));
+    YOCO_RETURN_IF_ERROR(program::run(be, pass));
+    if (out)  // the next chunk's head overwrites the buffer only after this copy, in stream order
+      YOCO_RETURN_IF_ERROR(cuda_check(
+          cudaMemcpyAsync(out + off * V, m.ws.logits.as<float>(), n * V * 4, cudaMemcpyDeviceToHost, m.stream),
+          "logits to host"));
     position += n;
   }
-  YOCO_RETURN_IF_ERROR(m.finish("prefill"));
+  YOCO_RETURN_IF_ERROR(m.finish(what));
   s.position = position;
   return Status::Ok();
 }
@@ -76,6 +89,12 @@ Status CudaEngine::prefill(SeqId id, std::span<const int32_t> tokens, int chunk_
 Status CudaEngine::prefill(SeqId id, std::span<const int32_t> tokens, const PrefillOptions& opt) {
   if (opt.chunk_tokens <= 0) return invalid_argument("chunk_tokens must be > 0");
   return prefill(id, tokens, std::min(opt.chunk_tokens, impl_->opt.max_chunk_tokens));
+}
+
+Status CudaEngine::forward(SeqId id, std::span<const int32_t> tokens, const PrefillOptions& opt, float* out) {
+  if (opt.chunk_tokens <= 0) return invalid_argument("chunk_tokens must be > 0");
+  if (!out) return invalid_argument("out: forward needs a host buffer for the logits");
+  return consume(id, tokens, std::min(opt.chunk_tokens, impl_->opt.max_chunk_tokens), out);
 }
 
 Status CudaEngine::logits(std::span<const SeqId> ids, float* out) {

@@ -104,6 +104,10 @@ class CudaEngine final : public Engine {
   // chunk is the engine's option, not the call's.
   Status prefill(SeqId id, std::span<const int32_t> tokens, const PrefillOptions& opt) override;
 
+  // Prefill with every row's logits (Engine::forward): the chunks stop at max_chunk_tokens and
+  // at the logits buffer's rows; each chunk's [rows, vocab] logits are copied into host `out`.
+  Status forward(SeqId id, std::span<const int32_t> tokens, const PrefillOptions& opt, float* out) override;
+
   // Next-token logits [B, vocab] for each sequence (cross-decoder at position − 1), into host
   // `out`; out null: they stay in device_logits().
   Status logits(std::span<const SeqId> ids, float* out) override;
@@ -114,7 +118,7 @@ class CudaEngine final : public Engine {
   // needs for its new row.
   Status decode_step(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* out) override;
 
-  // The device buffer [max_batch, vocab] fp32 the last logits/decode_step wrote (rows 0..B−1).
+  // The device buffer [≥ max_batch, vocab] fp32 the last logits/decode_step wrote (rows 0..B−1).
   const float* device_logits() const;
 
   // A new sequence holding a copy of a CPU state (contiguous or paged K/V rows; world 1), e.g.
@@ -135,6 +139,9 @@ class CudaEngine final : public Engine {
 
  private:
   explicit CudaEngine(std::unique_ptr<cuda_engine::Impl> impl);
+  // prefill and forward: the chunks of one sequence, with each row's logits copied into host
+  // `out` when it is not null (chunks then at most the logits buffer's rows).
+  Status consume(SeqId id, std::span<const int32_t> tokens, int chunk_tokens, float* out);
   std::unique_ptr<cuda_engine::Impl> impl_;
 };
 

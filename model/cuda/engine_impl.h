@@ -4,7 +4,7 @@
 //   slots.{h,cc}                    SequenceSlots: per-sequence device state, the K/V pool, block tables
 //   graph_cache.{h,cc}              DecodeGraphs: CUDA graphs of decode steps
 //   backend.{h,cc}                  CudaBackend: the layer program's ops (model/program.h), the Workspace
-//   calls.cc                        prefill, logits, decode_step: bind the rows, run the program
+//   calls.cc                        prefill, forward, logits, decode_step: bind the rows, run the program
 //   state_io.cc                     upload, download, read_rows (and adopt / snapshot)
 // Private to yoco_engine_cuda: includes CUDA headers.
 #pragma once

@@ -20,6 +20,7 @@ struct EngineSizes {
   int states_per_sequence = 0;  // (loop, layer) self-decoder states: n_loops · n_self_layers
   int64_t state_floats = 0;     // one of them: n_self_heads · hd² (gRet S) or 2 · window · dim (SWA rings)
   int max_rows = 0;             // rows of one call: max(max_batch, max_chunk_tokens)
+  int logits_rows = 0;          // rows of the logits buffer: max_batch, or a forward's chunk (≤ 64 MiB of them)
   int blocks_per_sequence = 0;  // block-table entries: max_context / kv_block_size, rounded up
   int chunks_per_sequence = 0;  // transformer: chunk-table entries, blocks_per_sequence · block_size / kKvChunkRows
 
@@ -34,6 +35,10 @@ struct EngineSizes {
     s.state_floats = c.is_swa() ? 2 * static_cast<int64_t>(c.sliding_window) * c.dim
                                 : static_cast<int64_t>(c.n_self_heads) * c.self_head_dim() * c.self_head_dim();
     s.max_rows = std::max(o.max_batch, o.max_chunk_tokens);
+    // A forward (Score) writes every row's logits: its chunks stop at logits_rows rows, so the
+    // buffer stays within 64 MiB whatever the vocabulary (at least a decode batch of rows).
+    const int logit_cap = c.vocab_size > 0 ? static_cast<int>((int64_t{1} << 24) / c.vocab_size) : 1;
+    s.logits_rows = std::max(o.max_batch, std::min(o.max_chunk_tokens, std::max(1, logit_cap)));
     s.blocks_per_sequence =
         o.kv_block_size > 0 ? static_cast<int>((o.max_context + o.kv_block_size - 1) / o.kv_block_size) : 0;
     s.chunks_per_sequence = s.blocks_per_sequence * (o.kv_block_size / kKvChunkRows);

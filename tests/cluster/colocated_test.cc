@@ -2,10 +2,12 @@
 // prompt itself (DecodeRequest.local_prefill). Generate through the router is token-identical to
 // the in-process engine, bad requests get INVALID_ARGUMENT naming the field, GetModelInfo and
 // Score come from the decode worker (Describe, Score through its batcher), /metrics counts the
-// work, and SIGTERM drains the worker, which exits 0.
+// work, and SIGTERM drains the worker, which exits 0. Score as forward slices (the default decode
+// worker) agrees with a --score-per-token worker (the plain reference).
 #include <signal.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "tests/support/cluster_harness.h"
 #include "tokenizer/tokenizer.h"
@@ -106,6 +108,54 @@ TEST(Colocated, GenerateScoreMetricsAndGracefulStop) {
     if (!reported) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(reported) << c.logs();
+}
+
+// Score through a decode worker's forward slices (the default) and through one started with
+// --score-per-token (the plain reference, one forced token per decode step) on the bundled
+// trained model, a text of several slices (1300 tokens: three 512-row chunks): the same log-probs
+// and alternatives within fp32 rounding, |Δ| ≤ 3e-5 + 1e-5·|ref| (a slice runs chunkwise
+// retention and many-row products, a step the recurrence and one-row products; the largest
+// difference is printed).
+constexpr double kScoreAtol = 3e-5, kScoreRtol = 1e-5;
+
+TEST(Colocated, ScoreSlicesEqualThePerTokenWorker) {
+  std::vector<int32_t> ids(1300);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 2654435761u >> 7) % 4096);
+  std::vector<v1::ScoreResponse> outs;
+  for (const bool per_token : {false, true}) {
+    LocalCluster::Options o{.model = kModel, .prefill = 0, .decode = 1, .kv_blocks = 256};
+    if (per_token) o.decode_args = {"--score-per-token"};
+    LocalCluster c(o);
+    ASSERT_TRUE(c.ready()) << c.logs();
+    v1::ScoreRequest sr;
+    sr.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+    sr.set_top_logprobs(3);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    v1::ScoreResponse out;
+    const grpc::Status st = c.stub()->Score(&ctx, sr, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message() << c.logs();
+    ASSERT_EQ(out.token_logprobs_size() + 1, static_cast<int>(ids.size()));
+    outs.push_back(out);
+  }
+  const v1::ScoreResponse &sliced = outs[0], &plain = outs[1];
+  double worst = 0, worst_rel = 0;
+  auto compare = [&](double got, double ref) {
+    worst = std::max(worst, std::abs(got - ref));
+    worst_rel = std::max(worst_rel, std::abs(got - ref) / std::max(1.0, std::abs(ref)));
+    return std::abs(got - ref) <= kScoreAtol + kScoreRtol * std::abs(ref);
+  };
+  for (int i = 0; i < sliced.token_logprobs_size(); ++i) {
+    EXPECT_TRUE(compare(sliced.token_logprobs(i), plain.token_logprobs(i)))
+        << i << ": " << sliced.token_logprobs(i) << " vs " << plain.token_logprobs(i);
+    ASSERT_EQ(sliced.top(i).top_size(), 3);
+    ASSERT_EQ(plain.top(i).top_size(), 3);
+    for (int k = 0; k < 3; ++k)
+      EXPECT_TRUE(compare(sliced.top(i).top(k).logprob(), plain.top(i).top(k).logprob()))
+          << i << " top " << k << ": " << sliced.top(i).top(k).logprob() << " vs " << plain.top(i).top(k).logprob();
+  }
+  std::printf("largest |sliced - per-token| log-prob: %.3g (relative to max(1, |ref|): %.3g)\n", worst, worst_rel);
+  EXPECT_NEAR(sliced.sum_logprob(), plain.sum_logprob(), 1e-6 * std::abs(plain.sum_logprob()));
 }
 
 }  // namespace

@@ -248,6 +248,41 @@ TEST_P(CudaEngineTest, MatchesCpuModelAfterPrefillAndDecode) {
   }
 }
 
+// Forward (Score on the decode worker): every row's logits equal the CPU Model's full forward, the
+// state equals a prefill's, it resumes after a prefill, and logits() goes on from it. Chunks that
+// straddle blocks and the window.
+TEST_P(CudaEngineTest, ForwardGivesEveryRowsLogitsAndThePrefillState) {
+  SKIP_WITHOUT_GPU();
+  const auto cpu = load();
+  ASSERT_TRUE(cpu);
+  const int V = cpu->config().vocab_size;
+  const auto toks = random_tokens(150, 900, V);
+  std::vector<float> ref(toks.size() * V);
+  ASSERT_TRUE(cpu->forward(toks, [&](int64_t pos0, int rows,
+                                     const float* l) { std::memcpy(&ref[pos0 * V], l, sizeof(float) * rows * V); })
+                  .ok());
+  const auto gpu = engine(*cpu, small_options());
+  ASSERT_TRUE(gpu);
+  auto id = gpu->new_sequence();
+  ASSERT_TRUE(id.ok());
+  const std::span<const int32_t> all(toks);
+  ASSERT_OK(gpu->prefill(id.value(), all.first(5), 0));
+  std::vector<float> got((toks.size() - 5) * V, std::numeric_limits<float>::quiet_NaN());
+  ASSERT_OK(gpu->forward(id.value(), all.subspan(5, 70), PrefillOptions{40, 64}, got.data()));
+  ASSERT_OK(gpu->forward(id.value(), all.subspan(75), PrefillOptions{64, 64}, got.data() + 70 * V));
+  const int rows = static_cast<int>(toks.size()) - 5;
+  EXPECT_TRUE(logits_close(got, std::vector<float>(ref.begin() + 5 * V, ref.end()), rows, V));
+  SequenceState st, cst = cpu->new_sequence();
+  ASSERT_OK(gpu->download(id.value(), st));
+  ASSERT_TRUE(cpu->prefill(cst, toks, PrefillOptions{}).ok());
+  expect_state_close(st, cst);
+  std::vector<float> last = nan_logits(1, V);
+  const SeqId one[1] = {id.value()};
+  ASSERT_OK(gpu->logits(one, last.data()));
+  EXPECT_TRUE(logits_close(last, std::vector<float>(got.end() - V, got.end()), 1, V)) << "logits() after forward";
+  ASSERT_OK(gpu->release(id.value()));
+}
+
 // A CPU-prefilled state uploaded and decoded on the GPU follows the CPU; a GPU state moved through
 // download → upload (or the serialized hand-off) decodes bitwise like the original.
 TEST_P(CudaEngineTest, UploadedStatesDecodeLikeTheirSource) {

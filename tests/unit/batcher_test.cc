@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 
@@ -220,14 +221,16 @@ TEST_P(BatcherTest, LogprobsAreTheRawModelDistribution) {
   b.stop(true);
 }
 
-// Scoring through the batcher (teacher forcing: one forced token per step, batched with other
-// sequences, preempted and recomputed like them) gives Model::score's per-position log-probs.
+// Scoring through the batcher's plain reference (teacher forcing: one forced token per step,
+// batched with other sequences, preempted and recomputed like them) gives Model::score's
+// per-position log-probs.
 TEST_P(BatcherTest, ForcedTokensScoreLikeModelScore) {
   // 8 blocks of 32 rows for 5 sequences of 60+ rows: they preempt each other while they score.
   auto pool = KvPool::create(8, 32, model_->config().kv_dim());
   ASSERT_TRUE(pool.ok());
   BatcherLimits lim;
   lim.reserve_ahead_rows = 0;
+  lim.score_per_token = true;
   ContinuousBatcher b(*model_, **pool, lim);  // started once every request is queued
   const int n = 5;
   std::vector<Outcome> outs(n);
@@ -275,6 +278,133 @@ TEST_P(BatcherTest, ForcedTokensScoreLikeModelScore) {
   EXPECT_TRUE(b.validate(request(0, max_seq - 1, 1)).ok());
   b.stop(true);
   EXPECT_EQ((*pool)->free_blocks(), 8);
+}
+
+// Scores as forward slices (Engine::forward between decode steps) against the plain reference,
+// one forced token per decode step (BatcherLimits::score_per_token), each run with sampled
+// streams beside them and a pool small enough that streams growing into new blocks preempt the
+// scores (recomputed: the rows already answered prefilled, the slices going on): the same
+// log-probs and top alternatives within |Δ| ≤ 1e-6 + 1e-6·|ref| (a few fp32 ulps: the forward
+// computes retention chunkwise, a decode step recurrently), the streams unchanged.
+TEST_P(BatcherTest, ScoreSlicesEqualThePerTokenScores) {
+  struct Run {
+    std::vector<std::vector<TokenLogprobs>> lps;
+    std::vector<Outcome> outs;
+    int64_t preemptions = 0;
+  };
+  const int scores = 4, streams = 3;
+  auto stream = [&](int i) { return request(10 + i, 60, 12); };
+  auto score = [&](int i) {
+    DecodeRequest q = request(i, 70 + 15 * i, 1);
+    q.forced.assign(q.prompt.begin() + 1 + i, q.prompt.end());  // prompts of 1 to 4 tokens
+    q.prompt.resize(1 + i);
+    q.max_tokens = static_cast<int>(q.forced.size());
+    q.logprobs = i % 2 ? 0 : 5;
+    q.sampling.temperature = 0;
+    return q;
+  };
+  auto run = [&](bool per_token) {
+    // 10 blocks of 32 rows: 3 streams of 60 → 72 rows (2 blocks, then 3) admitted first, then
+    // scores of 70-115 rows (3-4 blocks each).
+    auto pool = KvPool::create(10, 32, model_->config().kv_dim());
+    EXPECT_TRUE(pool.ok());
+    BatcherLimits lim;
+    lim.reserve_ahead_rows = 0;
+    lim.prefill.chunk_tokens = 24;  // several slices per score, and slices that straddle two
+    lim.score_per_token = per_token;
+    ContinuousBatcher b(*model_, **pool, lim);
+    Run r;
+    r.lps.resize(scores);
+    r.outs.resize(scores + streams);
+    Collector c;
+    for (int i = 0; i < streams; ++i) EXPECT_TRUE(b.submit(c.wire(stream(i), &r.outs[scores + i])).ok());
+    for (int i = 0; i < scores; ++i) {
+      DecodeRequest wired = c.wire(score(i), &r.outs[i]);
+      wired.on_logprobs = [&r, i](const TokenLogprobs& t) { r.lps[i].push_back(t); };
+      EXPECT_TRUE(b.submit(std::move(wired)).ok());
+    }
+    b.start();
+    EXPECT_TRUE(c.wait_all(r.outs, std::chrono::seconds(120)));
+    r.preemptions = b.preemptions();
+    b.stop(true);
+    EXPECT_EQ((*pool)->free_blocks(), 10);
+    return r;
+  };
+  const Run plain = run(true), sliced = run(false);
+  EXPECT_GT(sliced.preemptions, 0);
+  auto close = [](double got, double ref) { return std::abs(got - ref) <= 1e-6 + 1e-6 * std::abs(ref); };
+  double worst = 0;
+  for (int i = 0; i < scores; ++i) {
+    const std::vector<int32_t> forced = score(i).forced;
+    EXPECT_EQ(sliced.outs[i].info.reason, "length") << i;
+    EXPECT_EQ(sliced.outs[i].tokens, forced) << i;
+    ASSERT_EQ(sliced.lps[i].size(), forced.size()) << i;
+    ASSERT_EQ(plain.lps[i].size(), forced.size()) << i;
+    for (size_t p = 0; p < forced.size(); ++p) {
+      const TokenLogprobs &a = sliced.lps[i][p], &b = plain.lps[i][p];
+      EXPECT_EQ(a.token, forced[p]);
+      EXPECT_EQ(b.token, forced[p]);
+      worst = std::max(worst, std::abs(static_cast<double>(a.logprob) - b.logprob));
+      EXPECT_TRUE(close(a.logprob, b.logprob))
+          << "score " << i << " position " << p << ": " << a.logprob << " vs " << b.logprob;
+      ASSERT_EQ(a.top.size(), i % 2 ? 0u : 5u);
+      ASSERT_EQ(a.top.size(), b.top.size());
+      // The same alternatives' values (two within the tolerance of each other may swap ids).
+      for (size_t k = 0; k < a.top.size(); ++k)
+        EXPECT_TRUE(close(a.top[k].second, b.top[k].second)) << "score " << i << " position " << p << " top " << k;
+    }
+  }
+  std::printf("largest |sliced - per-token| log-prob: %.3g\n", worst);
+  for (int i = 0; i < streams; ++i) {
+    EXPECT_EQ(sliced.outs[scores + i].tokens, reference(stream(i))) << i;
+    EXPECT_EQ(sliced.outs[scores + i].tokens, plain.outs[scores + i].tokens) << i;
+  }
+}
+
+// A score runs one slice of at most the prefill chunk per turn, between the decode steps: a short
+// stream admitted with a long score finishes long before it, and both are exact.
+TEST_P(BatcherTest, ScoreSlicesLeaveDecodeStepsRunning) {
+  auto pool = KvPool::create(16, 32, model_->config().kv_dim());
+  ASSERT_TRUE(pool.ok());
+  BatcherLimits lim;
+  lim.prefill.chunk_tokens = 16;
+  ContinuousBatcher b(*model_, **pool, lim);
+  std::vector<Outcome> outs(2);
+  std::vector<int> order;
+  std::mutex order_mu;
+  Collector c;
+  DecodeRequest q = request(0, 300, 1);
+  const std::vector<int32_t> text = q.prompt;
+  q.forced.assign(q.prompt.begin() + 1, q.prompt.end());
+  q.prompt.resize(1);
+  q.max_tokens = static_cast<int>(q.forced.size());
+  std::vector<TokenLogprobs> lps;
+  std::vector<DecodeRequest> reqs;
+  reqs.push_back(c.wire(std::move(q), &outs[0]));
+  reqs[0].on_logprobs = [&lps](const TokenLogprobs& t) { lps.push_back(t); };
+  reqs.push_back(c.wire(request(3, 20, 6), &outs[1]));
+  for (int i = 0; i < 2; ++i) {
+    auto done = reqs[i].on_finish;
+    reqs[i].on_finish = [&order, &order_mu, i, done](const FinishInfo& f) {
+      {
+        std::lock_guard<std::mutex> lock(order_mu);
+        order.push_back(i);
+      }
+      done(f);
+    };
+    ASSERT_TRUE(b.submit(std::move(reqs[i])).ok());
+  }
+  b.start();
+  ASSERT_TRUE(c.wait_all(outs, std::chrono::seconds(120)));
+  b.stop(true);
+  // 299 rows in slices of 16 take 19 turns; the stream's 5 steps after its first token take 5.
+  EXPECT_EQ(order, (std::vector<int>{1, 0}));
+  EXPECT_EQ(outs[1].tokens, reference(request(3, 20, 6)));
+  auto ref = model_->score(text);
+  ASSERT_TRUE(ref.ok());
+  ASSERT_EQ(lps.size(), ref->size());
+  for (size_t p = 0; p < ref->size(); ++p) EXPECT_NEAR(lps[p].logprob, (*ref)[p], 1e-4) << p;
+  EXPECT_EQ((*pool)->free_blocks(), 16);
 }
 
 TEST_P(BatcherTest, HigherPriorityIsAdmittedFirst) {

@@ -95,6 +95,55 @@ TEST_P(EngineTest, PrefillPlusDecodeStepsEqualFullForward) {
   }
 }
 
+// A forward over a state (Score's slices on the decode worker) is a prefill that also gives every
+// row's logits: the same state bit for bit, resumable from a prefill or another forward, and each
+// row's logits those of the full forward.
+TEST_P(EngineTest, ForwardOverAStateIsAPrefillWithEveryRowsLogits) {
+  auto m = load();
+  const int V = m->config().vocab_size;
+  const auto toks = tokens(70, 7, V);
+  const auto full = all_logits(*m, toks);
+  PrefillOptions opt;
+  opt.chunk_tokens = 9;
+  opt.retention_chunk = 4;
+  SequenceState pre = m->new_sequence(), fwd = m->new_sequence();
+  ASSERT_TRUE(m->prefill(pre, toks, opt).ok());
+  // Slices of 9: the first from a prefill, then forwards of 18 and the rest.
+  const std::span<const int32_t> all(toks);
+  ASSERT_TRUE(m->prefill(fwd, all.first(9), opt).ok());
+  std::vector<float> logits((toks.size() - 9) * V);
+  ASSERT_TRUE(m->forward(fwd, all.subspan(9, 18), logits.data(), opt).ok());
+  ASSERT_TRUE(m->forward(fwd, all.subspan(27), logits.data() + 18 * V, opt).ok());
+  expect_states_near(fwd, pre, 1e-30);  // bitwise: the same chunks through the same self-decoder ops
+  EXPECT_EQ(fwd.last_hidden, pre.last_hidden);
+  EXPECT_LT(test::max_abs_diff(logits.data(), &full[9 * static_cast<size_t>(V)], logits.size()), 1e-4);
+  // The last row's logits are what logits() gives after it (a one-row attention: not bitwise).
+  std::vector<float> next(V);
+  SequenceState* one[1] = {&fwd};
+  ASSERT_TRUE(m->logits(one, next.data()).ok());
+  EXPECT_LT(test::max_abs_diff(next.data(), logits.data() + logits.size() - V, V), 1e-5);
+  EXPECT_EQ(m->forward(fwd, std::vector<int32_t>{V}, next.data(), opt).code(), StatusCode::kInvalidArgument);
+
+  // The CPU engine's forward is the Model's, in the worker's pool.
+  auto pool = KvPool::create(8, 32, m->kv_row_floats());
+  ASSERT_TRUE(pool.ok());
+  EngineOptions eo;
+  eo.threads = 1;
+  auto engine = make_engine(*m, (*pool).get(), eo);
+  ASSERT_TRUE(engine.ok());
+  SequenceState fresh = m->new_sequence();
+  auto id = (*engine)->adopt(fresh);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE((*engine)->reserve(*id, 70).ok());
+  ASSERT_TRUE((*engine)->prefill(*id, all.first(9), opt).ok());
+  std::vector<float> got(logits.size());
+  ASSERT_TRUE((*engine)->forward(*id, all.subspan(9, 18), opt, got.data()).ok());
+  ASSERT_TRUE((*engine)->forward(*id, all.subspan(27), opt, got.data() + 18 * V).ok());
+  EXPECT_EQ(got, logits);
+  EXPECT_EQ((*engine)->forward(*id + 1, all.first(1), opt, got.data()).code(), StatusCode::kNotFound);
+  ASSERT_TRUE((*engine)->release(*id).ok());
+}
+
 TEST_P(EngineTest, ChunkedPrefillResumedFromSerializedStateEqualsOneShot) {
   auto m = load();
   const auto toks = tokens(90, 2, m->config().vocab_size);
