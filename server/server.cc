@@ -49,12 +49,12 @@ class ParseErrorInterceptorFactory final : public gx::ServerInterceptorFactoryIn
 ServerOptions server_options(ServerFlags& flags) {
   ServerOptions o;
   o.program = flags.program();
-  o.listen = flags.str("listen", o.listen);
+  o.listen = flags.str("listen");
   flags.listen_address("listen");  // checked here; gRPC takes the string as given
   o.metrics_listen = flags.listen_address("metrics-listen");
   if (flags.has("port-file") && flags.str("port-file").empty()) flags.fail("--port-file: empty path");
   o.port_file = flags.str("port-file");
-  o.drain = std::chrono::seconds(flags.int_in("drain-seconds", 30, 0, 24 * 3600));
+  o.drain = std::chrono::seconds(flags.integer("drain-seconds"));
   o.tls = read_server_tls(flags);
   return o;
 }

@@ -5,7 +5,7 @@
 //   health NOT_SERVING -> services refuse new work -> in-flight work finishes (at most
 //   --drain-seconds) -> gRPC Shutdown with a grace deadline -> /metrics stops.
 //
-//   ServerFlags flags("yoco-x", argc, argv, {...});
+//   ServerFlags flags("yoco-x", "what it is", argc, argv, {flag::integer(...), ...});
 //   ServerOptions so = server_options(flags);        // listen, metrics-listen, port-file, drain-seconds
 //   ... read the service's own flags ...; if (!flags.ok()) return flags.usage_error();
 //   install_shutdown_signal_handlers();               // before slow start-up work
@@ -45,7 +45,7 @@ struct ServerOptions {
   int max_receive_message_bytes = 4 << 20;       // a larger request is refused (gRPC's default)
 };
 
-// Reads the common flags (ServerFlags::common_names()); errors go into `flags`.
+// Reads the common flags (ServerFlags::common_flags()); errors go into `flags`.
 ServerOptions server_options(ServerFlags& flags);
 
 // What a service does during the drain, in order (both optional).
