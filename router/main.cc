@@ -33,17 +33,17 @@ grpc::ChannelArguments in_process_args() {
 
 // The HTTP listener is bound before the gRPC server starts, so its port goes into --port-file;
 // it serves once the router's service is up. Its host is --listen's; TLS is the router's.
-Result<std::unique_ptr<HttpStreamServer>> bind_http(ServerFlags& f, const ServerOptions& so, int port) {
-  HttpStreamServerOptions o;
+Result<std::unique_ptr<HttpListener>> bind_http(ServerFlags& f, const ServerOptions& so, int port) {
+  HttpListenerOptions o;
   o.tls_cert = so.tls.cert;
   o.tls_key = so.tls.key;
   o.tls_client_ca = so.tls.client_ca;
-  return HttpStreamServer::bind(f.listen_address("listen").host, static_cast<uint16_t>(port), o);
+  return HttpListener::bind(f.listen_address("listen").host, static_cast<uint16_t>(port), o);
 }
 
 int run(int argc, char** argv) {
-  ServerFlags f(kProgram, "the cluster's front door (yoco.v1 over gRPC; the OpenAI API with --http-port)", argc,
-                argv, router_flags());
+  ServerFlags f(kProgram, "the cluster's front door (yoco.v1 over gRPC; the OpenAI API with --http-port)", argc, argv,
+                router_flags());
   ServerOptions so = server_options(f);
   so.max_receive_message_bytes = kInProcessMessageBytes;
   RouterFlags rf = read_router_flags(f);
@@ -60,7 +60,7 @@ int run(int argc, char** argv) {
   }
   std::unique_ptr<Tokenizer> tok;  // optional: without one, requests carry token ids
   if (auto t = Tokenizer::load(rf.model_dir); t.ok()) tok = std::move(t).value();
-  std::unique_ptr<HttpStreamServer> http;
+  std::unique_ptr<HttpListener> http;
   Json::Object port_fields;
   if (rf.http_port >= 0) {
     auto tmpl = load_chat_renderer(rf.chat_template, rf.model_dir, tok.get());
@@ -99,7 +99,8 @@ int run(int argc, char** argv) {
   if (http) {
     api = std::make_unique<OpenAiServer>((*server)->grpc().InProcessChannel(in_process_args()), tok.get(),
                                          std::move(openai), [&core] { return core.serving(); }, metrics);
-    http->serve([&api](HttpExchange& ex) { api->handle(ex); });
+    // The OpenAI server answers every path itself (its routes, 404 and 405 in OpenAI's error shape).
+    http->serve(HttpRoutes().fallback([&api](HttpExchange& ex) { api->handle(ex); }));
   }
   (*server)->log_serving(LogFields()
                              .kv("http_port", http ? static_cast<int64_t>(http->port()) : int64_t{-1})

@@ -23,13 +23,13 @@
 #include <string>
 #include <vector>
 
-#include "common/http_server.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/process.h"
 #include "common/status.h"
 #include "server/flags.h"
+#include "server/http_listener.h"
 #include "server/tls.h"
 
 namespace yoco {
@@ -80,7 +80,7 @@ class Server {
   Server() = default;
   ServerOptions opt_;
   std::unique_ptr<grpc::Server> grpc_;
-  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<HttpListener> http_;
   int grpc_port_ = 0;
   long open_files_ = 0;               // the soft RLIMIT_NOFILE, raised to the hard limit at start
   std::atomic<bool> serving_{false};  // what /healthz answers: gRPC health, for plaintext HTTP probes
