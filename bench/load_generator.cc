@@ -95,14 +95,13 @@ struct BenchConfig {
 BenchConfig bench_config(ServerFlags& f) {
   BenchConfig c;
   if (!f.has("requests")) f.fail("--requests: required");
-  c.requests = f.int_in("requests", 0, 1, 1000000);
-  c.concurrency = f.int_in("concurrency", 0, 0, 1000000);
-  c.prompt_tokens = f.int_in("prompt-tokens", 32, 1, INT32_MAX);
-  c.max_tokens = f.int_in("max-tokens", 32, 1, UINT32_MAX);
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  c.rate = f.double_in("rate", 0, -kInf, kInf);
+  c.requests = f.integer("requests");
+  c.concurrency = f.integer("concurrency");
+  c.prompt_tokens = f.integer("prompt-tokens");
+  c.max_tokens = f.integer("max-tokens");
+  c.rate = f.number("rate");
   if (!(c.rate >= 0) || !std::isfinite(c.rate)) f.fail("--rate: must be >= 0 (0: all at once)");
-  c.seed = static_cast<uint64_t>(f.int_in("seed", 0, 0, INT64_MAX));
+  c.seed = static_cast<uint64_t>(f.integer("seed"));
   return c;
 }
 
@@ -119,10 +118,18 @@ Json percentiles_json(const std::vector<double>& secs, std::initializer_list<int
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  ServerFlags f = command_flags(argc, argv,
-                                {"requests", "rate", "concurrency", "prompt-tokens", "max-tokens", "vocab-from-router",
-                                 "vocab-size", "seed", "json"},
-                                {"vocab-from-router", "json"});
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  ServerFlags f = command_flags(
+      argc, argv, "the open-loop load generator (bench/README.md)",
+      {flag::optional_integer("requests", "requests to send", 1, 1000000),
+       flag::number("rate", "arrivals per second, Poisson (0: all at once)", 0, -kInf, kInf),
+       flag::integer("concurrency", "requests in flight at most (0: no cap)", 0, 0, 1000000),
+       flag::integer("prompt-tokens", "prompt length", 32, 1, INT32_MAX),
+       flag::integer("max-tokens", "tokens generated per request", 32, 1, UINT32_MAX),
+       flag::boolean("vocab-from-router", "draw prompt ids below the served model's vocabulary (always done)"),
+       flag::optional_integer("vocab-size", "draw prompt ids below this (and the served vocabulary)", 1, INT32_MAX),
+       flag::integer("seed", "the seed of every random draw (a run is reproducible)", 0, 0, INT64_MAX),
+       flag::boolean("json", "the report as JSON")});
   if (!f.ok()) return flag_fail(f);
   BenchConfig c = bench_config(f);
   auto conn = connect(f);
@@ -138,7 +145,7 @@ int cmd_bench(int argc, char** argv) {
       return rpc_fail(st);
     c.vocab = info.vocab_size();
     if (f.has("vocab-size")) {
-      const int64_t v = f.int_in("vocab-size", 0, 1, INT32_MAX);
+      const int64_t v = f.integer("vocab-size");
       if (!f.ok()) return flag_fail(f);
       c.vocab = std::min(c.vocab, v);
     }

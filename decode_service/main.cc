@@ -13,10 +13,39 @@ namespace {
 
 constexpr const char* kProgram = "yoco-decode";
 
+FlagTable decode_flags() {
+  return {
+      flag::str("model", "a model directory"),
+      flag::integer("kv-blocks", "K/V blocks of the host pool (the UCX receive buffer)", 4096, 1, 1 << 24),
+      flag::integer("block-size", "rows per K/V block", 32, 1, 1 << 16),
+      flag::integer("max-running", "sequences decoded at once", 32, 1, 1 << 16),
+      flag::integer("max-waiting", "sequences queued for a place in the batch", 256, 0, 1 << 24),
+      flag::integer("threads", "CPU engine threads (0: one per physical core)", 0, 0, 1024),
+      flag::str("ucx-listen", "the UCX listener receiving K/V from prefill workers, host:port", "127.0.0.1:0"),
+      flag::str("ucx-advertise", "the host prefill workers dial (default: the --ucx-listen host)"),
+      flag::str("ucx-transports", "UCX_TLS for the transfer (default: UCX's choice)"),
+      flag::boolean("ucx-no-peer-error-handling", "UCX endpoints without peer error handling"),
+      flag::boolean("no-prefix-sharing", "no K/V block is shared between sequences"),
+      flag::str("device", "cpu, cuda or cuda:N", "cpu"),
+      flag::str("dtype", "the CPU engine's weights and products: fp32 or bf16", "fp32"),
+      flag::integer("cuda-kv-blocks", "K/V blocks of the device pool", 4096, 1, 1 << 24),
+      flag::integer("cuda-max-context", "the longest sequence on the device (capped by max_seq_len)", 32768, 1,
+                    int64_t{1} << 30),
+      flag::boolean("cuda-graphs", "capture decode steps as CUDA graphs"),
+      flag::integer("max-lease-ms", "the longest lease a reservation gets, whatever the router asks", 30000, 1,
+                    3600000),
+      flag::boolean("no-prefix-retention", "finished sequences' blocks are not kept for later prompts"),
+      flag::integer("residency-keys", "prefix keys of resident blocks listed in GetLoad for the router", 4096, 0,
+                    1 << 20),
+      flag::boolean("score-per-token",
+                    "Score one forced token per decode step (the plain reference of the sliced Score)"),
+  };
+}
+
 BatcherLimits read_limits(ServerFlags& f) {
   BatcherLimits lim;
-  lim.max_running = static_cast<int>(f.int_in("max-running", 32, 1, 1 << 16));
-  lim.max_waiting = static_cast<int>(f.int_in("max-waiting", 256, 0, 1 << 24));
+  lim.max_running = static_cast<int>(f.integer("max-running"));
+  lim.max_waiting = static_cast<int>(f.integer("max-waiting"));
   lim.score_per_token = f.boolean("score-per-token");
   return lim;
 }
@@ -37,56 +66,35 @@ UcxReceiverOptions read_receiver_options(ServerFlags& f) {
 // device when admitted.
 EngineOptions read_engine_options(ServerFlags& f, const BatcherLimits& lim) {
   EngineOptions eo;
-  auto device = parse_device_flag(f.str("device", "cpu"));
+  auto device = parse_device_flag(f.str("device"));
   if (!device.ok()) f.fail(device.status().message());
   eo.device = device.ok() ? *device : -1;
-  eo.threads = static_cast<int>(f.int_in("threads", 0, 0, 1024));
+  eo.threads = static_cast<int>(f.integer("threads"));
   eo.cuda.max_sequences = eo.cuda.max_batch = lim.max_running;
   eo.cuda.max_chunk_tokens = lim.prefill.chunk_tokens;
-  eo.cuda.max_context = f.int_in("cuda-max-context", 32768, 1, int64_t{1} << 30);
-  eo.cuda.kv_blocks = static_cast<int>(f.int_in("cuda-kv-blocks", 4096, 1, 1 << 24));
+  eo.cuda.max_context = f.integer("cuda-max-context");
+  eo.cuda.kv_blocks = static_cast<int>(f.integer("cuda-kv-blocks"));
   eo.cuda.cuda_graphs = f.boolean("cuda-graphs");
   return eo;
 }
 
 int run(int argc, char** argv) {
-  ServerFlags f(
-      kProgram, argc, argv,
-      {"model",
-       "kv-blocks",
-       "block-size",
-       "max-running",
-       "max-waiting",
-       "threads",
-       "ucx-listen",
-       "ucx-advertise",
-       "ucx-transports",
-       "ucx-no-peer-error-handling",
-       "no-prefix-sharing",
-       "device",
-       "dtype",
-       "cuda-kv-blocks",
-       "cuda-max-context",
-       "cuda-graphs",
-       "max-lease-ms",
-       "no-prefix-retention",
-       "residency-keys",
-       "score-per-token"},
-      {"ucx-no-peer-error-handling", "no-prefix-sharing", "cuda-graphs", "no-prefix-retention", "score-per-token"});
+  ServerFlags f(kProgram, "a decode worker (yoco.internal.v1.DecodeWorker; K/V arrives over UCX)", argc, argv,
+                decode_flags());
   ServerOptions so = server_options(f);
   require_client_ca(f, so.tls);  // internal services: only the router, by its client certificate
   so.shutdown_grace = so.drain;  // handlers still waiting for a commit get the whole drain
-  const std::string model_dir = f.required("model", "a model directory");
+  const std::string model_dir = f.required("model");
   const BatcherLimits lim = read_limits(f);
-  const int kv_blocks = static_cast<int>(f.int_in("kv-blocks", 4096, 1, 1 << 24));
-  const int block_size = static_cast<int>(f.int_in("block-size", 32, 1, 1 << 16));
+  const int kv_blocks = static_cast<int>(f.integer("kv-blocks"));
+  const int block_size = static_cast<int>(f.integer("block-size"));
   const UcxReceiverOptions ro = read_receiver_options(f);
   // Caps every reservation's lease, whatever DecodeRequest.lease_ms asks (docs/design.md §9b).
-  const int64_t max_lease_ms = f.int_in("max-lease-ms", 30000, 1, 3600000);
+  const int64_t max_lease_ms = f.integer("max-lease-ms");
   // Decode residency (docs/design.md §3.3): finished sequences' shared blocks stay until evicted,
   // and GetLoad lists up to --residency-keys of their keys for the router's KV-aware choice.
   const bool retain = !f.boolean("no-prefix-retention") && !f.boolean("no-prefix-sharing");
-  const int64_t residency_keys = f.int_in("residency-keys", 4096, 0, 1 << 20);
+  const int64_t residency_keys = f.integer("residency-keys");
   EngineOptions eo = read_engine_options(f, lim);
   if (!f.ok()) return f.usage_error();
   install_shutdown_signal_handlers();
@@ -94,7 +102,7 @@ int run(int argc, char** argv) {
   auto model = Model::load(model_dir);
   if (!model.ok()) return exit_with(kProgram, model.status().message(), 1);
   // --dtype bf16: bf16 weights and products on the CPU engine (model/model.h).
-  if (Status st = apply_dtype_flag(**model, f.str("dtype", "fp32"), eo.device); !st.ok())
+  if (Status st = apply_dtype_flag(**model, f.str("dtype"), eo.device); !st.ok())
     return exit_with(kProgram, st.message(), 2);
   if ((*model)->config().is_transformer())  // its state has no hand-off format
     return exit_with(kProgram,

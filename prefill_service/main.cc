@@ -17,14 +17,42 @@ namespace {
 
 constexpr const char* kProgram = "yoco-prefill";
 
+FlagTable prefill_flags() {
+  return {
+      flag::str("model", "a model directory"),
+      flag::integer("threads", "CPU engine threads (0: one per physical core)", 0, 0, 1024),
+      flag::integer("chunk-tokens", "prompt tokens computed per step, across the active prompts", 512, 1, 1 << 20),
+      flag::integer("max-active", "prompts being computed at once", 4, 1, 4096),
+      flag::integer("max-queued-tokens", "prompt tokens waiting; more get RESOURCE_EXHAUSTED", int64_t{1} << 20, 1,
+                    int64_t{1} << 40),
+      flag::str("ucx-transports", "UCX_TLS for the transfer (default: UCX's choice)"),
+      flag::boolean("ucx-no-peer-error-handling", "UCX endpoints without peer error handling"),
+      flag::integer("inject-chunk-delay-ms", "fault injection (tests, drills): slow every prefill chunk by this", 0, 0,
+                    600000),
+      flag::integer("inject-commit-delay-ms", "fault injection (tests, drills): hold every commit back this long", 0, 0,
+                    600000),
+      flag::str("kv-store",
+                "the shared KV store, tiers fastest first (docs/design.md §5): memory, dir:PATH, "
+                "redis://..., redis-cluster://..."),
+      flag::integer("kv-block-tokens", "tokens per stored K/V block", 64, 1, 1 << 16),
+      flag::boolean("no-prompt-cache", "store documents only, not the prefixes of ordinary prompts"),
+      flag::str("kv-store-password-env", "the environment variable holding the Redis password"),
+      flag::str("device", "cpu, cuda or cuda:N", "cpu"),
+      flag::str("dtype", "the CPU engine's weights and products: fp32 or bf16", "fp32"),
+      flag::integer("cuda-kv-blocks", "K/V blocks of the device pool", 8192, 1, 1 << 24),
+      flag::integer("cuda-max-context", "the longest prompt on the device (capped by max_seq_len)", 1 << 17, 1,
+                    int64_t{1} << 30),
+  };
+}
+
 PrefillLimits read_limits(ServerFlags& f) {
   PrefillLimits lim;
-  lim.chunk_tokens = static_cast<int>(f.int_in("chunk-tokens", 512, 1, 1 << 20));
-  lim.max_active = static_cast<int>(f.int_in("max-active", 4, 1, 4096));
-  lim.max_queued_tokens = f.int_in("max-queued-tokens", int64_t{1} << 20, 1, int64_t{1} << 40);
+  lim.chunk_tokens = static_cast<int>(f.integer("chunk-tokens"));
+  lim.max_active = static_cast<int>(f.integer("max-active"));
+  lim.max_queued_tokens = f.integer("max-queued-tokens");
   // Fault injection (tests, drills): slow every prefill chunk / hold every commit back.
-  lim.inject_slice_delay = std::chrono::milliseconds(f.int_in("inject-chunk-delay-ms", 0, 0, 600000));
-  lim.inject_commit_delay = std::chrono::milliseconds(f.int_in("inject-commit-delay-ms", 0, 0, 600000));
+  lim.inject_slice_delay = std::chrono::milliseconds(f.integer("inject-chunk-delay-ms"));
+  lim.inject_commit_delay = std::chrono::milliseconds(f.integer("inject-commit-delay-ms"));
   return lim;
 }
 
@@ -33,32 +61,28 @@ PrefillLimits read_limits(ServerFlags& f) {
 // stored), the state at the end.
 EngineOptions read_engine_options(ServerFlags& f, const PrefillLimits& lim) {
   EngineOptions eo;
-  auto device = parse_device_flag(f.str("device", "cpu"));
+  auto device = parse_device_flag(f.str("device"));
   if (!device.ok()) f.fail(device.status().message());
   eo.device = device.ok() ? *device : -1;
-  eo.threads = static_cast<int>(f.int_in("threads", 0, 0, 1024));
+  eo.threads = static_cast<int>(f.integer("threads"));
   eo.cuda.max_sequences = lim.max_active;
   eo.cuda.max_batch = 1;  // no decode steps here
   eo.cuda.max_chunk_tokens = std::min(lim.chunk_tokens, 4096);
-  eo.cuda.max_context = f.int_in("cuda-max-context", 1 << 17, 1, int64_t{1} << 30);
-  eo.cuda.kv_blocks = static_cast<int>(f.int_in("cuda-kv-blocks", 8192, 1, 1 << 24));
+  eo.cuda.max_context = f.integer("cuda-max-context");
+  eo.cuda.kv_blocks = static_cast<int>(f.integer("cuda-kv-blocks"));
   eo.cuda.retention_chunk = lim.retention_chunk;
   return eo;
 }
 
 int run(int argc, char** argv) {
-  ServerFlags f(
-      kProgram, argc, argv,
-      {"model", "threads", "chunk-tokens", "max-active", "max-queued-tokens", "ucx-transports",
-       "ucx-no-peer-error-handling", "inject-chunk-delay-ms", "inject-commit-delay-ms", "kv-store", "kv-block-tokens",
-       "no-prompt-cache", "kv-store-password-env", "device", "dtype", "cuda-kv-blocks", "cuda-max-context"},
-      {"ucx-no-peer-error-handling", "no-prompt-cache"});
+  ServerFlags f(kProgram, "a prefill worker (yoco.internal.v1.PrefillWorker; K/V shipped over UCX)", argc, argv,
+                prefill_flags());
   ServerOptions so = server_options(f);
   require_client_ca(f, so.tls);                 // internal services: only the router, by its client certificate
   so.shutdown_grace = std::chrono::seconds(5);  // every job has completed by then
-  const std::string model_dir = f.required("model", "a model directory");
+  const std::string model_dir = f.required("model");
   const PrefillLimits lim = read_limits(f);
-  const int block_tokens = static_cast<int>(f.int_in("kv-block-tokens", 64, 1, 1 << 16));
+  const int block_tokens = static_cast<int>(f.integer("kv-block-tokens"));
   EngineOptions eo = read_engine_options(f, lim);
   if (!f.ok()) return f.usage_error();
   install_shutdown_signal_handlers();  // a SIGTERM while the model loads still drains
@@ -66,7 +90,7 @@ int run(int argc, char** argv) {
   auto model = Model::load(model_dir, WeightSet::kPrefill);
   if (!model.ok()) return exit_with(kProgram, "--model: " + model.status().message(), 1);
   // --dtype bf16: bf16 weights and products on the CPU engine (model/model.h).
-  if (Status st = apply_dtype_flag(**model, f.str("dtype", "fp32"), eo.device); !st.ok())
+  if (Status st = apply_dtype_flag(**model, f.str("dtype"), eo.device); !st.ok())
     return exit_with(kProgram, st.message(), 2);
   if ((*model)->config().is_transformer())  // its state has no hand-off format
     return exit_with(kProgram,

@@ -4,10 +4,9 @@
 // every request through them (router/service.h). With no --prefill it runs colocated: decode
 // workers prefill locally. With --http-port it also serves the OpenAI-compatible HTTP API
 // (router/openai_server.h) over the same service.
-#include <filesystem>
-
 #include "common/log.h"
 #include "router/core.h"
+#include "router/flags.h"
 #include "router/openai_chat.h"
 #include "router/openai_server.h"
 #include "router/service.h"
@@ -32,132 +31,51 @@ grpc::ChannelArguments in_process_args() {
   return args;
 }
 
-RouterLimits read_limits(ServerFlags& f) {
-  RouterLimits lim;
-  lim.max_in_flight = static_cast<int>(f.int_in("max-in-flight", 256, 1, 1 << 20));
-  lim.max_queued_tokens = f.int_in("max-queued-tokens", 1 << 20, 1, int64_t{1} << 40);
-  lim.prefill_attempts = static_cast<int>(f.int_in("prefill-attempts", 3, 1, 100));
-  lim.migrations = static_cast<int>(f.int_in("migrations", 3, 0, 100));
-  lim.lease_ms = static_cast<uint32_t>(f.int_in("lease-ms", 30000, 100, 3600000));
-  lim.stall_timeout_ms = f.int_in("stall-timeout-ms", 3000, 100, 3600000);
-  lim.affinity_tokens = static_cast<int>(f.int_in("affinity-tokens", 64, 0, 1 << 20));
-  lim.affinity_max_extra_tokens = f.int_in("affinity-max-extra-tokens", 4096, 0, int64_t{1} << 40);
-  // Decode choice (docs/design.md §3.3): kv (residency traded against load) or free-blocks.
-  const std::string routing = f.str("decode-routing", "kv");
-  if (routing != "kv" && routing != "free-blocks")
-    f.fail("--decode-routing: \"kv\" or \"free-blocks\", not \"" + routing + "\"");
-  lim.kv_aware_decode = routing == "kv";
-  lim.decode_cost.ship_weight = f.double_in("decode-ship-weight", 1.0, 0.0, 1e6);
-  lim.decode_cost.load_weight = f.double_in("decode-load-weight", 1.0, 0.0, 1e6);
-  return lim;
-}
-
-WorkerGroupOptions read_worker_options(ServerFlags& f) {
-  WorkerGroupOptions o;
-  o.poll_interval = std::chrono::milliseconds(f.int_in("health-interval-ms", 500, 10, 600000));
-  o.dns_refresh = std::chrono::milliseconds(1000 * f.int_in("dns-refresh-seconds", 5, 1, 86400));
-  // TLS to the workers (their names are checked against their certificates: docs/design.md §9b).
-  const ChannelTls tls = read_channel_tls(f, "worker-");
-  if (f.ok()) o.credentials = channel_credentials(tls);
-  o.tls_server_name = tls.server_name;
-  return o;
-}
-
-// host:port,... or dns:name:port; an absent (or empty) optional list is no workers.
-std::vector<Target> read_targets(ServerFlags& f, const std::string& name, bool required) {
-  const std::string value = required ? f.required(name, "host:port,... or dns:name:port") : f.str(name);
-  if (value.empty()) return {};
-  auto t = parse_targets(value);
-  if (!t.ok()) f.fail("--" + name + ": " + t.status().message());
-  return t.ok() ? std::move(t).value() : std::vector<Target>{};
-}
-
-// The name clients put in "model" (vLLM's --served-model-name): the flag, else the model
-// directory's name.
-std::string served_model_name(ServerFlags& f, const std::string& model_dir) {
-  std::string name = f.str("served-model-name");
-  if (f.has("served-model-name") && name.empty()) f.fail("--served-model-name: empty");
-  if (!name.empty()) return name;
-  std::filesystem::path p = std::filesystem::path(model_dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();  // "models/kjv-yoco/"
-  return p.filename().empty() ? model_dir : p.filename().string();
-}
-
 // The HTTP listener is bound before the gRPC server starts, so its port goes into --port-file;
 // it serves once the router's service is up. Its host is --listen's; TLS is the router's.
-Result<std::unique_ptr<HttpStreamServer>> bind_http(ServerFlags& f, const ServerOptions& so, int port) {
-  HttpStreamServerOptions o;
+Result<std::unique_ptr<HttpListener>> bind_http(ServerFlags& f, const ServerOptions& so, int port) {
+  HttpListenerOptions o;
   o.tls_cert = so.tls.cert;
   o.tls_key = so.tls.key;
   o.tls_client_ca = so.tls.client_ca;
-  return HttpStreamServer::bind(f.listen_address("listen").host, static_cast<uint16_t>(port), o);
+  return HttpListener::bind(f.listen_address("listen").host, static_cast<uint16_t>(port), o);
 }
 
 int run(int argc, char** argv) {
-  ServerFlags f(kProgram, argc, argv,
-                {"model",
-                 "prefill",
-                 "decode",
-                 "max-in-flight",
-                 "max-queued-tokens",
-                 "prefill-attempts",
-                 "migrations",
-                 "lease-ms",
-                 "stall-timeout-ms",
-                 "health-interval-ms",
-                 "dns-refresh-seconds",
-                 "affinity-tokens",
-                 "affinity-max-extra-tokens",
-                 "decode-routing",
-                 "decode-ship-weight",
-                 "decode-load-weight",
-                 "worker-tls-ca",
-                 "worker-tls-cert",
-                 "worker-tls-key",
-                 "worker-tls-server-name",
-                 "api-keys",
-                 "http-port",
-                 "chat-template",
-                 "served-model-name"});
+  ServerFlags f(kProgram, "the cluster's front door (yoco.v1 over gRPC; the OpenAI API with --http-port)", argc, argv,
+                router_flags());
   ServerOptions so = server_options(f);
   so.max_receive_message_bytes = kInProcessMessageBytes;
-  const std::string model_dir = f.required("model", "a model directory: the router reads its tokenizer");
-  const std::vector<Target> ptargets = read_targets(f, "prefill", /*required=*/false);
-  const std::vector<Target> dtargets = read_targets(f, "decode", /*required=*/true);
-  const RouterLimits lim = read_limits(f);
-  const WorkerGroupOptions wopt = read_worker_options(f);
-  const std::string keys_path = f.str("api-keys");  // docs/design.md §9b
-  const int http_port = f.has("http-port") ? static_cast<int>(f.int_in("http-port", 0, 0, 65535)) : -1;
-  const std::string template_path = f.str("chat-template");
+  RouterFlags rf = read_router_flags(f);
   OpenAiConfig openai;
-  openai.served_model_name = served_model_name(f, model_dir);
+  openai.served_model_name = rf.served_model_name;
   if (!f.ok()) return f.usage_error();
   std::unique_ptr<ApiKeys> keys;
-  if (!keys_path.empty()) {
-    auto k = ApiKeys::open(keys_path);
+  if (!rf.api_keys.empty()) {
+    auto k = ApiKeys::open(rf.api_keys);
     if (!k.ok()) return exit_with(kProgram, k.status().message(), 2);
     keys = std::move(k).value();
   } else {
     YOCO_LOG(LogLevel::kWarn, "no --api-keys: the public API is open to every client (no authentication)", LogFields());
   }
   std::unique_ptr<Tokenizer> tok;  // optional: without one, requests carry token ids
-  if (auto t = Tokenizer::load(model_dir); t.ok()) tok = std::move(t).value();
-  std::unique_ptr<HttpStreamServer> http;
+  if (auto t = Tokenizer::load(rf.model_dir); t.ok()) tok = std::move(t).value();
+  std::unique_ptr<HttpListener> http;
   Json::Object port_fields;
-  if (http_port >= 0) {
-    auto tmpl = load_chat_renderer(template_path, model_dir, tok.get());
+  if (rf.http_port >= 0) {
+    auto tmpl = load_chat_renderer(rf.chat_template, rf.model_dir, tok.get());
     if (!tmpl.ok()) return exit_with(kProgram, tmpl.status().message(), 2);
     openai.chat_template = std::move(tmpl).value();
-    openai.tokenizer_config = load_tokenizer_config(model_dir);
-    auto h = bind_http(f, so, http_port);
+    openai.tokenizer_config = load_tokenizer_config(rf.model_dir);
+    auto h = bind_http(f, so, rf.http_port);
     if (!h.ok()) return exit_with(kProgram, h.status().message(), 1);
     http = std::move(h).value();
     port_fields["http_port"] = Json(static_cast<int64_t>(http->port()));
   }
   install_shutdown_signal_handlers();
 
-  WorkerGroup prefill(WorkerRole::kPrefill, ptargets, wopt);
-  WorkerGroup decode(WorkerRole::kDecode, dtargets, wopt);
+  WorkerGroup prefill(WorkerRole::kPrefill, rf.prefill, rf.workers);
+  WorkerGroup decode(WorkerRole::kDecode, rf.decode, rf.workers);
   GrpcWorkerCalls calls(prefill, decode);
   ModelInfoCache model(decode, calls);
   decode.set_on_poll([&] { model.refresh(); });  // the first poll (in start) describes the model
@@ -166,7 +84,7 @@ int run(int argc, char** argv) {
 
   MetricsRegistry registry;
   RouterMetrics metrics(registry);
-  RouterCore core(tok.get(), prefill, decode, model, calls, lim, metrics, /*colocated=*/ptargets.empty());
+  RouterCore core(tok.get(), prefill, decode, model, calls, rf.limits, metrics, /*colocated=*/rf.prefill.empty());
   core.set_keys(keys.get());
   RouterService service(core);
   auto server = Server::start(
@@ -181,7 +99,8 @@ int run(int argc, char** argv) {
   if (http) {
     api = std::make_unique<OpenAiServer>((*server)->grpc().InProcessChannel(in_process_args()), tok.get(),
                                          std::move(openai), [&core] { return core.serving(); }, metrics);
-    http->serve([&api](HttpExchange& ex) { api->handle(ex); });
+    // The OpenAI server answers every path itself (its routes, 404 and 405 in OpenAI's error shape).
+    http->serve(HttpRoutes().fallback([&api](HttpExchange& ex) { api->handle(ex); }));
   }
   (*server)->log_serving(LogFields()
                              .kv("http_port", http ? static_cast<int64_t>(http->port()) : int64_t{-1})
@@ -189,7 +108,7 @@ int run(int argc, char** argv) {
                              .kv("http_max_connections", http ? http->max_connections() : -1)
                              .kv("prefill_healthy", prefill.healthy_count())
                              .kv("decode_healthy", decode.healthy_count())
-                             .kv("colocated", ptargets.empty())
+                             .kv("colocated", rf.prefill.empty())
                              .kv("api_keys", keys ? static_cast<int64_t>(keys->size()) : int64_t{-1}));
 
   // In-flight streams finish; new requests are refused (the router has no queue of its own).

@@ -6,22 +6,28 @@
 
 namespace yoco {
 
-namespace {
-
-// Error bodies stay valid JSON whatever a message quotes: bytes that are not UTF-8 become U+FFFD.
-std::string utf8_text(const std::string& s) {
-  if (utf8::is_valid(s)) return s;
+std::string valid_utf8(std::string_view s) {
   std::string out;
-  utf8::append_lossy(out, s);
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    // Well-formed per Unicode (no overlongs, surrogates or code points past U+10FFFF), which is
+    // what JSON parsers and protobuf accept; each other byte becomes one U+FFFD.
+    if (const size_t n = utf8::char_len(s, i); n > 0) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
   return out;
 }
 
-}  // namespace
-
 Json ApiError::json() const {
-  Json::Object e{{"message", utf8_text(message)},
+  Json::Object e{{"message", valid_utf8(message)},
                  {"type", type},
-                 {"param", param.empty() ? Json() : Json(utf8_text(param))},
+                 {"param", param.empty() ? Json() : Json(valid_utf8(param))},
                  {"code", code.empty() ? Json() : Json(code)}};
   return Json::Object{{"error", std::move(e)}};
 }

@@ -6,10 +6,15 @@
 #include <grpcpp/grpcpp.h>
 
 #include <string>
+#include <string_view>
 
 #include "common/json.h"
 
 namespace yoco {
+
+// Text for a JSON answer (an error's message, a token, a log-prob's text): every byte that does not
+// start a well-formed UTF-8 character becomes one U+FFFD (a token may end inside a character).
+std::string valid_utf8(std::string_view bytes);
 
 struct ApiError {
   int http_status = 400;

@@ -12,7 +12,7 @@
 
 #include "router/openai_errors.h"
 #include "router/openai_response.h"
-#include "server/http_stream_server.h"
+#include "server/http_listener.h"
 #include "yoco/v1/yoco.grpc.pb.h"
 
 namespace yoco {

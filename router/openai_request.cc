@@ -170,7 +170,7 @@ void read_common(Fields& f, OpenAiRequest& r) {
   // Special tokens written in a text prompt are parsed unless asked not to (Hugging Face's
   // split_special_tokens); the output leaves their text out unless skip_special_tokens is false
   // (vLLM's two fields).
-  if (f.boolean("split_special_tokens", &r.split_special_tokens)) g.set_split_special_tokens(r.split_special_tokens);
+  if (f.boolean("split_special_tokens", &b)) g.set_split_special_tokens(b);
   if (f.boolean("skip_special_tokens", &b)) g.set_skip_special_tokens(b);
   std::string id;
   if (f.string("request_id", &id)) g.set_request_id(id);

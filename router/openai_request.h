@@ -33,8 +33,7 @@ struct OpenAiRequest {
   bool max_tokens_given = false;      // chat without it: the rest of the context (as vLLM)
   int n = 1;
   bool stream = false, include_usage = false, echo = false;
-  bool split_special_tokens = false;  // text prompts: "<|endoftext|>" as characters, not the token
-  int logprobs = -1;                  // completions: top-n (0 = the chosen token only); chat: top_logprobs; -1 = none
+  int logprobs = -1;  // completions: top-n (0 = the chosen token only); chat: top_logprobs; -1 = none
 };
 
 inline constexpr int kMaxChoices = 64;      // n x prompts: one router call each

@@ -8,24 +8,6 @@ namespace yoco {
 
 double finite_logprob(double lp) { return std::isfinite(lp) ? lp : -9999.0; }
 
-std::string valid_utf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    // Well-formed per Unicode (no overlongs, surrogates or code points past U+10FFFF), which is
-    // what JSON parsers and protobuf accept; each other byte becomes one U+FFFD.
-    if (const size_t n = utf8::char_len(s, i); n > 0) {
-      out.append(s.substr(i, n));
-      i += n;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    }
-  }
-  return out;
-}
-
 LogprobItem logprob_item(const v1::LogprobEntry& e, int top_n, bool chosen_when_zero) {
   LogprobItem item{valid_utf8(e.chosen().text()), finite_logprob(e.chosen().logprob()), std::nullopt};
   item.top.emplace();

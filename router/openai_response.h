@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "router/openai_errors.h"  // valid_utf8
 #include "yoco/v1/yoco.pb.h"
 
 namespace yoco {
@@ -28,8 +29,6 @@ struct LogprobItem {
 LogprobItem logprob_item(const v1::LogprobEntry& e, int top_n, bool chosen_when_zero);
 // -inf (a token the sampler could never pick) as vLLM writes it: JSON has no infinity.
 double finite_logprob(double lp);
-// Invalid UTF-8 (a token that ends inside a character) with U+FFFD, so the JSON stays valid.
-std::string valid_utf8(std::string_view bytes);
 
 // {"tokens", "token_logprobs", "top_logprobs", "text_offset"}; offsets count from `offset`.
 Json completion_logprobs(const std::vector<LogprobItem>& items, int64_t offset);

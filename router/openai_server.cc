@@ -222,7 +222,8 @@ std::optional<ApiError> OpenAiServer::plan_completions(const HttpExchange& ex, c
     if (!tok_) return bad_param("echo", "needs the router's tokenizer (the model directory has none)");
     std::vector<int32_t> ids = in.ids;
     if (in.text) {
-      if (auto e = take(tokenize_text(ex, *in.text, tok_->add_bos_token(), !r.split_special_tokens), &ids)) return e;
+      if (auto e = take(tokenize_text(ex, *in.text, tok_->add_bos_token(), !r.base.split_special_tokens()), &ids))
+        return e;
     }
     if (ids.empty()) return bad_param("prompt", "empty");
     plan.echo_text = in.text ? *in.text : tok_->decode(ids, /*skip_special=*/true);

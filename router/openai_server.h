@@ -20,7 +20,7 @@
 #include "router/openai_errors.h"
 #include "router/openai_generate.h"
 #include "router/openai_request.h"
-#include "server/http_stream_server.h"
+#include "server/http_listener.h"
 #include "tokenizer/tokenizer.h"
 #include "yoco/v1/yoco.grpc.pb.h"
 
@@ -44,7 +44,7 @@ class OpenAiServer {
   OpenAiServer(std::shared_ptr<grpc::Channel> router, const Tokenizer* tok, OpenAiConfig config,
                std::function<bool()> serving, RouterMetrics& metrics);
 
-  void handle(HttpExchange& ex);  // the HttpStreamServer handler
+  void handle(HttpExchange& ex);  // every request of the HTTP listener (server/http_listener.h)
 
  private:
   int route(HttpExchange& ex, const std::string& endpoint);

@@ -38,6 +38,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the services' APIs
   libpcre2-dev                # the tokenizer's pre-tokenization regexes
   nlohmann-json3-dev          # JSON parsing (common/json.cc, the chat templates' key order)
+  libcli11-dev                # command-line flags (common/flags.cc: declared once, --help, --config)
   python3-venv                # build/.venv (or --venv DIR): the Python-side tests' packages
   libucx-dev ucx-utils        # transfer/: the KV transfer engine over UCX; ucx_perftest for bench/
   libhiredis-dev redis-server # kv_store/: the redis backend; its tests start a redis-server

@@ -1,10 +1,15 @@
-// Flags of a server binary, read once through one helper family: every number has a range, every
-// error names its flag, and a main turns the first error into exit code 2 (usage_error()).
-// Parsing itself (--name value, --name=value, booleans, --config FILE, --help) is common/flags.h.
+// Flags of a server binary (and of yoco-cli's cluster commands): each declared once in a
+// FlagTable (common/flags.h: type, range, default, help; parsed by CLI11), the server's common
+// flags added by the kit. Every error names its flag, only the first is kept, and a main turns
+// it into exit code 2 (usage_error()).
+//
+//   ServerFlags f("yoco-decode", "a decode worker", argc, argv,
+//                 {flag::integer("max-running", "sequences decoded at once", 32, 1, 1 << 16), ...});
+//   const int max_running = static_cast<int>(f.integer("max-running"));
+//   if (!f.ok()) return f.usage_error();
 #pragma once
 
 #include <cstdint>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -24,33 +29,32 @@ struct ListenAddress {
 
 class ServerFlags {
  public:
-  // The flags every server takes (read by server_options(), server/server.h): listen,
-  // metrics-listen, port-file, drain-seconds, config, and the listener's TLS (server/tls.h:
-  // tls-cert, tls-key, tls-client-ca, tls-reload-seconds), and log-level (common/log.h; set here).
-  static const std::set<std::string>& common_names();
+  // The flags every server takes, declared here once (read by server_options(), server/server.h):
+  // listen, metrics-listen, port-file, drain-seconds, config, the listener's TLS (server/tls.h:
+  // server_tls_flags()), and log-level (common/log.h; set by the constructor).
+  static FlagTable common_flags();
 
-  // Parses argv[1..]; `known` (plus common_names()) are the accepted names, `booleans` those that
-  // take no value. A parse error is kept like any later flag error: see ok() and usage_error().
-  ServerFlags(std::string program, int argc, char** argv, std::set<std::string> known,
-              const std::set<std::string>& booleans = {});
-  // A client's flags (yoco-cli's cluster commands): argv[first..] with only `known` accepted (no
-  // listener flags) and no positional arguments; the same helpers and errors.
-  static ServerFlags client(std::string program, int argc, char** argv, int first, const std::set<std::string>& known,
-                            const std::set<std::string>& booleans = {});
+  // Parses argv[1..] against `table` plus common_flags(). A parse error is kept like any later
+  // flag error: see ok() and usage_error(). `--help` prints every flag and exits 0.
+  ServerFlags(std::string program, std::string about, int argc, char** argv, FlagTable table);
+  // A client's flags (yoco-cli's cluster commands): argv[first..] against `table` alone (no
+  // listener flags); the same readers and errors.
+  static ServerFlags client(std::string program, std::string about, int argc, char** argv, int first, FlagTable table);
 
   bool has(const std::string& name) const { return flags_.has(name); }
-  std::string str(const std::string& name, const std::string& def = "") const { return flags_.get(name, def); }
-  bool boolean(const std::string& name) const { return flags_.get_bool(name); }
-  // The value; when missing, records "--name: required (what)" and returns "".
-  std::string required(const std::string& name, const std::string& what);
-  // An integer in [lo, hi] (def when absent); out of range or malformed records an error and returns def.
-  int64_t int_in(const std::string& name, int64_t def, int64_t lo, int64_t hi);
-  double double_in(const std::string& name, double def, double lo, double hi);
-  // Comma-separated integers, each in [lo, hi] ({} when absent); a bad one records an error naming
-  // the flag and its index.
-  std::vector<int64_t> int_list(const std::string& name, int64_t lo, int64_t hi);
-  // "host:port" (def when absent); malformed records an error naming the flag.
-  ListenAddress listen_address(const std::string& name, const std::string& def = "127.0.0.1:0");
+  bool declares(const std::string& name) const;
+  // The values (given, else the declared default), checked against their declared type and range
+  // when parsed. Reading an undeclared name aborts (YOCO_CHECK): declare before reading.
+  std::string str(const std::string& name) const { return flags_.str(name); }
+  bool boolean(const std::string& name) const { return flags_.boolean(name); }
+  int64_t integer(const std::string& name) const { return flags_.integer(name); }
+  double number(const std::string& name) const { return flags_.number(name); }
+  std::vector<int64_t> int_list(const std::string& name) const { return flags_.int_list(name); }
+  std::vector<std::string> all(const std::string& name) const { return flags_.all(name); }
+  // The value; when missing, records "--name: required (<its help text>)" and returns "".
+  std::string required(const std::string& name);
+  // "host:port" (the declared default when absent); malformed records an error naming the flag.
+  ListenAddress listen_address(const std::string& name);
 
   // Records a flag error found by the caller; the message names the flag ("--model: ...").
   // Only the first error is kept: it is the one a user fixes first.
@@ -62,7 +66,7 @@ class ServerFlags {
   const std::string& program() const { return program_; }
 
  private:
-  ServerFlags(std::string program, Result<Flags> parsed);
+  ServerFlags(std::string program, std::string about, FlagTable table);
 
   std::string program_;
   Flags flags_;

@@ -1,6 +1,6 @@
 // One HTTP/1.x request read from bytes as they arrive: Beast's parser plus the checks it lacks
 // (docs/design.md, "OpenAI HTTP API": what the listener refuses). No sockets here, so the server
-// (server/http_stream_server.cc) and the fuzz target (tests/fuzz/http_request_fuzz.cc) run the
+// (server/http_listener.cc) and the fuzz target (tests/fuzz/http_request_fuzz.cc) run the
 // same code.
 #pragma once
 

@@ -49,12 +49,12 @@ class ParseErrorInterceptorFactory final : public gx::ServerInterceptorFactoryIn
 ServerOptions server_options(ServerFlags& flags) {
   ServerOptions o;
   o.program = flags.program();
-  o.listen = flags.str("listen", o.listen);
+  o.listen = flags.str("listen");
   flags.listen_address("listen");  // checked here; gRPC takes the string as given
   o.metrics_listen = flags.listen_address("metrics-listen");
   if (flags.has("port-file") && flags.str("port-file").empty()) flags.fail("--port-file: empty path");
   o.port_file = flags.str("port-file");
-  o.drain = std::chrono::seconds(flags.int_in("drain-seconds", 30, 0, 24 * 3600));
+  o.drain = std::chrono::seconds(flags.integer("drain-seconds"));
   o.tls = read_server_tls(flags);
   return o;
 }
@@ -72,18 +72,25 @@ Result<std::unique_ptr<Server>> Server::start(const ServerOptions& options, std:
   s->open_files_ = raise_open_file_limit();  // a descriptor per client connection (common/process.h)
   // /healthz mirrors gRPC health for probes that cannot speak TLS (kubelet's gRPC probe is plaintext).
   Server* self = s.get();
-  auto http = HttpServer::start(options.metrics_listen.host, static_cast<uint16_t>(options.metrics_listen.port),
-                                {{"/metrics",
-                                  [&registry, refresh] {
-                                    if (refresh) refresh();
-                                    return HttpResponse{200, kPrometheusContentType, registry.expose()};
-                                  }},
-                                 {"/healthz", [self] {
-                                    return self->serving_ ? HttpResponse{200, "text/plain", "SERVING\n"}
-                                                          : HttpResponse{503, "text/plain", "NOT_SERVING\n"};
-                                  }}});
-  if (!http.ok()) return Status(StatusCode::kUnavailable, "--metrics-listen: " + http.status().message());
+  // The services' one HTTP listener (server/http_listener.h), small: scrapes and probes only.
+  HttpListenerOptions ho;
+  ho.read_timeout = ho.write_timeout = std::chrono::seconds(5);
+  ho.max_connections = 64;
+  ho.io_threads = 1;
+  ho.flag = "--metrics-listen";
+  auto http = HttpListener::bind(options.metrics_listen.host, static_cast<uint16_t>(options.metrics_listen.port), ho);
+  if (!http.ok()) return Status(StatusCode::kUnavailable, http.status().message());
   s->http_ = std::move(http).value();
+  s->http_->serve(HttpRoutes()
+                      .get("/metrics",
+                           [&registry, refresh] {
+                             if (refresh) refresh();
+                             return HttpResponse{200, kPrometheusContentType, registry.expose()};
+                           })
+                      .get("/healthz", [self] {
+                        return self->serving_ ? HttpResponse{200, "text/plain", "SERVING\n"}
+                                              : HttpResponse{503, "text/plain", "NOT_SERVING\n"};
+                      }));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

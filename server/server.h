@@ -5,7 +5,7 @@
 //   health NOT_SERVING -> services refuse new work -> in-flight work finishes (at most
 //   --drain-seconds) -> gRPC Shutdown with a grace deadline -> /metrics stops.
 //
-//   ServerFlags flags("yoco-x", argc, argv, {...});
+//   ServerFlags flags("yoco-x", "what it is", argc, argv, {flag::integer(...), ...});
 //   ServerOptions so = server_options(flags);        // listen, metrics-listen, port-file, drain-seconds
 //   ... read the service's own flags ...; if (!flags.ok()) return flags.usage_error();
 //   install_shutdown_signal_handlers();               // before slow start-up work
@@ -23,13 +23,13 @@
 #include <string>
 #include <vector>
 
-#include "common/http_server.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/process.h"
 #include "common/status.h"
 #include "server/flags.h"
+#include "server/http_listener.h"
 #include "server/tls.h"
 
 namespace yoco {
@@ -45,7 +45,7 @@ struct ServerOptions {
   int max_receive_message_bytes = 4 << 20;       // a larger request is refused (gRPC's default)
 };
 
-// Reads the common flags (ServerFlags::common_names()); errors go into `flags`.
+// Reads the common flags (ServerFlags::common_flags()); errors go into `flags`.
 ServerOptions server_options(ServerFlags& flags);
 
 // What a service does during the drain, in order (both optional).
@@ -80,7 +80,7 @@ class Server {
   Server() = default;
   ServerOptions opt_;
   std::unique_ptr<grpc::Server> grpc_;
-  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<HttpListener> http_;
   int grpc_port_ = 0;
   long open_files_ = 0;               // the soft RLIMIT_NOFILE, raised to the hard limit at start
   std::atomic<bool> serving_{false};  // what /healthz answers: gRPC health, for plaintext HTTP probes

@@ -22,9 +22,20 @@ void check_file(ServerFlags& flags, const std::string& name, const std::string& 
 
 }  // namespace
 
-const std::set<std::string>& server_tls_flag_names() {
-  static const std::set<std::string> names = {"tls-cert", "tls-key", "tls-client-ca", "tls-reload-seconds"};
-  return names;
+FlagTable server_tls_flags() {
+  return {flag::str("tls-cert", "PEM certificate chain of the listeners (with --tls-key; none: plaintext)"),
+          flag::str("tls-key", "PEM private key of --tls-cert"),
+          flag::str("tls-client-ca", "PEM CA: clients must present a certificate it signed (mTLS)"),
+          flag::integer("tls-reload-seconds", "how often changed certificate files are re-read", 60, 1, 86400)};
+}
+
+FlagTable channel_tls_flags(const std::string& prefix, const std::string& peer) {
+  return {
+      flag::str(prefix + "tls-ca", "PEM CA that signed " + peer + "'s certificates (none: plaintext)"),
+      flag::str(prefix + "tls-cert", "PEM client certificate presented to " + peer + " (with --" + prefix + "tls-key)"),
+      flag::str(prefix + "tls-key", "PEM private key of --" + prefix + "tls-cert"),
+      flag::str(prefix + "tls-server-name",
+                "the name checked against " + peer + "'s certificates instead of the dialled host")};
 }
 
 ServerTls read_server_tls(ServerFlags& flags) {
@@ -32,7 +43,7 @@ ServerTls read_server_tls(ServerFlags& flags) {
   t.cert = flags.str("tls-cert");
   t.key = flags.str("tls-key");
   t.client_ca = flags.str("tls-client-ca");
-  t.reload_seconds = static_cast<int>(flags.int_in("tls-reload-seconds", 60, 1, 86400));
+  t.reload_seconds = static_cast<int>(flags.integer("tls-reload-seconds"));
   if (t.cert.empty() != t.key.empty())
     flags.fail(t.cert.empty() ? "--tls-cert: required with --tls-key" : "--tls-key: required with --tls-cert");
   if (!t.client_ca.empty() && t.cert.empty()) flags.fail("--tls-cert: required with --tls-client-ca");
@@ -55,7 +66,7 @@ ChannelTls read_channel_tls(ServerFlags& flags, const std::string& prefix) {
   t.cert = flags.str(prefix + "tls-cert");
   t.key = flags.str(prefix + "tls-key");
   t.server_name = flags.str(prefix + "tls-server-name");
-  t.reload_seconds = static_cast<int>(flags.int_in("tls-reload-seconds", 60, 1, 86400));
+  if (flags.declares("tls-reload-seconds")) t.reload_seconds = static_cast<int>(flags.integer("tls-reload-seconds"));
   if (t.cert.empty() != t.key.empty())
     flags.fail(t.cert.empty() ? "--" + prefix + "tls-cert: required with --" + prefix + "tls-key"
                               : "--" + prefix + "tls-key: required with --" + prefix + "tls-cert");

@@ -33,16 +33,19 @@ struct ChannelTls {
   bool enabled() const { return !ca.empty(); }
 };
 
-// The listener flags every server takes (part of ServerFlags::common_names()).
-const std::set<std::string>& server_tls_flag_names();
+// The listener flags every server takes (part of ServerFlags::common_flags()): --tls-cert,
+// --tls-key, --tls-client-ca, --tls-reload-seconds.
+FlagTable server_tls_flags();
+// A channel's flags: --<prefix>tls-ca, --<prefix>tls-cert, --<prefix>tls-key,
+// --<prefix>tls-server-name; `peer` names the server dialled ("the workers", "the router").
+FlagTable channel_tls_flags(const std::string& prefix, const std::string& peer);
 // Reads them; errors (one of cert/key alone, an unreadable file) go into `flags`, naming the flag.
 ServerTls read_server_tls(ServerFlags& flags);
 // The internal services (workers) accept only mTLS: with --tls-cert, --tls-client-ca is required.
 void require_client_ca(ServerFlags& flags, const ServerTls& tls);
 
-// Reads --<prefix>tls-ca, --<prefix>tls-cert, --<prefix>tls-key, --<prefix>tls-server-name (the
-// router: prefix "worker-");
-// the reload interval is --tls-reload-seconds.
+// Reads channel_tls_flags(prefix) (the router: prefix "worker-"); the reload interval is
+// --tls-reload-seconds where declared (a server), else 60 s.
 ChannelTls read_channel_tls(ServerFlags& flags, const std::string& prefix);
 
 // TLS (file-watching) credentials, or insecure ones with one warn line naming `what`.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -56,16 +57,30 @@ void usage() {
 #endif
 }
 
+// A command's flags, each declared once (common/flags.h); `about` is its line in --help.
+Result<Flags> parse_flags(int argc, char** argv, const std::string& about, FlagTable table) {
+  Flags f("yoco-cli " + std::string(argv[1]), about, std::move(table));
+  if (Status st = f.parse(argc, argv, 2); !st.ok()) return st;
+  return f;
+}
+
+FlagSpec model_flag() { return flag::str("model", "a model directory"); }
+FlagSpec tokens_flag() { return flag::int_list("tokens", "comma-separated token ids", 0, INT32_MAX); }
+FlagSpec threads_flag() { return flag::integer("threads", "CPU threads (0: one per physical core)", 0, 0, 1024); }
+FlagSpec chunk_flag() {
+  return flag::integer("chunk-tokens", "prompt tokens per prefill chunk", PrefillOptions().chunk_tokens, 1, INT32_MAX);
+}
+FlagSpec dtype_flag() { return flag::str("dtype", "weights and products: fp32 or bf16", "fp32"); }
+FlagSpec json_flag() { return flag::boolean("json", "the answer as JSON"); }
+
+Status require(const Flags& f, const std::string& name) {
+  return f.has(name) ? Status::Ok() : invalid_argument("--" + name + ": required (" + f.spec(name).help + ")");
+}
+
 Result<std::vector<int32_t>> token_list(const Flags& f) {
-  if (!f.has("tokens")) return invalid_argument("--tokens: required (comma-separated token ids)");
-  auto list = f.get_int_list("tokens");
-  if (!list.ok()) return list.status();
+  YOCO_RETURN_IF_ERROR(require(f, "tokens"));
   std::vector<int32_t> out;
-  for (size_t i = 0; i < list.value().size(); ++i) {
-    const int64_t v = list.value()[i];
-    if (v < 0 || v > INT32_MAX) return invalid_argument("--tokens[" + std::to_string(i) + "]: negative or too large");
-    out.push_back(static_cast<int32_t>(v));
-  }
+  for (int64_t v : f.int_list("tokens")) out.push_back(static_cast<int32_t>(v));
   return out;
 }
 
@@ -83,39 +98,37 @@ Result<std::vector<int32_t>> input_ids(const Flags& f, const char* text_flag, bo
     return invalid_argument(std::string("--tokens and --") + text_flag + " are alternatives; give one");
   if (!f.has(text_flag)) return token_list(f);
 #if defined(YOCO_HAVE_TOKENIZER)
-  YOCO_ASSIGN_OR_RETURN(auto tok, load_tokenizer(f.get("model")));
+  YOCO_ASSIGN_OR_RETURN(auto tok, load_tokenizer(f.str("model")));
   const bool bos = add_bos && tok->add_bos_token();
-  return tok->encode(f.get(text_flag), /*allow_special=*/false, bos);
+  return tok->encode(f.str(text_flag), /*allow_special=*/false, bos);
 #else
   return Status(StatusCode::kUnimplemented, std::string("--") + text_flag + ": built without the tokenizer");
 #endif
 }
 
-Status set_threads(const Flags& f) {
-  auto t = f.get_int("threads", 0);
-  if (!t.ok()) return t.status();
-  if (t.value() < 0) return invalid_argument("--threads: must be >= 0");
-  cpu::set_num_threads(static_cast<int>(t.value()));
-  return Status::Ok();
-}
+void set_threads(const Flags& f) { cpu::set_num_threads(static_cast<int>(f.integer("threads"))); }
 
 int cmd_make_random_model(int argc, char** argv) {
-  auto f = Flags::parse(argc, argv, 2, {"preset", "out", "seed", "dtype", "tied"}, {"tied"});
+  auto f = parse_flags(
+      argc, argv, "a model of random weights from a preset (yoco-cli presets)",
+      {flag::str("preset", "the preset's name (yoco-cli presets)"), flag::str("out", "the directory written"),
+       flag::integer("seed", "the weights' seed", 0, 0, INT64_MAX),
+       flag::str("dtype", "the stored weights: f32 or bf16", "f32"),
+       flag::boolean("tied", "the output projection is the embedding")});
   if (!f.ok()) return fail(f.status());
-  if (!f->has("preset")) return fail(invalid_argument("--preset: required"));
-  if (!f->has("out")) return fail(invalid_argument("--out: required"));
-  auto cfg = find_preset(f->get("preset"));
+  for (const char* name : {"preset", "out"})
+    if (Status st = require(*f, name); !st.ok()) return fail(st);
+  auto cfg = find_preset(f->str("preset"));
   if (!cfg.ok()) return fail(cfg.status());
-  if (f->get_bool("tied")) cfg->tie_embeddings = true;
-  auto seed = f->get_int("seed", 0);
-  if (!seed.ok()) return fail(seed.status());
-  const std::string dt = f->get("dtype", "f32");
+  if (f->boolean("tied")) cfg->tie_embeddings = true;
+  const int64_t seed = f->integer("seed");
+  const std::string dt = f->str("dtype");
   if (dt != "f32" && dt != "bf16") return fail(invalid_argument("--dtype: must be f32 or bf16, got " + dt));
-  Status st = write_random_model(f->get("out"), cfg.value(), static_cast<uint64_t>(seed.value()),
+  Status st = write_random_model(f->str("out"), cfg.value(), static_cast<uint64_t>(seed),
                                  dt == "f32" ? DType::kF32 : DType::kBF16);
   if (!st.ok()) return fail(st);
-  std::printf("wrote %s (preset %s, seed %lld, %s)\n", f->get("out").c_str(), f->get("preset").c_str(),
-              static_cast<long long>(seed.value()), dt.c_str());
+  std::printf("wrote %s (preset %s, seed %lld, %s)\n", f->str("out").c_str(), f->str("preset").c_str(),
+              static_cast<long long>(seed), dt.c_str());
   return 0;
 }
 
@@ -125,10 +138,11 @@ int cmd_presets() {
 }
 
 int cmd_info(int argc, char** argv) {
-  auto f = Flags::parse(argc, argv, 2, {"model", "json"}, {"json"});
+  auto f = parse_flags(argc, argv, "a model's config, sizes and fingerprint, as JSON",
+                       {model_flag(), flag::boolean("json", "accepted for symmetry: the output is JSON either way")});
   if (!f.ok()) return fail(f.status());
-  if (!f->has("model")) return fail(invalid_argument("--model: required"));
-  auto m = Model::load(f->get("model"));
+  if (Status st = require(*f, "model"); !st.ok()) return fail(st);
+  auto m = Model::load(f->str("model"));
   if (!m.ok()) return fail(m.status());
   const auto& c = (*m)->config();
   Json::Object o;
@@ -141,26 +155,25 @@ int cmd_info(int argc, char** argv) {
 }
 
 int cmd_score(int argc, char** argv) {
-  auto f =
-      Flags::parse(argc, argv, 2, {"model", "tokens", "text", "json", "threads", "chunk-tokens", "dtype"}, {"json"});
+  auto f = parse_flags(argc, argv, "the prompt's own log-probs and perplexity, in process",
+                       {model_flag(), tokens_flag(), flag::str("text", "the text to score (or --tokens)"), json_flag(),
+                        threads_flag(), chunk_flag(), dtype_flag()});
   if (!f.ok()) return fail(f.status());
-  if (!f->has("model")) return fail(invalid_argument("--model: required"));
-  if (Status st = set_threads(f.value()); !st.ok()) return fail(st);
+  if (Status st = require(*f, "model"); !st.ok()) return fail(st);
+  set_threads(f.value());
   auto toks = input_ids(f.value(), "text", /*add_bos=*/true);
   if (!toks.ok()) return fail(toks.status());
-  auto m = Model::load(f->get("model"));
+  auto m = Model::load(f->str("model"));
   if (!m.ok()) return fail(m.status());
-  if (Status st = apply_dtype_flag(**m, f->get("dtype", "fp32"), -1); !st.ok()) return fail(st);
+  if (Status st = apply_dtype_flag(**m, f->str("dtype"), -1); !st.ok()) return fail(st);
   PrefillOptions opt;
-  auto chunk = f->get_int("chunk-tokens", opt.chunk_tokens);
-  if (!chunk.ok()) return fail(chunk.status());
-  opt.chunk_tokens = static_cast<int>(chunk.value());
+  opt.chunk_tokens = static_cast<int>(f->integer("chunk-tokens"));
   auto lp = (*m)->score(toks.value(), opt);
   if (!lp.ok()) return fail(lp.status());
   double sum = 0;
   for (float x : lp.value()) sum += x;
   const double ppl = std::exp(-sum / static_cast<double>(lp->size()));
-  if (f->get_bool("json")) {
+  if (f->boolean("json")) {
     Json::Array arr;
     for (float x : lp.value()) arr.push_back(Json(static_cast<double>(x)));
     Json::Object o;
@@ -177,54 +190,45 @@ int cmd_score(int argc, char** argv) {
 }
 
 int cmd_generate(int argc, char** argv) {
-  auto f = Flags::parse(argc, argv, 2,
-                        {"model", "tokens", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-                         "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "stop-token-ids",
-                         "json", "threads", "chunk-tokens", "ignore-eos", "dtype"},
-                        {"json", "ignore-eos"});
+  // Sampling ranges are SamplingParams::validate's (common/sampling_params.h), checked below.
+  constexpr double kAny = std::numeric_limits<double>::infinity();
+  auto f = parse_flags(
+      argc, argv, "generate in process: token ids, or the text with --prompt",
+      {model_flag(), tokens_flag(), flag::str("prompt", "the prompt's text (or --tokens)"),
+       flag::integer("max-tokens", "tokens to generate", 16, 1, INT32_MAX),
+       flag::number("temperature", "sampling temperature (0: greedy)", 0.0, -kAny, kAny),
+       flag::integer("top-k", "sample among the k likeliest tokens (0: all)", 0, INT32_MIN, INT32_MAX),
+       flag::number("top-p", "nucleus sampling's probability mass", 1.0, -kAny, kAny),
+       flag::number("min-p", "drop tokens below this fraction of the likeliest's probability", 0.0, -kAny, kAny),
+       flag::number("repetition-penalty", "divides the logits of tokens already seen", 1.0, -kAny, kAny),
+       flag::number("presence-penalty", "subtracted from the logits of tokens already seen", 0.0, -kAny, kAny),
+       flag::number("frequency-penalty", "subtracted per occurrence of a token already seen", 0.0, -kAny, kAny),
+       flag::integer("seed", "the sampler's seed", 0, INT64_MIN, INT64_MAX),
+       flag::int_list("stop-token-ids", "token ids that end the generation, comma-separated", INT32_MIN, INT32_MAX),
+       json_flag(), threads_flag(), chunk_flag(),
+       flag::boolean("ignore-eos", "keep generating past the end-of-sequence token"), dtype_flag()});
   if (!f.ok()) return fail(f.status());
-  if (!f->has("model")) return fail(invalid_argument("--model: required"));
-  if (Status st = set_threads(f.value()); !st.ok()) return fail(st);
+  if (Status st = require(*f, "model"); !st.ok()) return fail(st);
+  set_threads(f.value());
   auto toks = input_ids(f.value(), "prompt", /*add_bos=*/true);
   if (!toks.ok()) return fail(toks.status());
   GenerateOptions opt;
-  auto max_tokens = f->get_int("max-tokens", 16);
-  auto temperature = f->get_double("temperature", 0.0);
-  auto top_k = f->get_int("top-k", 0);
-  auto top_p = f->get_double("top-p", 1.0);
-  auto min_p = f->get_double("min-p", 0.0);
-  auto rep = f->get_double("repetition-penalty", 1.0);
-  auto pres = f->get_double("presence-penalty", 0.0);
-  auto freq = f->get_double("frequency-penalty", 0.0);
-  auto seed = f->get_int("seed", 0);
-  auto chunk = f->get_int("chunk-tokens", opt.prefill.chunk_tokens);
-  for (const Status* st :
-       {&max_tokens.status(), &temperature.status(), &top_k.status(), &top_p.status(), &min_p.status(), &rep.status(),
-        &pres.status(), &freq.status(), &seed.status(), &chunk.status()})
-    if (!st->ok()) return fail(*st);
-  if (max_tokens.value() < 1 || max_tokens.value() > INT32_MAX)
-    return fail(invalid_argument("--max-tokens: must be >= 1"));
-  if (chunk.value() < 1 || chunk.value() > INT32_MAX) return fail(invalid_argument("--chunk-tokens: must be >= 1"));
-  opt.max_tokens = static_cast<int>(max_tokens.value());
-  opt.prefill.chunk_tokens = static_cast<int>(chunk.value());
-  opt.sampling.temperature = static_cast<float>(temperature.value());
-  opt.sampling.top_k = static_cast<int>(top_k.value());
-  opt.sampling.top_p = static_cast<float>(top_p.value());
-  opt.sampling.min_p = static_cast<float>(min_p.value());
-  opt.sampling.repetition_penalty = static_cast<float>(rep.value());
-  opt.sampling.presence_penalty = static_cast<float>(pres.value());
-  opt.sampling.frequency_penalty = static_cast<float>(freq.value());
-  opt.sampling.seed = static_cast<uint64_t>(seed.value());
+  opt.max_tokens = static_cast<int>(f->integer("max-tokens"));
+  opt.prefill.chunk_tokens = static_cast<int>(f->integer("chunk-tokens"));
+  opt.sampling.temperature = static_cast<float>(f->number("temperature"));
+  opt.sampling.top_k = static_cast<int>(f->integer("top-k"));
+  opt.sampling.top_p = static_cast<float>(f->number("top-p"));
+  opt.sampling.min_p = static_cast<float>(f->number("min-p"));
+  opt.sampling.repetition_penalty = static_cast<float>(f->number("repetition-penalty"));
+  opt.sampling.presence_penalty = static_cast<float>(f->number("presence-penalty"));
+  opt.sampling.frequency_penalty = static_cast<float>(f->number("frequency-penalty"));
+  opt.sampling.seed = static_cast<uint64_t>(f->integer("seed"));
   if (Status st = opt.sampling.validate(); !st.ok()) return fail(invalid_argument("--" + st.message()));
-  if (f->has("stop-token-ids")) {
-    auto stops = f->get_int_list("stop-token-ids");
-    if (!stops.ok()) return fail(stops.status());
-    for (int64_t s : stops.value()) opt.stop_token_ids.push_back(static_cast<int32_t>(s));
-  }
-  auto m = Model::load(f->get("model"));
+  for (int64_t s : f->int_list("stop-token-ids")) opt.stop_token_ids.push_back(static_cast<int32_t>(s));
+  auto m = Model::load(f->str("model"));
   if (!m.ok()) return fail(m.status());
-  if (Status st = apply_dtype_flag(**m, f->get("dtype", "fp32"), -1); !st.ok()) return fail(st);
-  const bool json = f->get_bool("json");
+  if (Status st = apply_dtype_flag(**m, f->str("dtype"), -1); !st.ok()) return fail(st);
+  const bool json = f->boolean("json");
   // With a text prompt the output is text, streamed as tokens arrive, and EOS ends it.
   std::function<void(int32_t)> on_token = [&](int32_t t) {
     if (!json) {
@@ -237,12 +241,12 @@ int cmd_generate(int argc, char** argv) {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<StreamDecoder> stream;
   if (f->has("prompt")) {
-    auto t = load_tokenizer(f->get("model"));
+    auto t = load_tokenizer(f->str("model"));
     if (!t.ok()) return fail(t.status());
     tok = std::move(t).value();
     stream = std::make_unique<StreamDecoder>(*tok, /*skip_special=*/true);
-    if (tok->eos_id() && !f->get_bool("ignore-eos")) opt.stop_token_ids.push_back(*tok->eos_id());
-    if (!json) std::printf("%s", f->get("prompt").c_str());
+    if (tok->eos_id() && !f->boolean("ignore-eos")) opt.stop_token_ids.push_back(*tok->eos_id());
+    if (!json) std::printf("%s", f->str("prompt").c_str());
     on_token = [&](int32_t t) {
       const std::string piece = stream->push(t);
       text += piece;
@@ -282,15 +286,17 @@ int cmd_generate(int argc, char** argv) {
 }
 
 int cmd_tokenize(int argc, char** argv) {
-  auto f = Flags::parse(argc, argv, 2, {"model", "text", "allow-special", "json"}, {"allow-special", "json"});
+  auto f = parse_flags(argc, argv, "a model's tokenizer: text to token ids",
+                       {model_flag(), flag::str("text", "the text"),
+                        flag::boolean("allow-special", "special tokens written in the text are tokens"), json_flag()});
   if (!f.ok()) return fail(f.status());
-  if (!f->has("model")) return fail(invalid_argument("--model: required"));
-  if (!f->has("text")) return fail(invalid_argument("--text: required"));
+  for (const char* name : {"model", "text"})
+    if (Status st = require(*f, name); !st.ok()) return fail(st);
 #if defined(YOCO_HAVE_TOKENIZER)
-  auto tok = load_tokenizer(f->get("model"));
+  auto tok = load_tokenizer(f->str("model"));
   if (!tok.ok()) return fail(tok.status());
-  const auto ids = (*tok)->encode(f->get("text"), f->get_bool("allow-special"));
-  if (f->get_bool("json")) {
+  const auto ids = (*tok)->encode(f->str("text"), f->boolean("allow-special"));
+  if (f->boolean("json")) {
     Json::Array arr;
     for (int32_t t : ids) arr.push_back(Json(t));
     Json::Object o;
@@ -307,13 +313,13 @@ int cmd_tokenize(int argc, char** argv) {
 }
 
 int cmd_detokenize(int argc, char** argv) {
-  auto f = Flags::parse(argc, argv, 2, {"model", "tokens"});
+  auto f = parse_flags(argc, argv, "a model's tokenizer: token ids to text", {model_flag(), tokens_flag()});
   if (!f.ok()) return fail(f.status());
-  if (!f->has("model")) return fail(invalid_argument("--model: required"));
+  if (Status st = require(*f, "model"); !st.ok()) return fail(st);
   auto ids = token_list(f.value());
   if (!ids.ok()) return fail(ids.status());
 #if defined(YOCO_HAVE_TOKENIZER)
-  auto tok = load_tokenizer(f->get("model"));
+  auto tok = load_tokenizer(f->str("model"));
   if (!tok.ok()) return fail(tok.status());
   auto text = (*tok)->decode_checked(ids.value());
   if (!text.ok()) return fail(Status(text.status().code(), "--" + text.status().message()));
@@ -328,29 +334,29 @@ int cmd_detokenize(int argc, char** argv) {
 // A new API key and its entry for the router's --api-keys file (docs/design.md §9b). Only the
 // salted digest goes into the file; the key itself is shown once, here.
 int cmd_make_key(int argc, char** argv) {
-  auto f = Flags::parse(argc, argv, 2,
-                        {"name", "admin", "max-concurrent", "tokens-per-minute", "max-context", "scopes"}, {"admin"});
+  auto f = parse_flags(
+      argc, argv, "a new API key and its entry for the router's --api-keys file",
+      {flag::str("name", "the key's name in logs and metrics"), flag::boolean("admin", "the key may do anything"),
+       flag::integer("max-concurrent", "requests in flight at once (0: unlimited)", 0, 0, INT64_MAX),
+       flag::integer("tokens-per-minute", "prompt and generated tokens per minute (0: unlimited)", 0, 0, INT64_MAX),
+       flag::integer("max-context", "prompt + generated tokens per request (0: unlimited)", 0, 0, INT64_MAX),
+       flag::str("scopes", "what the key may call, comma-separated: generate, score, documents")});
   if (!f.ok()) return fail(f.status());
   ApiKeyEntry k;
-  k.name = f->get("name");
+  k.name = f->str("name");
   if (k.name.empty()) return fail(invalid_argument("--name: required (the key's name in logs and metrics)"));
-  k.admin = f->has("admin");
+  k.admin = f->boolean("admin");
   if (f->has("scopes")) {  // comma-separated; checked below as the router checks the file
-    std::string s = f->get("scopes");
+    std::string s = f->str("scopes");
     for (size_t a = 0; a <= s.size();) {
       const size_t b = std::min(s.find(',', a), s.size());
       k.scopes.push_back(s.substr(a, b - a));
       a = b + 1;
     }
   }
-  for (auto [flag, dst] :
-       {std::pair{"max-concurrent", &k.max_concurrent}, std::pair{"tokens-per-minute", &k.tokens_per_minute},
-        std::pair{"max-context", &k.max_context}}) {
-    auto v = f->get_int(flag, 0);
-    if (!v.ok()) return fail(v.status());
-    if (*v < 0) return fail(invalid_argument(std::string("--") + flag + ": must be >= 0 (0: unlimited)"));
-    *dst = *v;
-  }
+  k.max_concurrent = f->integer("max-concurrent");
+  k.tokens_per_minute = f->integer("tokens-per-minute");
+  k.max_context = f->integer("max-context");
   const std::string key = new_api_key();
   const std::string entry = api_key_entry_json(k, key);
   // The entry must load as the router would load it (the name's characters included).

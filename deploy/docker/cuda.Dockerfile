@@ -11,7 +11,7 @@ FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cmake ninja-build g++ pkg-config \
-      libopenblas-openmp-dev libdnnl-dev libboost-dev libpcre2-dev libucx-dev libhiredis-dev nlohmann-json3-dev \
+      libopenblas-openmp-dev libdnnl-dev libboost-dev libpcre2-dev libucx-dev libhiredis-dev nlohmann-json3-dev libcli11-dev \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

@@ -297,19 +297,32 @@ TEST(Cluster, DecodeWorkerKilledMidStreamMigratesWithIdenticalTokens) {
   EXPECT_EQ(test::metric_value(dm, "yoco_kv_cache_blocks_free"), 1024);
 }
 
+// The set-up of the hung-decode-worker cases: the model, a cluster of one prefill worker (with
+// `prefill_args`) and two decode workers, the first of which the test stops (SIGSTOP); whatever
+// the test does, that worker runs again (SIGCONT) before the cluster stops.
+struct HungDecodeCluster {
+  explicit HungDecodeCluster(std::vector<std::string> prefill_args = {})
+      : model(Model::load(kGret)),
+        c({.model = kGret, .prefill = 1, .decode = 2, .prefill_args = std::move(prefill_args)}) {}
+  ~HungDecodeCluster() {  // the body runs before the members' destructors: before the cluster stops
+    if (!c.decode().empty()) kill(hung(), SIGCONT);
+  }
+  bool ready() const { return model.ok() && c.ready(); }
+  pid_t hung() const { return c.decode()[0].pid; }
+
+  Result<std::unique_ptr<Model>> model;
+  LocalCluster c;
+};
+
 // A hung decode worker (SIGSTOP: alive, connected, silent) is routed around like a crashed one:
 // the router's --stall-timeout-ms (3 s default) runs out while the worker fails its health polls,
 // the streams on it move to the other worker, and when it resumes it frees every block.
 TEST(Cluster, DecodeWorkerHungMidStreamMigratesWithIdenticalTokens) {
-  auto model = Model::load(kGret);
-  ASSERT_TRUE(model.ok());
-  LocalCluster c({.model = kGret, .prefill = 1, .decode = 2});
-  ASSERT_TRUE(c.ready()) << c.logs();
-  const pid_t hung = c.decode()[0].pid;
-  struct Resume {  // declared after the cluster: the worker runs again before the cluster stops
-    pid_t pid;
-    ~Resume() { kill(pid, SIGCONT); }
-  } resume{hung};
+  HungDecodeCluster h;
+  ASSERT_TRUE(h.ready()) << h.c.logs();
+  auto& model = h.model;
+  LocalCluster& c = h.c;
+  const pid_t hung = h.hung();
   auto stub = c.stub();
   const int n = 8, max_tokens = 400;
   const auto ps = prompts(n, (*model)->config().vocab_size, 11);
@@ -366,19 +379,12 @@ TEST(Cluster, DecodeWorkerHungMidStreamMigratesWithIdenticalTokens) {
 // The stall watch covers the Prefill call too: they are re-prefilled on the other worker, and the
 // prefill worker lets go of the jobs bound for the hung one while it is still stopped.
 TEST(Cluster, DecodeWorkerHungBeforeFirstTokenReprefillsElsewhere) {
-  auto model = Model::load(kGret);
-  ASSERT_TRUE(model.ok());
-  LocalCluster c({.model = kGret,
-                  .prefill = 1,
-                  .decode = 2,
-                  .prefill_args = {"--chunk-tokens=64", "--max-active=1", "--inject-chunk-delay-ms=150",
-                                   "--inject-commit-delay-ms=300"}});
-  ASSERT_TRUE(c.ready()) << c.logs();
-  const pid_t hung = c.decode()[0].pid;
-  struct Resume {  // declared after the cluster: the worker runs again before the cluster stops
-    pid_t pid;
-    ~Resume() { kill(pid, SIGCONT); }
-  } resume{hung};
+  HungDecodeCluster h(
+      {"--chunk-tokens=64", "--max-active=1", "--inject-chunk-delay-ms=150", "--inject-commit-delay-ms=300"});
+  ASSERT_TRUE(h.ready()) << h.c.logs();
+  auto& model = h.model;
+  LocalCluster& c = h.c;
+  const pid_t hung = h.hung();
   auto stub = c.stub();
   const int n = 8, max_tokens = 24;
   std::vector<std::vector<int32_t>> ps;  // 4 chunks each

@@ -66,23 +66,40 @@ TEST(Checksum, Crc32cKnownValue) {
   EXPECT_EQ(crc32c(big.data(), big.size()), crc32c(big.data() + 500, 500, crc32c(big.data(), 500)));
 }
 
+// Flags over argv[first..] (common/flags.h); `args` after the program and the command.
+Status parse_flags(Flags& f, std::vector<std::string> args) {
+  args.insert(args.begin(), {"prog", "cmd"});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return f.parse(static_cast<int>(argv.size()), argv.data(), 2);
+}
+
+FlagTable abc_flags() {
+  return {flag::integer("a", "", 0, -100, 100),
+          flag::str("b", ""),
+          flag::boolean("json", ""),
+          flag::int_list("list", "", -10, 10),
+          flag::number("d", "", 0, 0, 1),
+          flag::str("config", "")};
+}
+
 TEST(Flags, ParsesAndNamesErrors) {
-  const char* argv[] = {"prog", "cmd", "--a", "1", "--b=x", "--json", "pos", "--list", "1, 2,3"};
-  auto f = Flags::parse(9, const_cast<char**>(argv), 2, {"a", "b", "json", "list"}, {"json"});
-  ASSERT_TRUE(f.ok()) << f.status().to_string();
-  EXPECT_EQ(f->get_int("a", 0).value(), 1);
-  EXPECT_EQ(f->get("b"), "x");
-  EXPECT_TRUE(f->get_bool("json"));
-  EXPECT_EQ(f->positional().size(), 1u);
-  EXPECT_EQ(f->get_int_list("list").value(), (std::vector<int64_t>{1, 2, 3}));
-  const char* bad[] = {"prog", "cmd", "--nope", "1"};
-  auto g = Flags::parse(4, const_cast<char**>(bad), 2, {"a"});
-  ASSERT_FALSE(g.ok());
-  EXPECT_NE(g.status().message().find("--nope"), std::string::npos);
-  const char* badint[] = {"prog", "cmd", "--a", "x1"};
-  auto h = Flags::parse(4, const_cast<char**>(badint), 2, {"a"});
-  ASSERT_TRUE(h.ok());
-  EXPECT_NE(h->get_int("a", 0).status().message().find("--a"), std::string::npos);
+  Flags f("prog", "", abc_flags());
+  ASSERT_TRUE(parse_flags(f, {"--a", "1", "--b=x", "--json", "--list", "1, 2,3", "--a", "-5"}).ok());
+  EXPECT_EQ(f.integer("a"), -5);  // the last one given wins
+  EXPECT_EQ(f.str("b"), "x");
+  EXPECT_TRUE(f.boolean("json"));
+  EXPECT_EQ(f.int_list("list"), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_DOUBLE_EQ(f.number("d"), 0);  // the declared default
+  EXPECT_FALSE(f.has("d"));
+  ASSERT_TRUE(parse_flags(f, {"--json=false"}).ok());
+  EXPECT_FALSE(f.boolean("json"));
+  EXPECT_NE(parse_flags(f, {"--nope", "1"}).message().find("--nope"), std::string::npos);
+  EXPECT_EQ(parse_flags(f, {"pos"}).message(), "unexpected argument \"pos\"");
+  EXPECT_EQ(parse_flags(f, {"--a", "x1"}).message(), "--a: not an integer: x1");
+  EXPECT_EQ(parse_flags(f, {"--a", "101"}).message(), "--a: must be in [-100, 100], got 101");
+  EXPECT_EQ(parse_flags(f, {"--list", "1,11"}).message(), "--list[1]: must be in [-10, 10], got 11");
+  EXPECT_EQ(parse_flags(f, {"--d", "2"}).message(), "--d: must be in [0, 1], got 2");
 }
 
 TEST(Flags, DeviceFlag) {
@@ -101,22 +118,23 @@ TEST(Flags, ConfigFileFillsWhatTheCommandLineLeaves) {
   const std::string cfg = dir.sub("c.json");
   std::ofstream(cfg) << R"({"a": 7, "b": "from-file", "json": true, "d": 0.25})";
   const std::string arg = "--config=" + cfg;
-  const char* argv[] = {"prog", "--b", "cli", arg.c_str()};
-  auto f = Flags::parse(4, const_cast<char**>(argv), 1, {"a", "b", "d", "json", "config"}, {"json"});
-  ASSERT_TRUE(f.ok()) << f.status().to_string();
-  EXPECT_EQ(f->get_int("a", 0).value(), 7);
-  EXPECT_EQ(f->get("b"), "cli");  // the command line wins
-  EXPECT_TRUE(f->get_bool("json"));
-  EXPECT_DOUBLE_EQ(f->get_double("d", 0).value(), 0.25);
+  Flags f("prog", "", abc_flags());
+  ASSERT_TRUE(parse_flags(f, {"--b", "cli", arg}).ok());
+  EXPECT_EQ(f.integer("a"), 7);
+  EXPECT_EQ(f.str("b"), "cli");  // the command line wins
+  EXPECT_TRUE(f.boolean("json"));
+  EXPECT_DOUBLE_EQ(f.number("d"), 0.25);
 
   std::ofstream(cfg) << R"({"zzz": 1})";
-  auto g = Flags::parse(4, const_cast<char**>(argv), 1, {"a", "b", "d", "json", "config"}, {"json"});
+  Status g = parse_flags(f, {"--b", "cli", arg});
   ASSERT_FALSE(g.ok());
-  EXPECT_NE(g.status().message().find("zzz"), std::string::npos);
+  EXPECT_NE(g.message().find("zzz"), std::string::npos);
   std::ofstream(cfg) << R"({"json": "yes"})";
-  auto h = Flags::parse(4, const_cast<char**>(argv), 1, {"a", "b", "d", "json", "config"}, {"json"});
+  Status h = parse_flags(f, {"--b", "cli", arg});
   ASSERT_FALSE(h.ok());
-  EXPECT_NE(h.status().message().find("json"), std::string::npos);
+  EXPECT_NE(h.message().find("json"), std::string::npos);
+  std::ofstream(cfg) << R"({"a": 700})";  // values from the file are checked like the command line's
+  EXPECT_EQ(parse_flags(f, {arg}).message(), "--a: must be in [-100, 100], got 700");
 }
 
 }  // namespace

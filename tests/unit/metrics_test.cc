@@ -1,4 +1,5 @@
-// The metrics registry and /metrics endpoint: exact exposition text, validation, HTTP routes,
+// The metrics registry and /metrics endpoint: exact exposition text, validation, HTTP routes
+// (the services' one listener, server/http_listener.h, as server/server.cc sets it up),
 // `promtool check metrics`, and a real Prometheus server scraping the endpoint.
 #include "common/metrics.h"
 
@@ -15,7 +16,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "common/http_server.h"
+#include "server/http_listener.h"
 #include "tests/unit/http_get.h"
 #include "tests/unit/test_util.h"
 
@@ -23,6 +24,19 @@ namespace yoco {
 namespace {
 
 using test::http_get;
+
+// /metrics of `r` on 127.0.0.1, any free port.
+Result<std::unique_ptr<HttpListener>> serve_metrics(MetricsRegistry& r, std::string host = "127.0.0.1",
+                                                    std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  HttpListenerOptions o;
+  o.read_timeout = o.write_timeout = timeout;
+  o.max_connections = 64;
+  o.io_threads = 1;
+  auto s = HttpListener::bind(host, 0, o);
+  if (s.ok())
+    (*s)->serve(HttpRoutes().get("/metrics", [&r] { return HttpResponse{200, kPrometheusContentType, r.expose()}; }));
+  return s;
+}
 
 uint16_t free_port() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -95,16 +109,14 @@ TEST(Metrics, ValidationAndEscaping) {
 TEST(Metrics, ServedOverHttp) {
   MetricsRegistry r;
   fill(r);
-  auto server = HttpServer::start("127.0.0.1", 0, {{"/metrics", [&] {
-                                                      return HttpResponse{200, kPrometheusContentType, r.expose()};
-                                                    }}});
+  auto server = serve_metrics(r);
   ASSERT_TRUE(server.ok()) << server.status().to_string();
   const std::string ok = http_get((*server)->port(), "/metrics");
   EXPECT_NE(ok.find("HTTP/1.1 200"), std::string::npos) << ok;
   EXPECT_NE(ok.find("text/plain; version=0.0.4"), std::string::npos);
   EXPECT_NE(ok.find("yoco_prompt_tokens_total 42"), std::string::npos);
   EXPECT_NE(http_get((*server)->port(), "/nope").find("HTTP/1.1 404"), std::string::npos);
-  EXPECT_FALSE(HttpServer::start("not-an-address", 0, {}).ok());
+  EXPECT_FALSE(serve_metrics(r, "not-an-address").ok());
   (*server)->stop();
   EXPECT_EQ(http_get((*server)->port(), "/metrics"), "");  // stopped: nothing answers
 }
@@ -140,12 +152,7 @@ struct RawClient {
 TEST(Metrics, ASilentConnectionNeverBlocksAScrape) {
   MetricsRegistry r;
   fill(r);
-  auto server = HttpServer::start("127.0.0.1", 0,
-                                  {{"/metrics",
-                                    [&] {
-                                      return HttpResponse{200, kPrometheusContentType, r.expose()};
-                                    }}},
-                                  HttpServerOptions{.timeout = std::chrono::milliseconds(1500)});
+  auto server = serve_metrics(r, "127.0.0.1", std::chrono::milliseconds(1500));
   ASSERT_TRUE(server.ok()) << server.status().to_string();
   const uint16_t port = (*server)->port();
   RawClient silent(port, "");
@@ -182,9 +189,7 @@ TEST(Metrics, RealPrometheusScrapesTheEndpoint) {
   if (!have("prometheus")) GTEST_SKIP() << "prometheus not installed (scripts/setup.sh installs it)";
   MetricsRegistry r;
   fill(r);
-  auto server = HttpServer::start("127.0.0.1", 0, {{"/metrics", [&] {
-                                                      return HttpResponse{200, kPrometheusContentType, r.expose()};
-                                                    }}});
+  auto server = serve_metrics(r);
   ASSERT_TRUE(server.ok());
   test::TempDir dir;
   const uint16_t prom_port = free_port();

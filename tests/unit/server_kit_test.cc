@@ -17,25 +17,49 @@
 namespace yoco {
 namespace {
 
-ServerFlags parse(std::vector<std::string> args, std::set<std::string> known = {"n", "x", "model"}) {
+// The test binary's own flags: n in [0, n_hi], x in [0, 1], a model directory, an absent one.
+FlagTable test_flags(int64_t n_hi = 10) {
+  return {flag::integer("n", "a count", 1, 0, n_hi), flag::number("x", "a fraction", 1.0, 0.0, 1.0),
+          flag::str("model", "a directory"), flag::integer("absent", "never given", 3, 0, 10)};
+}
+
+ServerFlags parse(std::vector<std::string> args, FlagTable table = test_flags()) {
   args.insert(args.begin(), "prog");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
-  return ServerFlags("yoco-test", static_cast<int>(argv.size()), argv.data(), std::move(known));
+  return ServerFlags("yoco-test", "the server kit's test", static_cast<int>(argv.size()), argv.data(),
+                     std::move(table));
 }
 
 TEST(ServerFlags, RangesAndTheFirstErrorNamingTheFlag) {
   auto f = parse({"--n", "7", "--x=0.5"});
-  EXPECT_EQ(f.int_in("n", 1, 0, 10), 7);
-  EXPECT_DOUBLE_EQ(f.double_in("x", 1.0, 0.0, 1.0), 0.5);
-  EXPECT_EQ(f.int_in("absent", 3, 0, 10), 3);
+  EXPECT_EQ(f.integer("n"), 7);
+  EXPECT_DOUBLE_EQ(f.number("x"), 0.5);
+  EXPECT_EQ(f.integer("absent"), 3);  // the declared default
   EXPECT_TRUE(f.ok());
-  EXPECT_EQ(f.int_in("n", 1, 0, 5), 1);  // out of range: the default, and an error
-  EXPECT_FALSE(f.ok());
-  EXPECT_EQ(f.error(), "--n: must be in [0, 5], got 7");
-  f.required("model", "a directory");  // a later error does not replace the first
-  EXPECT_EQ(f.error(), "--n: must be in [0, 5], got 7");
-  EXPECT_EQ(f.usage_error(), 2);
+  auto out = parse({"--n", "7", "--x=0.5"}, test_flags(/*n_hi=*/5));
+  EXPECT_EQ(out.integer("n"), 7);  // out of range: an error (the value is never used)
+  EXPECT_FALSE(out.ok());
+  EXPECT_EQ(out.error(), "--n: must be in [0, 5], got 7");
+  out.required("model");  // a later error does not replace the first
+  EXPECT_EQ(out.error(), "--n: must be in [0, 5], got 7");
+  EXPECT_EQ(out.usage_error(), 2);
+  EXPECT_EQ(parse({"--x", "1.5"}).error(), "--x: must be in [0, 1], got 1.5");
+}
+
+// --help lists every flag, the program's and the common ones, each with its type, range, default
+// and help text under a "  --name" (or "  --name (boolean)") line: deployment checks read those.
+TEST(ServerFlags, HelpListsEveryFlagWithItsTypeDefaultAndHelp) {
+  FlagTable table = test_flags();
+  table.push_back(flag::boolean("fast", "go fast"));
+  for (FlagSpec& s : ServerFlags::common_flags()) table.push_back(std::move(s));
+  const std::string help = Flags("yoco-test", "the server kit's test", table).help_text();
+  EXPECT_NE(help.find("\n  --n\n      integer in [0, 10], default 1: a count\n"), std::string::npos) << help;
+  EXPECT_NE(help.find("\n  --fast (boolean)\n      boolean (absent: false): go fast\n"), std::string::npos) << help;
+  for (const FlagSpec& s : table)
+    EXPECT_NE(help.find("\n  --" + s.name + (s.type == FlagType::kBool ? " (boolean)\n" : "\n")), std::string::npos)
+        << s.name;
+  EXPECT_NE(help.find("  --log-level\n      text, default info: debug"), std::string::npos) << help;
 }
 
 TEST(ServerFlags, LogLevelIsOffDebugByDefaultAndSetByTheFlag) {
@@ -59,34 +83,38 @@ TEST(ServerFlags, LogLevelIsOffDebugByDefaultAndSetByTheFlag) {
 
 TEST(ServerFlags, ParseErrorsRequiredAndMalformed) {
   EXPECT_EQ(parse({"--bogus", "1"}).error(), "unknown flag --bogus");
+  EXPECT_EQ(parse({"--bogus=1"}).error(), "unknown flag --bogus");
   auto f = parse({"--n", "x"});
-  f.int_in("n", 0, 0, 10);
   EXPECT_EQ(f.error(), "--n: not an integer: x");
   auto g = parse({});
-  EXPECT_EQ(g.required("model", "a directory"), "");
+  EXPECT_EQ(g.required("model"), "");
   EXPECT_EQ(g.error(), "--model: required (a directory)");
 }
 
 // yoco-cli's cluster commands read their flags with the same kit: from argv[first], only the
 // names given (no listener flags), no positional arguments, and lists of ranged integers.
 TEST(ServerFlags, ClientFlagsAndIntegerLists) {
-  auto client = [](std::vector<std::string> args) {
+  auto client = [](std::vector<std::string> args, int64_t hi = 10) {
     args.insert(args.begin(), {"yoco-cli", "generate"});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
-    return ServerFlags::client("yoco-cli", static_cast<int>(argv.size()), argv.data(), 2, {"tokens", "router"});
+    return ServerFlags::client("yoco-cli", "a client", static_cast<int>(argv.size()), argv.data(), 2,
+                               {flag::int_list("tokens", "ids", 0, hi), flag::int_list("absent", "ids", 0, hi),
+                                flag::str("router", "HOST:PORT"), flag::repeated("stop", "a stop string")});
   };
-  auto f = client({"--router", "h:1", "--tokens", "1, 2,3"});
+  auto f = client({"--router", "h:1", "--tokens", "1, 2,3", "--stop", "a", "--stop=b c"});
   ASSERT_TRUE(f.ok()) << f.error();
-  EXPECT_EQ(f.int_list("tokens", 0, 10), (std::vector<int64_t>{1, 2, 3}));
-  EXPECT_TRUE(f.int_list("absent", 0, 10).empty());
+  EXPECT_EQ(f.int_list("tokens"), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_TRUE(f.int_list("absent").empty());
+  EXPECT_EQ(f.all("stop"), (std::vector<std::string>{"a", "b c"}));
   EXPECT_TRUE(f.ok());
-  EXPECT_TRUE(f.int_list("tokens", 0, 2).empty());
-  EXPECT_EQ(f.error(), "--tokens[2]: must be in [0, 2], got 3");
+  auto narrow = client({"--router", "h:1", "--tokens", "1, 2,3"}, /*hi=*/2);
+  EXPECT_TRUE(narrow.int_list("tokens").empty());
+  EXPECT_EQ(narrow.error(), "--tokens[2]: must be in [0, 2], got 3");
   EXPECT_EQ(client({"--listen", "127.0.0.1:0"}).error(), "unknown flag --listen");
   EXPECT_EQ(client({"--router", "h:1", "extra"}).error(), "unexpected argument \"extra\"");
   auto bad = client({"--tokens", "1,x"});
-  EXPECT_TRUE(bad.int_list("tokens", 0, 10).empty());
+  EXPECT_TRUE(bad.int_list("tokens").empty());
   EXPECT_NE(bad.error().find("--tokens"), std::string::npos) << bad.error();
 }
 
@@ -131,8 +159,7 @@ TEST(ServerTls, FlagsBothOrNeitherFilesReadableWorkersRequireClientCa) {
   auto missing = parse({"--tls-cert", f, "--tls-key", f + ".missing"});
   server_options(missing);
   EXPECT_NE(missing.error().find("--tls-key: cannot read"), std::string::npos) << missing.error();
-  auto channel =
-      parse({"--worker-tls-cert", f, "--worker-tls-key", f}, {"worker-tls-ca", "worker-tls-cert", "worker-tls-key"});
+  auto channel = parse({"--worker-tls-cert", f, "--worker-tls-key", f}, channel_tls_flags("worker-", "the workers"));
   read_channel_tls(channel, "worker-");
   EXPECT_NE(channel.error().find("--worker-tls-ca: required"), std::string::npos) << channel.error();
 }

@@ -9,11 +9,23 @@
 
 namespace yoco::cli {
 
-ServerFlags command_flags(int argc, char** argv, std::set<std::string> known, const std::set<std::string>& booleans) {
-  known.insert({"router", "deadline-ms", "api-key", "tls-ca", "tls-cert", "tls-key", "tls-server-name"});
-  ServerFlags f = ServerFlags::client("yoco-cli", argc, argv, 2, known, booleans);
-  f.required("router", "HOST:PORT");
+ServerFlags command_flags(int argc, char** argv, const std::string& about, FlagTable table) {
+  FlagTable common =
+      flag::grouped("Every cluster command",
+                    {flag::str("router", "HOST:PORT"),
+                     flag::optional_integer("deadline-ms", "each call's deadline (none: no deadline)", 1, INT32_MAX),
+                     flag::str("api-key", "the API key (default: $YOCO_API_KEY)")});
+  for (FlagSpec& s : flag::grouped("Every cluster command", channel_tls_flags("", "the router")))
+    common.push_back(std::move(s));
+  for (FlagSpec& s : common) table.push_back(std::move(s));
+  ServerFlags f =
+      ServerFlags::client("yoco-cli " + std::string(argc > 1 ? argv[1] : ""), about, argc, argv, 2, std::move(table));
+  f.required("router");
   return f;
+}
+
+FlagSpec token_ids_flag(std::string name, std::string help) {
+  return flag::int_list(std::move(name), std::move(help), 0, INT32_MAX);
 }
 
 void Connection::authorize(grpc::ClientContext& ctx) const {
@@ -27,7 +39,7 @@ void Connection::prepare(grpc::ClientContext& ctx) const {
 
 std::optional<Connection> connect(ServerFlags& flags) {
   Connection c;
-  if (flags.has("deadline-ms")) c.deadline = std::chrono::milliseconds(flags.int_in("deadline-ms", 0, 1, INT32_MAX));
+  if (flags.has("deadline-ms")) c.deadline = std::chrono::milliseconds(flags.integer("deadline-ms"));
   const ChannelTls tls = read_channel_tls(flags, "");
   if (!flags.ok()) return std::nullopt;
   const char* env_key = std::getenv("YOCO_API_KEY");
@@ -49,27 +61,9 @@ int flag_fail(const ServerFlags& flags) {
   return 2;
 }
 
-std::vector<std::string> repeated_flag(int argc, char** argv, const std::string& name,
-                                       const std::set<std::string>& booleans) {
-  std::vector<std::string> out;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) continue;
-    const std::string n = a.substr(2);
-    if (const auto eq = n.find('='); eq != std::string::npos) {
-      if (n.substr(0, eq) == name) out.push_back(n.substr(eq + 1));
-      continue;
-    }
-    if (booleans.count(n) || i + 1 >= argc) continue;
-    if (n == name) out.push_back(argv[i + 1]);
-    ++i;
-  }
-  return out;
-}
-
-std::vector<int32_t> token_ids(ServerFlags& flags, const std::string& name) {
+std::vector<int32_t> token_ids(const ServerFlags& flags, const std::string& name) {
   std::vector<int32_t> out;
-  for (int64_t t : flags.int_list(name, 0, INT32_MAX)) out.push_back(static_cast<int32_t>(t));
+  for (int64_t t : flags.int_list(name)) out.push_back(static_cast<int32_t>(t));
   return out;
 }
 

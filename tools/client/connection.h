@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -20,10 +19,13 @@
 
 namespace yoco::cli {
 
-// Every command's flags (argv[2..]; argv[1] is the command): its own `known` and `booleans` plus
-// --router (required), --deadline-ms, --api-key, --tls-ca, --tls-cert, --tls-key and
-// --tls-server-name. Errors are kept in the result (ServerFlags::ok, flag_fail).
-ServerFlags command_flags(int argc, char** argv, std::set<std::string> known, const std::set<std::string>& booleans);
+// Every command's flags (argv[2..]; argv[1] is the command): its own `table` plus --router
+// (required), --deadline-ms, --api-key, --tls-ca, --tls-cert, --tls-key and --tls-server-name.
+// `about` says what the command does (--help). Errors are kept in the result (ServerFlags::ok,
+// flag_fail).
+ServerFlags command_flags(int argc, char** argv, const std::string& about, FlagTable table);
+// A token-id list flag (comma-separated, each in [0, 2^31-1]).
+FlagSpec token_ids_flag(std::string name, std::string help);
 
 struct Connection {
   std::unique_ptr<v1::Yoco::Stub> stub;
@@ -45,10 +47,7 @@ std::optional<Connection> connect(ServerFlags& flags);
 int rpc_fail(const grpc::Status& st);
 int flag_fail(const ServerFlags& flags);
 
-// Every value of a flag that may be repeated (--stop): ServerFlags keeps only the last one.
-std::vector<std::string> repeated_flag(int argc, char** argv, const std::string& name,
-                                       const std::set<std::string>& booleans);
-// Comma-separated token ids (each in [0, 2^31-1]); errors go into `flags`.
-std::vector<int32_t> token_ids(ServerFlags& flags, const std::string& name);
+// The ids of a token_ids_flag().
+std::vector<int32_t> token_ids(const ServerFlags& flags, const std::string& name);
 
 }  // namespace yoco::cli

@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
-#include <set>
 #include <sstream>
 #include <string>
 
@@ -18,8 +17,9 @@ namespace {
 // get-doc, list-docs, delete-doc: parse (--id when `needs_id`), connect, one call, print the
 // JSON `call` builds.
 template <class Call>
-int doc_command(int argc, char** argv, bool needs_id, Call call) {
-  ServerFlags f = command_flags(argc, argv, needs_id ? std::set<std::string>{"id"} : std::set<std::string>{}, {});
+int doc_command(int argc, char** argv, const std::string& about, bool needs_id, Call call) {
+  ServerFlags f =
+      command_flags(argc, argv, about, needs_id ? FlagTable{flag::str("id", "the document's id")} : FlagTable{});
   if (f.ok() && needs_id && !f.has("id")) f.fail("--id: required");
   auto conn = connect(f);
   if (!f.ok()) return flag_fail(f);
@@ -34,7 +34,12 @@ int doc_command(int argc, char** argv, bool needs_id, Call call) {
 }  // namespace
 
 int cmd_cache_doc(int argc, char** argv) {
-  ServerFlags f = command_flags(argc, argv, {"text", "tokens", "file", "ttl-seconds"}, {});
+  ServerFlags f = command_flags(
+      argc, argv, "compute a document's K/V into the cluster's store (RAG pre-caching)",
+      {flag::str("text", "the document's text (or --tokens, --file)"),
+       token_ids_flag("tokens", "the document's token ids, comma-separated"),
+       flag::str("file", "a file holding the document's text"),
+       flag::integer("ttl-seconds", "how long the store keeps it (0: the store's default)", 0, 0, UINT32_MAX)});
   if (!f.ok()) return flag_fail(f);
   v1::CacheDocumentRequest req;
   const int given = f.has("text") + f.has("tokens") + f.has("file");
@@ -50,7 +55,7 @@ int cmd_cache_doc(int argc, char** argv) {
   } else {
     for (int32_t t : token_ids(f, "tokens")) req.mutable_tokens()->add_ids(t);
   }
-  req.set_ttl_seconds(static_cast<uint32_t>(f.int_in("ttl-seconds", 0, 0, UINT32_MAX)));
+  req.set_ttl_seconds(static_cast<uint32_t>(f.integer("ttl-seconds")));
   auto conn = connect(f);
   if (!f.ok()) return flag_fail(f);
   grpc::ClientContext ctx;
@@ -62,36 +67,39 @@ int cmd_cache_doc(int argc, char** argv) {
 }
 
 int cmd_get_doc(int argc, char** argv) {
-  return doc_command(argc, argv, true, [](auto& stub, grpc::ClientContext& ctx, const std::string& id, Json& out) {
-    v1::GetDocumentRequest req;
-    req.set_id(id);
-    v1::Document doc;
-    grpc::Status st = stub.GetDocument(&ctx, req, &doc);
-    out = document_json(doc);
-    return st;
-  });
+  return doc_command(argc, argv, "a cached document's record", true,
+                     [](auto& stub, grpc::ClientContext& ctx, const std::string& id, Json& out) {
+                       v1::GetDocumentRequest req;
+                       req.set_id(id);
+                       v1::Document doc;
+                       grpc::Status st = stub.GetDocument(&ctx, req, &doc);
+                       out = document_json(doc);
+                       return st;
+                     });
 }
 
 int cmd_list_docs(int argc, char** argv) {
-  return doc_command(argc, argv, false, [](auto& stub, grpc::ClientContext& ctx, const std::string&, Json& out) {
-    v1::ListDocumentsResponse resp;
-    grpc::Status st = stub.ListDocuments(&ctx, v1::ListDocumentsRequest(), &resp);
-    Json::Array docs;
-    for (const auto& d : resp.documents()) docs.push_back(document_json(d));
-    out = Json(std::move(docs));
-    return st;
-  });
+  return doc_command(argc, argv, "the cached documents", false,
+                     [](auto& stub, grpc::ClientContext& ctx, const std::string&, Json& out) {
+                       v1::ListDocumentsResponse resp;
+                       grpc::Status st = stub.ListDocuments(&ctx, v1::ListDocumentsRequest(), &resp);
+                       Json::Array docs;
+                       for (const auto& d : resp.documents()) docs.push_back(document_json(d));
+                       out = Json(std::move(docs));
+                       return st;
+                     });
 }
 
 int cmd_delete_doc(int argc, char** argv) {
-  return doc_command(argc, argv, true, [](auto& stub, grpc::ClientContext& ctx, const std::string& id, Json& out) {
-    v1::DeleteDocumentRequest req;
-    req.set_id(id);
-    v1::DeleteDocumentResponse resp;
-    grpc::Status st = stub.DeleteDocument(&ctx, req, &resp);
-    out = Json(Json::Object{{"deleted", Json(resp.deleted())}});
-    return st;
-  });
+  return doc_command(argc, argv, "delete a cached document", true,
+                     [](auto& stub, grpc::ClientContext& ctx, const std::string& id, Json& out) {
+                       v1::DeleteDocumentRequest req;
+                       req.set_id(id);
+                       v1::DeleteDocumentResponse resp;
+                       grpc::Status st = stub.DeleteDocument(&ctx, req, &resp);
+                       out = Json(Json::Object{{"deleted", Json(resp.deleted())}});
+                       return st;
+                     });
 }
 
 }  // namespace yoco::cli

@@ -5,7 +5,6 @@
 #include <iostream>
 #include <limits>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -17,10 +16,33 @@
 namespace yoco::cli {
 namespace {
 
-const std::set<std::string> kBooleans = {"json", "ignore-eos"};
+FlagTable generate_flags() {
+  constexpr double kAny = std::numeric_limits<double>::infinity();  // ranges are the server's to check
+  return {
+      flag::str("prompt", "the prompt's text (or --tokens)"),
+      token_ids_flag("tokens", "the prompt's token ids, comma-separated (or --prompt)"),
+      flag::optional_integer("max-tokens", "tokens to generate (default: the server's)", 1, UINT32_MAX),
+      flag::optional_number("temperature", "sampling temperature (default: the server's, 1)", -kAny, kAny),
+      flag::optional_integer("top-k", "sample among the k likeliest tokens", 0, INT32_MAX),
+      flag::optional_number("top-p", "nucleus sampling's probability mass", -kAny, kAny),
+      flag::optional_number("min-p", "drop tokens below this fraction of the likeliest's probability", -kAny, kAny),
+      flag::optional_number("repetition-penalty", "divides the logits of tokens already seen", -kAny, kAny),
+      flag::optional_number("presence-penalty", "subtracted from the logits of tokens already seen", -kAny, kAny),
+      flag::optional_number("frequency-penalty", "subtracted per occurrence of a token already seen", -kAny, kAny),
+      flag::optional_integer("seed", "the sampler's seed (default: a random one)", 0, INT64_MAX),
+      flag::repeated("stop", "a stop string (repeat the flag for several)"),
+      token_ids_flag("stop-token-ids", "token ids that end the generation, comma-separated"),
+      flag::boolean("ignore-eos", "keep generating past the end-of-sequence token"),
+      flag::optional_integer("logprobs", "log-probs of this many top alternatives per token", 0, UINT32_MAX),
+      flag::boolean("json", "the whole answer as JSON (usage, timings, log-probs)"),
+      flag::str("request-id", "the request's id in the cluster's logs (default: one is made)"),
+      flag::optional_integer("priority", "the request's priority", INT32_MIN, INT32_MAX),
+      flag::str("document-ids", "cached documents put before the prompt, comma-separated ids"),
+  };
+}
 
 // The request the flags describe; errors go into `f`.
-v1::GenerateRequest generate_request(ServerFlags& f, int argc, char** argv) {
+v1::GenerateRequest generate_request(ServerFlags& f) {
   v1::GenerateRequest req;
   if (f.has("prompt") && f.has("tokens")) f.fail("--prompt and --tokens are alternatives; give one");
   if (f.has("prompt")) {
@@ -39,29 +61,28 @@ v1::GenerateRequest generate_request(ServerFlags& f, int argc, char** argv) {
     pos = end + 1;
   }
   // 0 on the wire means "the server's default", so a requested 0 is refused here.
-  if (f.has("max-tokens")) req.set_max_tokens(static_cast<uint32_t>(f.int_in("max-tokens", 0, 1, UINT32_MAX)));
+  if (f.has("max-tokens")) req.set_max_tokens(static_cast<uint32_t>(f.integer("max-tokens")));
   // Sampling flags left out stay unset: the server's defaults apply (temperature 1).
   auto* s = req.mutable_sampling();
   struct FloatFlag {
     const char* name;
     void (v1::SamplingParams::*set)(float);
   };
-  constexpr double kAny = std::numeric_limits<double>::infinity();  // ranges are the server's to check
   for (const auto& [name, set] :
        {FloatFlag{"temperature", &v1::SamplingParams::set_temperature},
         FloatFlag{"top-p", &v1::SamplingParams::set_top_p}, FloatFlag{"min-p", &v1::SamplingParams::set_min_p},
         FloatFlag{"repetition-penalty", &v1::SamplingParams::set_repetition_penalty},
         FloatFlag{"presence-penalty", &v1::SamplingParams::set_presence_penalty},
         FloatFlag{"frequency-penalty", &v1::SamplingParams::set_frequency_penalty}}) {
-    if (f.has(name)) (s->*set)(static_cast<float>(f.double_in(name, 0, -kAny, kAny)));
+    if (f.has(name)) (s->*set)(static_cast<float>(f.number(name)));
   }
-  if (f.has("top-k")) s->set_top_k(static_cast<int32_t>(f.int_in("top-k", 0, 0, INT32_MAX)));
-  if (f.has("seed")) s->set_seed(static_cast<uint64_t>(f.int_in("seed", 0, 0, INT64_MAX)));
-  for (const std::string& stop : repeated_flag(argc, argv, "stop", kBooleans)) req.add_stop(stop);
+  if (f.has("top-k")) s->set_top_k(static_cast<int32_t>(f.integer("top-k")));
+  if (f.has("seed")) s->set_seed(static_cast<uint64_t>(f.integer("seed")));
+  for (const std::string& stop : f.all("stop")) req.add_stop(stop);
   for (int32_t t : token_ids(f, "stop-token-ids")) req.add_stop_token_ids(t);
   req.set_ignore_eos(f.boolean("ignore-eos"));
-  if (f.has("logprobs")) req.set_logprobs(static_cast<uint32_t>(f.int_in("logprobs", 0, 0, UINT32_MAX)));
-  if (f.has("priority")) req.set_priority(static_cast<int32_t>(f.int_in("priority", 0, INT32_MIN, INT32_MAX)));
+  if (f.has("logprobs")) req.set_logprobs(static_cast<uint32_t>(f.integer("logprobs")));
+  if (f.has("priority")) req.set_priority(static_cast<int32_t>(f.integer("priority")));
   req.set_request_id(f.str("request-id"));
   return req;
 }
@@ -91,14 +112,9 @@ int print_json(const v1::Final& fin, const std::vector<int32_t>& ids, const std:
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
-  ServerFlags f =
-      command_flags(argc, argv,
-                    {"prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p", "repetition-penalty",
-                     "presence-penalty", "frequency-penalty", "seed", "stop", "stop-token-ids", "ignore-eos",
-                     "logprobs", "json", "request-id", "priority", "document-ids"},
-                    kBooleans);
+  ServerFlags f = command_flags(argc, argv, "one streamed Generate: the text as it comes, or --json", generate_flags());
   if (!f.ok()) return flag_fail(f);
-  const v1::GenerateRequest req = generate_request(f, argc, argv);
+  const v1::GenerateRequest req = generate_request(f);
   auto conn = connect(f);
   if (!f.ok()) return flag_fail(f);
   const bool json = f.boolean("json");

@@ -8,7 +8,8 @@
 namespace yoco::cli {
 
 int cmd_info(int argc, char** argv) {
-  ServerFlags f = command_flags(argc, argv, {"json"}, {"json"});  // the output is JSON either way
+  ServerFlags f = command_flags(argc, argv, "the served model (GetModelInfo), as JSON",
+                                {flag::boolean("json", "accepted for symmetry: the output is JSON either way")});
   auto conn = connect(f);
   if (!f.ok()) return flag_fail(f);
   grpc::ClientContext ctx;

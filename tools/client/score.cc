@@ -12,7 +12,11 @@
 namespace yoco::cli {
 
 int cmd_score(int argc, char** argv) {
-  ServerFlags f = command_flags(argc, argv, {"text", "tokens", "top-logprobs", "json"}, {"json"});
+  ServerFlags f = command_flags(
+      argc, argv, "the prompt's own log-probs (Score)",
+      {flag::str("text", "the text to score (or --tokens)"), token_ids_flag("tokens", "token ids, comma-separated"),
+       flag::integer("top-logprobs", "top alternatives per token", 0, 0, UINT32_MAX),
+       flag::boolean("json", "the answer as JSON")});
   if (!f.ok()) return flag_fail(f);
   v1::ScoreRequest req;
   if (f.has("text") && f.has("tokens")) f.fail("--text and --tokens are alternatives; give one");
@@ -23,7 +27,7 @@ int cmd_score(int argc, char** argv) {
   } else {
     f.fail("--text or --tokens: required");
   }
-  req.set_top_logprobs(static_cast<uint32_t>(f.int_in("top-logprobs", 0, 0, UINT32_MAX)));
+  req.set_top_logprobs(static_cast<uint32_t>(f.integer("top-logprobs")));
   auto conn = connect(f);
   if (!f.ok()) return flag_fail(f);
   grpc::ClientContext ctx;

@@ -11,8 +11,10 @@
 namespace yoco::cli {
 
 int cmd_tokenize(int argc, char** argv) {
-  ServerFlags f =
-      command_flags(argc, argv, {"text", "add-bos", "allow-special", "json"}, {"add-bos", "allow-special", "json"});
+  ServerFlags f = command_flags(argc, argv, "the router's tokenizer: text to token ids",
+                                {flag::str("text", "the text"), flag::boolean("add-bos", "start with the BOS token"),
+                                 flag::boolean("allow-special", "special tokens written in the text are tokens"),
+                                 flag::boolean("json", "{\"tokens\": [...]}")});
   if (f.ok() && !f.has("text")) f.fail("--text: required");
   if (!f.ok()) return flag_fail(f);
   v1::TokenizeRequest req;
@@ -37,8 +39,10 @@ int cmd_tokenize(int argc, char** argv) {
 }
 
 int cmd_detokenize(int argc, char** argv) {
-  ServerFlags f = command_flags(argc, argv, {"tokens", "skip-special"}, {"skip-special"});
-  f.required("tokens", "comma-separated token ids");
+  ServerFlags f = command_flags(argc, argv, "the router's tokenizer: token ids to text",
+                                {token_ids_flag("tokens", "comma-separated token ids"),
+                                 flag::boolean("skip-special", "leave the special tokens' text out")});
+  f.required("tokens");
   v1::DetokenizeRequest req;
   for (int32_t t : token_ids(f, "tokens")) req.add_ids(t);
   req.set_skip_special(f.boolean("skip-special"));

@@ -1,9 +1,9 @@
-// server/http_stream_server.h: whole answers and keep-alive, chunked streams, the body limit (413),
+// server/http_listener.h: whole answers and keep-alive, chunked streams, the body limit (413),
 // the read timeout, a dropped client seen by ClientWatch, and one blocked handler never holding up
 // another connection; under hostile clients (docs/design.md, OpenAI HTTP API): HTTP/1.0 streams,
 // refused framings, a thrown handler, idle connections past the descriptor limit (a child process
 // serves under a lowered RLIMIT_NOFILE), accept() out of descriptors, a connection storm.
-#include "server/http_stream_server.h"
+#include "server/http_listener.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -41,8 +41,8 @@ constexpr double kSlow = 1;
 constexpr double kSlow = 1;
 #endif
 
-std::unique_ptr<HttpStreamServer> serve(HttpStreamHandler handler, HttpStreamServerOptions o = {}) {
-  auto s = HttpStreamServer::bind("127.0.0.1", 0, o);
+std::unique_ptr<HttpListener> serve(HttpRoutes handler, HttpListenerOptions o = {}) {
+  auto s = HttpListener::bind("127.0.0.1", 0, o);
   EXPECT_TRUE(s.ok()) << s.status().message();
   (*s)->serve(std::move(handler));
   return std::move(s).value();
@@ -67,7 +67,7 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
-TEST(HttpStreamServer, AnswersAndKeepsConnectionsAlive) {
+TEST(HttpListener, AnswersAndKeepsConnectionsAlive) {
   auto s = serve([](HttpExchange& ex) {
     ex.respond(200, "application/json",
                "{\"path\":\"" + ex.request().path + "\",\"body\":\"" + ex.request().body + "\"}",
@@ -85,7 +85,44 @@ TEST(HttpStreamServer, AnswersAndKeepsConnectionsAlive) {
   s->stop();
 }
 
-TEST(HttpStreamServer, StreamsChunks) {
+// The route table: a method and a path to a handler; a GET route answers HEAD without its body; a
+// routed path asked with another method is a 405 naming the methods it takes; a path no route
+// names is a 404, or goes to the fallback when the table has one.
+TEST(HttpListener, RoutesByMethodAndPath) {
+  auto s =
+      serve(HttpRoutes()
+                .get("/a",
+                     [] {
+                       return HttpResponse{200, "text/plain", "A\n"};
+                     })
+                .on("POST", "/b", [](HttpExchange& ex) { ex.respond(201, "text/plain", "B:" + ex.request().body); }));
+  const std::string a = test::http_get(s->port(), "/a?x=1");
+  EXPECT_EQ(test::http_status(a), 200) << a;
+  EXPECT_EQ(test::http_body(a), "A\n");
+  const std::string head = test::http_raw(s->port(), "HEAD /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(test::http_status(head), 200) << head;
+  EXPECT_EQ(test::http_body(head), "");
+  const std::string b = test::http_post(s->port(), "/b", "hi");
+  EXPECT_EQ(test::http_status(b), 201) << b;
+  EXPECT_EQ(test::http_body(b), "B:hi");
+  const std::string wrong = test::http_post(s->port(), "/a", "x");
+  EXPECT_EQ(test::http_status(wrong), 405) << wrong;
+  EXPECT_NE(wrong.find("Allow: GET, HEAD"), std::string::npos) << wrong;
+  EXPECT_EQ(test::http_status(test::http_get(s->port(), "/nope")), 404);
+  auto f =
+      serve(HttpRoutes()
+                .get("/a",
+                     [] {
+                       return HttpResponse{200, "text/plain", "A"};
+                     })
+                .fallback([](HttpExchange& ex) { ex.respond(418, "text/plain", "fallback " + ex.request().path); }));
+  const std::string other = test::http_get(f->port(), "/other");
+  EXPECT_EQ(test::http_status(other), 418) << other;
+  EXPECT_EQ(test::http_body(other), "fallback /other");
+  EXPECT_EQ(test::http_body(test::http_get(f->port(), "/a")), "A");
+}
+
+TEST(HttpListener, StreamsChunks) {
   auto s = serve([](HttpExchange& ex) {
     ASSERT_TRUE(ex.start_stream(200, "text/event-stream", {}));
     for (int i = 0; i < 3; ++i) ASSERT_TRUE(ex.write("data: " + std::to_string(i) + "\n\n"));
@@ -96,8 +133,8 @@ TEST(HttpStreamServer, StreamsChunks) {
   EXPECT_EQ(test::http_body(r), "data: 0\n\ndata: 1\n\ndata: 2\n\n");
 }
 
-TEST(HttpStreamServer, BodyLimitAndReadTimeout) {
-  HttpStreamServerOptions o;
+TEST(HttpListener, BodyLimitAndReadTimeout) {
+  HttpListenerOptions o;
   o.max_body_bytes = 100;
   o.read_timeout = std::chrono::milliseconds(300);
   std::atomic<int> handled{0};
@@ -111,7 +148,7 @@ TEST(HttpStreamServer, BodyLimitAndReadTimeout) {
   EXPECT_EQ(handled.load(), 0);
 }
 
-TEST(HttpStreamServer, ClientWatchSeesADroppedConnection) {
+TEST(HttpListener, ClientWatchSeesADroppedConnection) {
   std::atomic<bool> gone{false};
   auto s = serve([&](HttpExchange& ex) {
     std::mutex mu;
@@ -130,7 +167,7 @@ TEST(HttpStreamServer, ClientWatchSeesADroppedConnection) {
   EXPECT_TRUE(gone.load());
 }
 
-TEST(HttpStreamServer, ABlockedHandlerHoldsUpNoOtherConnection) {
+TEST(HttpListener, ABlockedHandlerHoldsUpNoOtherConnection) {
   std::mutex mu;
   std::condition_variable cv;
   bool fast_done = false;
@@ -161,12 +198,12 @@ int curl(const std::string& args) {
   return WEXITSTATUS(std::system(("curl -s -o /dev/null --max-time 10 " + args + " 2>/dev/null").c_str()));
 }
 
-TEST(HttpStreamServer, TlsAndClientCertificates) {
+TEST(HttpListener, TlsAndClientCertificates) {
   if (std::system("command -v curl >/dev/null 2>&1") != 0) GTEST_SKIP() << "no curl";
   test::TempDir dir;
   auto pki = test::TestPki::make(dir.path());
   if (!pki) GTEST_SKIP() << "no openssl";
-  HttpStreamServerOptions o;
+  HttpListenerOptions o;
   o.tls_cert = pki->server_cert;
   o.tls_key = pki->server_key;
   auto s = serve([](HttpExchange& ex) { ex.respond(200, "text/plain", "ok", {}); }, o);
@@ -184,7 +221,7 @@ TEST(HttpStreamServer, TlsAndClientCertificates) {
   EXPECT_EQ(curl("--cacert " + pki->ca + " --cert " + pki->client_cert + " --key " + pki->client_key + murl), 0);
 
   o.tls_cert = dir.path() + "/missing.pem";
-  auto bad = HttpStreamServer::bind("127.0.0.1", 0, o);
+  auto bad = HttpListener::bind("127.0.0.1", 0, o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("--tls-cert"), std::string::npos) << bad.status().message();
 }
@@ -211,7 +248,7 @@ void expect_error_json(const std::string& response, int status) {
   }
 }
 
-TEST(HttpStreamServer, Http10StreamIsCloseDelimited) {
+TEST(HttpListener, Http10StreamIsCloseDelimited) {
   auto s = serve([](HttpExchange& ex) {
     ASSERT_TRUE(ex.start_stream(200, "text/event-stream", {}));
     for (int i = 0; i < 3; ++i) ASSERT_TRUE(ex.write("data: " + std::to_string(i) + "\n\n"));
@@ -234,7 +271,7 @@ TEST(HttpStreamServer, Http10StreamIsCloseDelimited) {
   EXPECT_EQ(test::http_body(r11), "data: 0\n\ndata: 1\n\ndata: 2\n\n");
 }
 
-TEST(HttpStreamServer, RefusesTransferCodingsOtherThanChunked) {
+TEST(HttpListener, RefusesTransferCodingsOtherThanChunked) {
   std::atomic<int> handled{0};
   auto s = serve([&](HttpExchange& ex) { ++handled, ex.respond(200, "text/plain", ex.request().body, {}); });
   const std::string body = "5\r\nhello\r\n0\r\n\r\n";
@@ -257,7 +294,7 @@ TEST(HttpStreamServer, RefusesTransferCodingsOtherThanChunked) {
   EXPECT_EQ(test::http_body(ok), "hello");
 }
 
-TEST(HttpStreamServer, RefusesObsoleteLineFolding) {
+TEST(HttpListener, RefusesObsoleteLineFolding) {
   std::atomic<int> handled{0};
   auto s = serve([&](HttpExchange& ex) { ++handled, ex.respond(200, "text/plain", "ok", {}); });
   for (const std::string fold :
@@ -272,7 +309,7 @@ TEST(HttpStreamServer, RefusesObsoleteLineFolding) {
   EXPECT_EQ(test::http_status(ok), 200) << ok;
 }
 
-TEST(HttpStreamServer, AThrownHandlerAnswers500) {
+TEST(HttpListener, AThrownHandlerAnswers500) {
   auto s = serve([](HttpExchange& ex) {
     if (ex.request().path == "/throw") throw std::runtime_error("boom");
     if (ex.request().path == "/throw-in-stream") {
@@ -318,9 +355,9 @@ int fds_of(pid_t pid) { return count_entries("/proc/" + std::to_string(pid) + "/
 
 // The child of IdleConnectionsPastTheDescriptorLimit (skipped when run on its own): serves under
 // RLIMIT_NOFILE soft = $YOCO_HTTP_TEST_NOFILE, prints its port, runs until killed.
-TEST(HttpStreamServerChild, ServesUnderALowDescriptorLimit) {
+TEST(HttpListenerChild, ServesUnderALowDescriptorLimit) {
   const char* nofile = std::getenv("YOCO_HTTP_TEST_NOFILE");
-  if (nofile == nullptr) GTEST_SKIP() << "the child process of HttpStreamServer.IdleConnectionsPastTheDescriptorLimit";
+  if (nofile == nullptr) GTEST_SKIP() << "the child process of HttpListener.IdleConnectionsPastTheDescriptorLimit";
   rlimit rl{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
   rl.rlim_cur = std::stoul(nofile);
@@ -351,7 +388,7 @@ void spawn_server(Child& c, int nofile) {
   for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
   envp.push_back(env_nofile.data());
   envp.push_back(nullptr);
-  char filter[] = "--gtest_filter=HttpStreamServerChild.*";
+  char filter[] = "--gtest_filter=HttpListenerChild.*";
   char* argv[] = {exe, filter, nullptr};
   int out[2];
   ASSERT_EQ(pipe(out), 0);
@@ -380,7 +417,7 @@ void spawn_server(Child& c, int nofile) {
   c.port = std::stoi(text.substr(at + 6));
 }
 
-TEST(HttpStreamServer, IdleConnectionsPastTheDescriptorLimit) {
+TEST(HttpListener, IdleConnectionsPastTheDescriptorLimit) {
   // The server's process at soft RLIMIT_NOFILE 256: its cap is 256 - 128 = 128 connections.
   Child child;
   spawn_server(child, 256);
@@ -453,7 +490,7 @@ double cpu_seconds() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
-TEST(HttpStreamServer, AcceptOutOfDescriptorsWaitsAndRecovers) {
+TEST(HttpListener, AcceptOutOfDescriptorsWaitsAndRecovers) {
   // The sanitizers' runtimes need descriptors of their own (UBSan's vptr check reads memory
   // through a pipe and reports a false "invalid vptr" when none is left): the test takes every
   // descriptor, so it runs in the plain build only.
@@ -485,7 +522,7 @@ TEST(HttpStreamServer, AcceptOutOfDescriptorsWaitsAndRecovers) {
 // At RLIMIT_NOFILE 256 (cap 128), four clients open connections and close them again, each keeping
 // its last 20 open for a few milliseconds (some sent nothing, half a request, TLS bytes, a whole
 // request): about 80 open at any time, thousands in all, while normal requests keep being answered.
-TEST(HttpStreamServer, ConnectionStormLeavesRequestsAnswered) {
+TEST(HttpListener, ConnectionStormLeavesRequestsAnswered) {
   Child child;
   spawn_server(child, 256);
   ASSERT_GT(child.port, 0);

@@ -1,4 +1,4 @@
-#include "server/http_stream_server.h"
+#include "server/http_listener.h"
 
 #include <poll.h>
 #include <sys/resource.h>
@@ -43,7 +43,7 @@ int64_t mtime_ns(const std::string& path) {
 // a broken new file is logged and the old context stays.
 class TlsFiles {
  public:
-  explicit TlsFiles(const HttpStreamServerOptions& o) : cert_(o.tls_cert), key_(o.tls_key), ca_(o.tls_client_ca) {}
+  explicit TlsFiles(const HttpListenerOptions& o) : cert_(o.tls_cert), key_(o.tls_key), ca_(o.tls_client_ca) {}
 
   Status load() {
     auto ctx = build();
@@ -118,8 +118,8 @@ class ConnectionBase {
 // What the I/O threads, the handler threads and every connection share; it outlives them all
 // (each holds a shared_ptr), so a handler stuck past stop() still finds it.
 struct Shared {
-  HttpStreamServerOptions options;
-  HttpStreamHandler handler;
+  HttpListenerOptions options;
+  HttpRoutes routes;
   std::unique_ptr<TlsFiles> tls;
   std::atomic<bool> stopping{false};
   std::atomic<int> cap{0};  // connections served at once (effective_cap)
@@ -394,7 +394,7 @@ class Connection final : public HttpExchange,
   static void run_handler(std::shared_ptr<Connection> self) {
     Connection& c = *self;
     try {
-      c.shared_->handler(c);
+      c.shared_->routes.dispatch(c);
     } catch (const std::exception& e) {
       YOCO_LOG(LogLevel::kError, "http: the handler threw", LogFields().kv("path", c.req_.path).kv("error", e.what()));
     } catch (...) {
@@ -448,7 +448,7 @@ class Connection final : public HttpExchange,
   }
 
   const std::shared_ptr<Shared> shared_;
-  const HttpStreamServerOptions& opt_;
+  const HttpListenerOptions& opt_;
   const std::shared_ptr<ssl::context> ctx_;  // outlives the stream
   const int fd_;
   Stream stream_;
@@ -545,17 +545,17 @@ void accept_next(const std::shared_ptr<Shared>& s) {
 
 }  // namespace
 
-struct HttpStreamServer::Impl {
+struct HttpListener::Impl {
   std::shared_ptr<Shared> shared = std::make_shared<Shared>();
   uint16_t port = 0;
 };
 
-HttpStreamServer::HttpStreamServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpListener::HttpListener(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-HttpStreamServer::~HttpStreamServer() { stop(); }
+HttpListener::~HttpListener() { stop(); }
 
-Result<std::unique_ptr<HttpStreamServer>> HttpStreamServer::bind(const std::string& host, uint16_t port,
-                                                                 HttpStreamServerOptions options) {
+Result<std::unique_ptr<HttpListener>> HttpListener::bind(const std::string& host, uint16_t port,
+                                                         HttpListenerOptions options) {
   auto impl = std::make_unique<Impl>();
   Shared& s = *impl->shared;
   if (!options.tls_cert.empty()) {
@@ -566,7 +566,7 @@ Result<std::unique_ptr<HttpStreamServer>> HttpStreamServer::bind(const std::stri
   s.cap = effective_cap(s.options.max_connections);
   beast::error_code ec;
   const auto addr = asio::ip::make_address(host, ec);
-  if (ec) return invalid_argument("--http-port: listen address \"" + host + "\": " + ec.message());
+  if (ec) return invalid_argument(s.options.flag + ": listen address \"" + host + "\": " + ec.message());
   const tcp::endpoint ep(addr, port);
   s.acceptor.open(ep.protocol(), ec);
   if (!ec) s.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
@@ -574,18 +574,18 @@ Result<std::unique_ptr<HttpStreamServer>> HttpStreamServer::bind(const std::stri
   if (!ec) s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
     return Status(StatusCode::kUnavailable,
-                  "--http-port: cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
+                  s.options.flag + ": cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
   impl->port = s.acceptor.local_endpoint(ec).port();
-  return std::unique_ptr<HttpStreamServer>(new HttpStreamServer(std::move(impl)));
+  return std::unique_ptr<HttpListener>(new HttpListener(std::move(impl)));
 }
 
-uint16_t HttpStreamServer::port() const { return impl_->port; }
-bool HttpStreamServer::tls() const { return impl_->shared->tls != nullptr; }
-int HttpStreamServer::max_connections() const { return impl_->shared->cap; }
+uint16_t HttpListener::port() const { return impl_->port; }
+bool HttpListener::tls() const { return impl_->shared->tls != nullptr; }
+int HttpListener::max_connections() const { return impl_->shared->cap; }
 
-void HttpStreamServer::serve(HttpStreamHandler handler) {
+void HttpListener::serve(HttpRoutes routes) {
   const std::shared_ptr<Shared>& s = impl_->shared;
-  s->handler = std::move(handler);
+  s->routes = std::move(routes);
   s->cap = effective_cap(s->options.max_connections);  // the limit may have been raised since bind
   s->work.emplace(s->io.get_executor());
   asio::post(s->accept_strand, [s] { accept_next(s); });
@@ -604,7 +604,7 @@ void HttpStreamServer::serve(HttpStreamHandler handler) {
            LogFields().kv("port", static_cast<int64_t>(impl_->port)).kv("max_connections", s->cap.load()));
 }
 
-void HttpStreamServer::stop() {
+void HttpListener::stop() {
   if (!impl_) return;
   const std::shared_ptr<Shared>& s = impl_->shared;
   if (s->stopping.exchange(true)) return;
@@ -636,6 +636,43 @@ void HttpStreamServer::stop() {
   s->work.reset();
   for (std::thread& t : s->threads) closed ? t.join() : t.detach();
   s->threads.clear();
+}
+
+// ---- HttpRoutes ----
+
+HttpRoutes& HttpRoutes::on(const std::string& method, const std::string& path, HttpHandler handler) {
+  routes_[path][method] = std::move(handler);
+  return *this;
+}
+
+HttpRoutes& HttpRoutes::get(const std::string& path, std::function<HttpResponse()> answer) {
+  auto handler = [answer = std::move(answer)](HttpExchange& ex) {
+    HttpResponse r = answer();
+    if (ex.request().method == "HEAD") r.body.clear();
+    ex.respond(r.status, r.content_type, std::move(r.body));
+  };
+  on("HEAD", path, handler);
+  return on("GET", path, std::move(handler));
+}
+
+HttpRoutes& HttpRoutes::fallback(HttpHandler handler) {
+  fallback_ = std::move(handler);
+  return *this;
+}
+
+void HttpRoutes::dispatch(HttpExchange& ex) const {
+  const HttpRequest& req = ex.request();
+  const auto path = routes_.find(req.path);
+  if (path == routes_.end()) {
+    if (fallback_) return fallback_(ex);
+    ex.respond(404, "text/plain", "not found\n");
+    return;
+  }
+  if (const auto m = path->second.find(req.method); m != path->second.end()) return m->second(ex);
+  std::string allow;
+  for (const auto& [method, handler] : path->second) allow += (allow.empty() ? "" : ", ") + method;
+  ex.respond(405, "text/plain", "method " + req.method + " not allowed on " + req.path + " (use " + allow + ")\n",
+             {{"Allow", allow}});
 }
 
 // ---- ClientWatch ----
