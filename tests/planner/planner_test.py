@@ -115,6 +115,52 @@ class Autoscaler(unittest.TestCase):
         self.assertEqual(feedback(2, 2, w, Slo(2.0, 0.05)), (2, 2))
 
 
+class AutoscaleDryRun(unittest.TestCase):
+    def test_targets_from_a_live_metrics_endpoint(self):
+        """A loopback /metrics whose counters grow between scrapes: the loop prints the window's rate
+        and a target it would set (nothing is scaled with --dry-run)."""
+        import http.server
+        import json
+        import threading
+        scrapes = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = (METRICS_A if not scrapes else METRICS_B).encode()
+                scrapes.append(1)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                prof = os.path.join(d, "p.json")
+                with open(prof, "w") as f:
+                    json.dump(PROFILE, f)
+                r = subprocess.run([sys.executable, os.path.join(PLANNER, "yoco_plan.py"), "autoscale", "--profile", prof,
+                                    "--metrics-url", "http://127.0.0.1:%d/metrics" % server.server_port,
+                                    "--ttft-p90", "0.5", "--itl-p90", "0.05", "--interval", "0.5", "--horizon", "20",
+                                    "--iterations", "1", "--max-replicas", "4", "--dry-run"],
+                                   capture_output=True, text=True, timeout=120)
+        finally:
+            server.shutdown()
+            thread.join()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        line = json.loads(r.stdout.splitlines()[-1])
+        self.assertGreater(line["window"]["rate"], 0)
+        self.assertAlmostEqual(line["window"]["prompt_mean"], 160.0)
+        # The measured TTFT p90 (0.91 s) is over the 0.5 s SLO: at least one more prefill worker.
+        self.assertGreaterEqual(line["target"]["prefill"], 2)
+        self.assertLessEqual(line["target"]["prefill"], 4)
+
+
 class CommandLine(unittest.TestCase):
     def run_cli(self, *args):
         return subprocess.run([sys.executable, os.path.join(PLANNER, "yoco_plan.py")] + list(args),

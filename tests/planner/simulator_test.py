@@ -124,6 +124,16 @@ class DecodePool(unittest.TestCase):
         r = simulate(p, Cluster(kv_blocks=2, block_size=16), [Request(0, 0.0, 100, 10)])
         self.assertEqual(r.rejected, {"no decode room": 1})
 
+    def test_state_in_pool_takes_blocks(self):
+        # 100 rows + 10 = 4 blocks of 32; a state of 64 rows' bytes takes 2 more where the device keeps
+        # it in the pool: 5 blocks hold the sequence without it, not with it.
+        plain = profile(state_bytes=64 * 1000)
+        held = profile(state_bytes=64 * 1000, state_in_pool=True)
+        reqs = [Request(0, 0.0, 100, 10)]
+        self.assertEqual(simulate(plain, Cluster(kv_blocks=5), reqs).completed, 1)
+        self.assertEqual(simulate(held, Cluster(kv_blocks=5), reqs).rejected, {"no decode room": 1})
+        self.assertEqual(simulate(held, Cluster(kv_blocks=6), reqs).completed, 1)
+
     def test_admission_limit_rejects(self):
         p = profile()
         reqs = [Request(i, 0.0, 100, 5) for i in range(3)]

@@ -7,8 +7,10 @@ import json
 import math
 import os
 import random
+import socket
 import ssl
 import time
+import urllib.parse
 import urllib.request
 
 from errors import PlanError
@@ -216,8 +218,25 @@ class KubeScaler:
 
 
 def scrape(url, timeout=5):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return parse_prometheus(r.read().decode("utf-8", "replace"))
+    """Every address the URL's host resolves to (a headless Service: each router pod), summed."""
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port or 80
+    try:
+        addrs = sorted({ai[4][0] for ai in socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)})
+    except socket.gaierror as e:
+        raise PlanError("metrics: %s: cannot resolve %s (%s)" % (url, parts.hostname, e))
+    total = {}
+    for addr in addrs:
+        host = "[%s]" % addr if ":" in addr else addr
+        one = urllib.parse.urlunsplit((parts.scheme, "%s:%d" % (host, port), parts.path, parts.query, ""))
+        try:
+            with urllib.request.urlopen(one, timeout=timeout) as r:
+                samples = parse_prometheus(r.read().decode("utf-8", "replace"))
+        except OSError as e:
+            raise PlanError("metrics: %s (%s): %s" % (url, addr, e))
+        for k, v in samples.items():
+            total[k] = total.get(k, 0.0) + v
+    return total
 
 
 def run_loop(args, profile, cluster, slo, log):

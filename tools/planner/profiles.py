@@ -58,7 +58,11 @@ class Profile:
         # What a request pays outside the workers' compute (router, RPC hops, reservation, commit
         # acknowledgement): added to every time to first token.
         self.request_overhead = g.opt_num("request_overhead_seconds", 0.0)
+        # A device profile may size the decode pool: its bytes for K/V (and, with state_in_pool,
+        # for each sequence's fixed state too, as a GPU engine holds the self-decoder's state
+        # beside the K/V; the CPU pool holds K/V rows only).
         self.memory_bytes = g.opt_num("kv_memory_bytes", 0.0)
+        self.state_in_pool = g.opt("state_in_pool", bool, False)
 
     def to_json(self):
         return dict(self._doc)
@@ -161,7 +165,7 @@ class _Getter:
         if key not in self.obj:
             self.fail(key, "missing")
         v = self.obj[key]
-        if not isinstance(v, typ) or isinstance(v, bool):
+        if not isinstance(v, typ) or (isinstance(v, bool) and typ is not bool):
             self.fail(key, "must be %s (got %s)" % (_type_name(typ), json.dumps(v)[:40]))
         return v
 
@@ -197,4 +201,6 @@ def _type_name(typ):
         return "an array"
     if typ is dict:
         return "an object"
+    if typ is bool:
+        return "true or false"
     return "a number"

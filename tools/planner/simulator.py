@@ -56,7 +56,7 @@ class Cluster:
 
 class _Seq:
     __slots__ = ("req", "first", "last", "itl", "ctx", "generated", "own_blocks", "rows", "doc_held", "decode",
-                 "prefill", "remaining", "pos", "resume", "resident_rows", "preempted", "done", "rejected",
+                 "prefill", "remaining", "pos", "resume", "resident_rows", "preempted", "done", "rejected", "running",
                  "end")
 
     def __init__(self, req):
@@ -74,6 +74,7 @@ class _Seq:
         self.done = False
         self.rejected = ""
         self.end = None
+        self.running = False  # in its decode worker's running batch
 
 
 class _PrefillWorker:
@@ -134,6 +135,9 @@ class Simulator:
         self.in_flight = self.admitted_tokens = 0
         self.sample_interval = sample_interval
         self.timeline = []
+        # A sequence's fixed state, where the device keeps it in the pool's memory (profiles.py).
+        self.state_blocks = -(-int(profile.state_bytes) // int(profile.kv_bytes_per_token * cluster.block_size)) \
+            if profile.state_in_pool else 0
 
     # --- the event queue -------------------------------------------------------------------
     def at(self, t, fn, *args):
@@ -187,7 +191,7 @@ class Simulator:
             w.docs[r.doc][1] += 1
             s.doc_held = True
         s.resident_rows = resident_blocks * B
-        need = -(-r.prompt // B) - resident_blocks
+        need = -(-r.prompt // B) - resident_blocks + self.state_blocks
         if not w.alloc(need):
             if s.doc_held:
                 self.release_doc(w, r.doc)
@@ -229,7 +233,7 @@ class Simulator:
         best, best_key = None, None
         for w in self.decode:
             res = self.resident_blocks(w, r) if c.decode_routing == "kv" else 0
-            added = max(0, -(-rows // B) - res)
+            added = max(0, -(-rows // B) - res) + self.state_blocks
             if w.free() < added:
                 continue
             if c.decode_routing == "kv":
@@ -327,7 +331,7 @@ class Simulator:
         while w.waiting and len(w.running) < c.max_running:
             s = w.waiting[0]
             if s.preempted and s.own_blocks == 0:  # recomputed locally from prompt + generated
-                need = -(-(s.ctx + 1 + c.reserve_ahead_rows) // c.block_size) - self.doc_blocks_of(s)
+                need = -(-(s.ctx + 1 + c.reserve_ahead_rows) // c.block_size) - self.doc_blocks_of(s) + self.state_blocks
                 if not w.alloc(need):
                     break
                 s.own_blocks = need
@@ -337,6 +341,7 @@ class Simulator:
             cost += p.decode_step(1, s.ctx)  # the logits of the last position
             if s.generated + 1 < s.req.output:  # else it finishes with this token
                 w.running.append(s)
+                s.running = True
             emitted.append((s, cost))
         batch = self.make_room(w)
         if batch:
@@ -353,12 +358,12 @@ class Simulator:
     def make_room(self, w):
         B, ahead = self.c.block_size, self.c.reserve_ahead_rows
         for s in list(w.running):
-            if s not in w.running:
+            if not s.running:
                 continue
-            have = (s.own_blocks + self.doc_blocks_of(s)) * B
+            have = (s.own_blocks - self.state_blocks + self.doc_blocks_of(s)) * B
             if s.ctx + 1 <= have:
                 continue
-            need = -(-(s.ctx + 1 + ahead) // B) - s.own_blocks - self.doc_blocks_of(s)
+            need = -(-(s.ctx + 1 + ahead) // B) - (s.own_blocks - self.state_blocks) - self.doc_blocks_of(s)
             while not w.alloc(need):
                 victim = w.running[-1]
                 self.preempt(w, victim)
@@ -369,7 +374,11 @@ class Simulator:
         return list(w.running)
 
     def preempt(self, w, s):
-        w.running.remove(s)
+        if w.running[-1] is s:
+            w.running.pop()
+        else:
+            w.running.remove(s)
+        s.running = False
         w.own -= s.own_blocks
         s.own_blocks = 0
         s.preempted += 1
@@ -381,7 +390,7 @@ class Simulator:
         for s, offset in emitted:
             self.emit(s, start + offset)
         for s in batch:
-            if s in w.running and not s.done:
+            if s.running and not s.done:
                 s.ctx += 1
                 self.emit(s, self.now)
         self.kick_decode(w)
@@ -397,8 +406,9 @@ class Simulator:
         s.generated += 1
         if s.generated >= s.req.output:
             w = s.decode
-            if s in w.running:
+            if s.running:
                 w.running.remove(s)
+                s.running = False
             self.free_seq(s)
             self.in_flight -= 1
             self.admitted_tokens -= s.req.prompt
