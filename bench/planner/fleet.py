@@ -52,10 +52,10 @@ def plan_one(name, rate, seconds, max_workers):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--slice-rate", type=float, default=20.0, help="requests/s of the simulated slice")
-    ap.add_argument("--seconds", type=float, default=120.0, help="simulated traffic per configuration")
+    ap.add_argument("--slice-rate", type=float, default=10.0, help="requests/s of the simulated slice")
+    ap.add_argument("--seconds", type=float, default=90.0, help="simulated traffic per configuration")
     ap.add_argument("--fleet-gpus", type=int, default=1000)
-    ap.add_argument("--max-workers", type=int, default=48)
+    ap.add_argument("--max-workers", type=int, default=32)
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results", "planner"))
     ap.add_argument("--figure", default=os.path.join(ROOT, "bench", "figures", "planner_fleet.png"))
     a = ap.parse_args()
