@@ -13,9 +13,10 @@
 - transfer: transfer_bench over UCX tcp (push) on this host: bandwidth at the largest message and
   the per-message latency at the smallest (CPU only: a GPU fleet's fabric is an input, --transfer-gbps);
 - the KV store: a dir store on --store-dir's file system (write, then read back, 16 MiB);
-- with --router (a running local cluster, otherwise idle): the fixed cost of a request outside the
-  workers' compute (router, RPC hops, reservation, commit acknowledgement), the median over a few
-  lone requests of measured TTFT minus what the compute above accounts for.
+- with --router (a running local cluster, otherwise idle): over a few lone requests, the decode
+  step's cost in the worker beyond the engine's step (measured ITL p50 minus the fitted step:
+  the batcher's turn, sampling, the stream) and the fixed cost of a request outside the workers'
+  compute (router, RPC hops, reservation, commit acknowledgement: measured TTFT minus the model).
 Never asserts speed; run it on an idle machine (bench/README.md, "SLA planner").
 """
 
@@ -114,22 +115,28 @@ def measure_store(a):
     return {"latency_seconds": latency, "bytes_per_second": bw}
 
 
-def measure_overhead(a, profile):
-    """Lone requests through the router: measured TTFT minus the modelled compute and transfer."""
+def measure_overhead(a, doc, path):
+    """Lone requests through the router: the decode step's overhead (measured ITL p50 minus the
+    engine's step) and the fixed per-request cost (measured TTFT minus the modelled compute and
+    transfer), medians over a few prompt lengths."""
     cli = os.path.join(a.build_dir, "tools", "yoco-cli")
-    residuals = []
+    runs = []
     for n in (16, 64, 256):
         for seed in range(3):
             out = subprocess.run([cli, "bench", "--router", a.router, "--requests", "1", "--prompt-tokens", str(n),
-                                  "--max-tokens", "2", "--seed", str(seed), "--json"],
+                                  "--max-tokens", "16", "--seed", str(seed), "--json"],
                                  capture_output=True, text=True, timeout=300)
             if out.returncode != 0:
                 sys.exit("profile.py: yoco-cli bench failed:\n" + out.stderr[-2000:])
-            ttft = json.loads(out.stdout)["ttft_ms"]["p50"] / 1e3
-            model = (profile.prefill_time(n) + profile.transfer_time(n * profile.kv_bytes_per_token + profile.state_bytes)
-                     + profile.decode_step(1, n))
-            residuals.append(ttft - model)
-    return max(0.0, statistics.median(residuals))
+            d = json.loads(out.stdout)
+            runs.append((n, d["ttft_ms"]["p50"] / 1e3, d["itl_ms"]["p50"] / 1e3))
+    p = Profile(doc, path)
+    step = max(0.0, statistics.median(itl - p.decode_step(1, n + 8) for n, _, itl in runs))
+    doc["decode"]["step_overhead_seconds"] = step
+    p = Profile(doc, path)
+    ttft = statistics.median(t - (p.prefill_time(n) + p.transfer_time(n * p.kv_bytes_per_token + p.state_bytes)
+                                  + p.decode_step(1, n)) for n, t, _ in runs)
+    doc["request_overhead_seconds"] = max(0.0, ttft)
 
 
 def main():
@@ -163,14 +170,15 @@ def main():
                       "points": decode},
            "transfer": measure_transfer(a), "store": measure_store(a), "request_overhead_seconds": 0.0}
     if a.router:
-        doc["request_overhead_seconds"] = measure_overhead(a, Profile(doc, a.out))
+        measure_overhead(a, doc, a.out)
     Profile(doc, a.out)  # the schema's own checks
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
-    print("wrote %s: prefill %d points, decode fit %.3g + %.3g·B + %.3g·Σctx s, transfer %.2f GB/s, overhead %.1f ms" % (
-        a.out, len(prefill), base, per_seq, per_ctx, doc["transfer"]["bytes_per_second"] / 1e9,
-        doc["request_overhead_seconds"] * 1e3))
+    print("wrote %s: prefill %d points, decode fit %.3g + %.3g·B + %.3g·Σctx s (+ %.2f ms a step in the worker), "
+          "transfer %.2f GB/s, request overhead %.1f ms" % (
+              a.out, len(prefill), base, per_seq, per_ctx, doc["decode"].get("step_overhead_seconds", 0) * 1e3,
+              doc["transfer"]["bytes_per_second"] / 1e9, doc["request_overhead_seconds"] * 1e3))
 
 
 if __name__ == "__main__":

@@ -88,6 +88,9 @@ class Profiles(unittest.TestCase):
         self.assertAlmostEqual(p.prefill_time(448), 0.09)  # the last slope, extended
         self.assertAlmostEqual(p.slice_time(64, 96), 0.02)
         self.assertAlmostEqual(p.decode_step(4, 1000), 0.01 + 0.004 + 1e-4)
+        d = json.loads(json.dumps(GOOD_PROFILE))
+        d["decode"]["step_overhead_seconds"] = 0.002  # the worker's turn beyond the engine's step
+        self.assertAlmostEqual(load_profile(self.write(d)).decode_step(4, 1000), 0.01 + 0.002 + 0.004 + 1e-4)
 
     def bad(self, obj, *parts):
         path = self.write(obj)

@@ -44,6 +44,9 @@ class Profile:
         self.decode_base = d.nonneg("base_seconds")
         self.decode_per_seq = d.nonneg("per_sequence_seconds")
         self.decode_per_ctx = d.nonneg("per_context_token_seconds")
+        # What a step costs in the worker beyond the engine's step (the batcher's turn, sampling,
+        # handing tokens to the stream), measured through a running cluster by the profile tool.
+        self.decode_overhead = d.opt_num("step_overhead_seconds", 0.0)
         for i, p in enumerate(d.opt("points", list, [])):
             pg = _Getter(p, path, "decode.points[%d]" % i)
             pg.positive("batch"), pg.nonneg("context"), pg.positive("seconds")
@@ -87,7 +90,7 @@ class Profile:
         return max(0.0, self.prefill_time(start + tokens) - self.prefill_time(start))
 
     def decode_step(self, batch, context_sum):
-        return self.decode_base + self.decode_per_seq * batch + self.decode_per_ctx * context_sum
+        return self.decode_base + self.decode_overhead + self.decode_per_seq * batch + self.decode_per_ctx * context_sum
 
     def transfer_time(self, nbytes):
         return self.transfer_latency + nbytes / self.transfer_bw
