@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The simulator against the local cluster (issue 32, calibration): measure TTFT and ITL p50/p90 with
 yoco-cli bench --trace at three load levels on two traces (plain prompts; prompts on shared
 documents), simulate the same traces with the profile measured on this machine, and write the

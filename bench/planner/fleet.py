@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """At scale, on paper (issue 32, part 5): YOCO vs a Transformer of the same size on the same traffic,
 as the planner sizes them: GPUs to meet the SLOs and the prefill : decode split.
 

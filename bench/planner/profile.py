@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Measures a worker's cost model on this machine and writes it as a planner profile
 (schema yoco-profile/1, tools/planner/README.md "Profiles"):
 

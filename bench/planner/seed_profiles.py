@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Writes bench/planner/profiles/h100-{yoco,transformer}-1.3b.json: stand-in GPU profiles from the
 seed paper's Tables 8-9 (seed 003, the YOCO-U paper, appendix D), for bench/planner/fleet.py.
 Each file's "source" says what it is; none is a measurement of ours."""

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """tools/planner/traces.py and profiles.py: the formats, the generators, and bad files refused with
 the file, line and field named (ctest planner_formats_test, label unit)."""
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """tools/planner/search.py and autoscaler.py: the recommendation meets the SLOs and is the smallest
 that does, its neighbours are shown; the router's metrics become a window of traffic; hysteresis;
 the command line's errors (ctest planner_test, label unit)."""

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """tools/planner/simulator.py on hand-computable cases: one request's TTFT is its prefill + the
 transfer's unhidden tail + the first token's logits; queueing, slices, saturation, preemption,
 admission and KV-aware routing of documents (ctest planner_simulator_test, label unit)."""

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """yoco-plan: the SLA planner's command line (tools/planner/README.md).
 
   yoco_plan.py trace     --requests N --rate R [--prompt 128|64:256] [--output 32] [--arrivals poisson|gamma --cv 2]
