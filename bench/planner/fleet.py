@@ -2,7 +2,8 @@
 """At scale, on paper (issue 32, part 5): YOCO vs a Transformer of the same size on the same traffic,
 as the planner sizes them: GPUs to meet the SLOs and the prefill : decode split.
 
-  bench/planner/fleet.py [--slice-rate 20] [--fleet-gpus 1000] [--seconds 120] [--out-dir bench/results/planner]
+  bench/planner/fleet.py [--slice-rates transformer=10,yoco=40] [--fleet-gpus 1000] [--seconds 90]
+                         [--out-dir bench/results/planner]
 
 Profiles: the seed paper's Tables 8–9 (prefill and decode throughput of the 1.3B YOCO and
 Transformer on one H100, Nano-vLLM, bf16, block 256, 70% of memory for the cache) stand in for
@@ -10,7 +11,8 @@ GPU profiles we have not measured (bench/planner/profiles/, each says so in its 
 These are simulated numbers, not timings.
 
 Method: the planner searches the smallest prefill + decode counts meeting the SLOs for a slice of
-the traffic (--slice-rate requests/s); the fleet is that slice repeated. Identical slices behind
+the traffic (--slice-rates requests/s, per model: big enough that the split is not all ones); the
+fleet is that slice repeated. Identical slices behind
 load-balanced routers are an upper bound on the GPUs a pooled fleet needs (a larger pool queues
 less), so both models get the same bound. The traffic is then scaled to the rate at which the
 Transformer's fleet is --fleet-gpus GPUs, and YOCO's count is given for that same traffic.
@@ -52,34 +54,38 @@ def plan_one(name, rate, seconds, max_workers):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--slice-rate", type=float, default=10.0, help="requests/s of the simulated slice")
+    ap.add_argument("--slice-rates", default="transformer=10,yoco=40", help="requests/s of each model's simulated slice")
     ap.add_argument("--seconds", type=float, default=90.0, help="simulated traffic per configuration")
     ap.add_argument("--fleet-gpus", type=int, default=1000)
     ap.add_argument("--max-workers", type=int, default=32)
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results", "planner"))
     ap.add_argument("--figure", default=os.path.join(ROOT, "bench", "figures", "planner_fleet.png"))
     a = ap.parse_args()
-    plans = {m: plan_one(m, a.slice_rate, a.seconds, a.max_workers) for m in ("h100-transformer-1.3b", "h100-yoco-1.3b")}
+    rates = {}
+    for kv in a.slice_rates.split(","):
+        k, _, v = kv.partition("=")
+        rates["h100-%s-1.3b" % k.strip()] = float(v)
+    plans = {m: plan_one(m, rates[m], a.seconds, a.max_workers) for m in ("h100-transformer-1.3b", "h100-yoco-1.3b")}
     t = plans["h100-transformer-1.3b"]["recommended"]
-    slices = a.fleet_gpus / (t["prefill"] + t["decode"])
-    fleet_rate = a.slice_rate * slices
+    fleet_rate = rates["h100-transformer-1.3b"] * a.fleet_gpus / (t["prefill"] + t["decode"])
     rows = []
     for m, p in plans.items():
         r = p["recommended"]
-        rows.append({"model": m, "slice": r, "neighbours": p["neighbours"], "kv_blocks": p["kv_blocks"],
-                     "fleet_rate": round(fleet_rate, 1), "prefill_gpus": math.ceil(r["prefill"] * slices),
-                     "decode_gpus": math.ceil(r["decode"] * slices)})
+        slices = fleet_rate / rates[m]
+        rows.append({"model": m, "slice_rate": rates[m], "slice": r, "neighbours": p["neighbours"],
+                     "kv_blocks": p["kv_blocks"], "fleet_rate": round(fleet_rate, 1),
+                     "prefill_gpus": math.ceil(r["prefill"] * slices), "decode_gpus": math.ceil(r["decode"] * slices)})
     os.makedirs(a.out_dir, exist_ok=True)
     with open(os.path.join(a.out_dir, "fleet.json"), "w") as f:
         json.dump({"slo": {"ttft_p90": SLO.ttft_p90, "itl_p90": SLO.itl_p90}, "traffic": TRAFFIC,
-                   "slice_rate": a.slice_rate, "seconds": a.seconds, "cluster": GPU_CLUSTER, "rows": rows}, f, indent=1)
-    lines = ["| model (1.3B, H100) | slice at %.0f req/s: P + D | slice TTFT p90 / ITL p90 ms | fleet at %.0f req/s: "
-             "prefill GPUs | decode GPUs | total | P:D |" % (a.slice_rate, fleet_rate), "|---|---|---|---|---|---|---|"]
+                   "slice_rates": rates, "seconds": a.seconds, "cluster": GPU_CLUSTER, "rows": rows}, f, indent=1)
+    lines = ["| model (1.3B, H100) | slice req/s | slice P + D | slice TTFT p90 / ITL p90 ms | fleet at %.0f req/s: "
+             "prefill GPUs | decode GPUs | total | P:D |" % fleet_rate, "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s = r["slice"]
         total = r["prefill_gpus"] + r["decode_gpus"]
-        lines.append("| %s | %d + %d | %.0f / %.1f | %d | %d | %d | %.2f |" % (
-            r["model"].replace("h100-", "").replace("-1.3b", ""), s["prefill"], s["decode"], s["ttft_p90_ms"],
+        lines.append("| %s | %.0f | %d + %d | %.0f / %.1f | %d | %d | %d | %.2f |" % (
+            r["model"].replace("h100-", "").replace("-1.3b", ""), r["slice_rate"], s["prefill"], s["decode"], s["ttft_p90_ms"],
             s["itl_p90_ms"], r["prefill_gpus"], r["decode_gpus"], total, r["prefill_gpus"] / r["decode_gpus"]))
     md = "\n".join(lines) + "\n"
     with open(os.path.join(a.out_dir, "fleet.md"), "w") as f:
