@@ -42,6 +42,11 @@ LEVELS = (0.3, 0.6, 0.85)
 
 class LocalCluster:
     def __init__(self, a, prefill, decode):
+        need = (prefill + decode) * a.threads + 1  # the workers' threads, and the router with the client
+        if (os.cpu_count() or 1) < need:
+            print("calibrate.py: warning: %d cores for %d prefill + %d decode workers of %d thread(s) plus the router "
+                  "and the client: the workers will wait for cores, which the simulator does not model"
+                  % (os.cpu_count() or 1, prefill, decode, a.threads), file=sys.stderr, flush=True)
         self.state = tempfile.mkdtemp(prefix="yoco-calibrate.")
         cmd = [sys.executable, os.path.join(ROOT, "deploy", "local", "cluster.py"), "--bin-dir", a.build_dir,
                "--model", a.model, "--prefill", str(prefill), "--decode", str(decode), "--threads", str(a.threads),
