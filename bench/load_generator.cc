@@ -4,6 +4,10 @@
 // (--concurrency caps the requests in flight); greedy, ignore_eos, so every request asks for
 // exactly --max-tokens. Reports request and token throughput, TTFT, inter-token latency and
 // end-to-end percentiles, and the K/V transfer's share of TTFT from the router's timings.
+// --trace FILE replays a request trace instead (bench/request_trace.h: arrival times, prompt and
+// output lengths, shared documents, which are cached with CacheDocument before the clock starts):
+// the SLA planner's calibration (bench/planner/calibrate.sh) runs the same trace here and in
+// its simulator.
 // Compiled into yoco-cli (tools/CMakeLists.txt) over its connection helper
 // (tools/client/connection.h); bench/serve_bench.sh and bench/aiperf.sh drive it.
 #include <grpcpp/grpcpp.h>
@@ -23,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/request_trace.h"
 #include "common/json.h"
 #include "proto/grpc_util.h"
 #include "tools/client/commands.h"
@@ -89,11 +94,20 @@ struct BenchConfig {
   int64_t requests = 0, concurrency = 0, prompt_tokens = 32, max_tokens = 32, vocab = 0;
   double rate = 0;
   uint64_t seed = 0;
+  std::string trace;  // a trace file instead of the synthetic load
 };
 
 // The load from the flags; errors go into `f`.
 BenchConfig bench_config(ServerFlags& f) {
   BenchConfig c;
+  if (f.has("trace")) {
+    for (const char* x : {"requests", "rate", "prompt-tokens", "max-tokens"})
+      if (f.has(x)) f.fail(std::string("--") + x + ": not with --trace (the trace sets it)");
+    c.trace = f.str("trace");
+    c.concurrency = f.integer("concurrency");
+    c.seed = static_cast<uint64_t>(f.integer("seed"));
+    return c;
+  }
   if (!f.has("requests")) f.fail("--requests: required");
   c.requests = f.integer("requests");
   c.concurrency = f.integer("concurrency");
@@ -129,9 +143,20 @@ int cmd_bench(int argc, char** argv) {
        flag::boolean("vocab-from-router", "draw prompt ids below the served model's vocabulary (always done)"),
        flag::optional_integer("vocab-size", "draw prompt ids below this (and the served vocabulary)", 1, INT32_MAX),
        flag::integer("seed", "the seed of every random draw (a run is reproducible)", 0, 0, INT64_MAX),
-       flag::boolean("json", "the report as JSON")});
+       flag::boolean("json", "the report as JSON"),
+       flag::str(
+           "trace",
+           "a request trace (CSV with the Azure trace columns, tools/planner/README.md): arrivals, lengths, documents; "
+           "instead of --requests, --rate, --prompt-tokens and --max-tokens")});
   if (!f.ok()) return flag_fail(f);
   BenchConfig c = bench_config(f);
+  std::vector<bench::TraceRequest> trace;
+  if (f.ok() && !c.trace.empty()) {  // read before connecting: a bad file fails without a cluster
+    auto t = bench::read_trace(c.trace);
+    if (!t.ok()) f.fail("--trace: " + t.status().message());
+    else trace = std::move(t.value());
+    c.requests = static_cast<int64_t>(trace.size());
+  }
   auto conn = connect(f);
   if (!f.ok()) return flag_fail(f);
 
@@ -158,8 +183,32 @@ int cmd_bench(int argc, char** argv) {
   std::exponential_distribution<double> gap(c.rate > 0 ? c.rate : 1.0);
   std::vector<v1::GenerateRequest> reqs(static_cast<size_t>(c.requests));
   std::vector<double> arrival(reqs.size(), 0.0);
+  if (!trace.empty()) {
+    // Each document's tokens once, cached before the clock starts; each request its own suffix.
+    std::map<std::string, std::string> doc_ids;
+    for (size_t i = 0; i < trace.size(); ++i) {
+      const bench::TraceRequest& tr = trace[i];
+      auto& r = reqs[i];
+      if (!tr.document.empty() && !doc_ids.count(tr.document)) {
+        v1::CacheDocumentRequest dreq;
+        for (int64_t j = 0; j < tr.document_tokens; ++j) dreq.mutable_tokens()->add_ids(token(rng));
+        grpc::ClientContext ctx;
+        conn->prepare(ctx);
+        v1::Document doc;
+        if (grpc::Status st = conn->stub->CacheDocument(&ctx, dreq, &doc); !st.ok()) return rpc_fail(st);
+        doc_ids[tr.document] = doc.id();
+      }
+      arrival[i] = tr.arrival;
+      r.set_request_id("bench-" + std::to_string(i));
+      if (!tr.document.empty()) r.add_document_ids(doc_ids[tr.document]);
+      for (int64_t j = tr.document_tokens; j < tr.prompt; ++j) r.mutable_tokens()->add_ids(token(rng));
+      r.set_max_tokens(static_cast<uint32_t>(tr.output));
+      r.mutable_sampling()->set_temperature(0.0f);
+      r.set_ignore_eos(true);
+    }
+  }
   double t = 0;
-  for (size_t i = 0; i < reqs.size(); ++i) {
+  for (size_t i = 0; trace.empty() && i < reqs.size(); ++i) {
     if (c.rate > 0) t += gap(rng);
     arrival[i] = t;
     auto& r = reqs[i];
@@ -232,22 +281,32 @@ int cmd_bench(int argc, char** argv) {
     Json::Object conf;
     conf["rate"] = number(c.rate);
     conf["concurrency"] = Json(c.concurrency);
-    conf["prompt_tokens"] = Json(c.prompt_tokens);
-    conf["max_tokens"] = Json(c.max_tokens);
+    if (c.trace.empty()) {
+      conf["prompt_tokens"] = Json(c.prompt_tokens);
+      conf["max_tokens"] = Json(c.max_tokens);
+    }
     conf["vocab"] = Json(c.vocab);
     conf["seed"] = Json(c.seed);
+    if (!c.trace.empty()) conf["trace"] = Json(c.trace);
     o["config"] = Json(std::move(conf));
     std::cout << Json(std::move(o)).dump() << "\n";
   } else {
     char arrivals[64] = "all at once";
     if (c.rate > 0) std::snprintf(arrivals, sizeof arrivals, "Poisson arrivals at %g req/s", c.rate);
     const std::string in_flight = c.concurrency > 0 ? std::to_string(c.concurrency) : "unlimited";
-    std::printf(
-        "bench: %lld requests to %s, %s, concurrency %s, prompt %lld random ids below %lld (seed %llu), "
-        "max_tokens %lld, greedy, ignore_eos\n",
-        static_cast<long long>(c.requests), f.str("router").c_str(), arrivals, in_flight.c_str(),
-        static_cast<long long>(c.prompt_tokens), static_cast<long long>(c.vocab),
-        static_cast<unsigned long long>(c.seed), static_cast<long long>(c.max_tokens));
+    if (c.trace.empty())
+      std::printf(
+          "bench: %lld requests to %s, %s, concurrency %s, prompt %lld random ids below %lld (seed %llu), "
+          "max_tokens %lld, greedy, ignore_eos\n",
+          static_cast<long long>(c.requests), f.str("router").c_str(), arrivals, in_flight.c_str(),
+          static_cast<long long>(c.prompt_tokens), static_cast<long long>(c.vocab),
+          static_cast<unsigned long long>(c.seed), static_cast<long long>(c.max_tokens));
+    else
+      std::printf(
+          "bench: %lld requests of %s to %s, concurrency %s, random ids below %lld (seed %llu), greedy, "
+          "ignore_eos\n",
+          static_cast<long long>(c.requests), c.trace.c_str(), f.str("router").c_str(), in_flight.c_str(),
+          static_cast<long long>(c.vocab), static_cast<unsigned long long>(c.seed));
     std::string errs = std::to_string(c.requests - completed);
     if (!errors.empty()) {
       errs += " (";

@@ -20,7 +20,7 @@ GenerateCall::GenerateCall(RouterCore& core, GenerateSink& client, const v1::Gen
 GenerateCall::~GenerateCall() {
   if (!admitted_) return;
   core_.release(static_cast<int64_t>(prompt_.size()));
-  core_.metrics().observe_released(/*still_waiting=*/!first_token_);
+  core_.metrics().observe_released(/*still_waiting=*/!first_token_, static_cast<int64_t>(generated_.size()));
 }
 
 grpc::Status GenerateCall::run() {

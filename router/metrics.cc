@@ -4,6 +4,15 @@
 
 namespace yoco {
 
+namespace {
+// Token counts per request: powers of two from 1 to 256 Ki (docs/design.md §6).
+std::vector<double> token_buckets() {
+  std::vector<double> b;
+  for (double x = 1; x <= 262144; x *= 2) b.push_back(x);
+  return b;
+}
+}  // namespace
+
 RouterMetrics::RouterMetrics(MetricsRegistry& r)
     : ttft_(r.histogram(metric_name("yoco_time_to_first_token_seconds"), "Time from request to first streamed token.",
                         Histogram::latency_buckets())),
@@ -17,6 +26,10 @@ RouterMetrics::RouterMetrics(MetricsRegistry& r)
                            Histogram::latency_buckets())),
       transfer_(r.histogram(metric_name("yoco_kv_transfer_seconds"),
                             "KV transfer time not hidden behind prefill compute.", Histogram::latency_buckets())),
+      request_prompt_(r.histogram(metric_name("yoco_request_prompt_tokens"),
+                                  "Prompt tokens per admitted Generate (its count: the arrivals).", token_buckets())),
+      request_generated_(r.histogram(metric_name("yoco_request_generation_tokens"),
+                                     "Tokens streamed per admitted Generate, observed when it ends.", token_buckets())),
       prompt_tokens_(r.counter(metric_name("yoco_prompt_tokens_total"), "Prompt tokens of admitted requests.")),
       generation_tokens_(r.counter(metric_name("yoco_generation_tokens_total"), "Tokens streamed to clients.")),
       cached_tokens_(
@@ -64,6 +77,7 @@ void RouterMetrics::observe_admitted(int64_t prompt_tokens) {
   running_.inc();
   waiting_.inc();
   prompt_tokens_.inc(static_cast<double>(prompt_tokens));
+  request_prompt_.observe(static_cast<double>(prompt_tokens));
 }
 
 void RouterMetrics::observe_ttft(double seconds) {
@@ -75,7 +89,8 @@ void RouterMetrics::observe_itl(double seconds_per_token) { itl_.observe(seconds
 
 void RouterMetrics::observe_generated(int64_t tokens) { generation_tokens_.inc(static_cast<double>(tokens)); }
 
-void RouterMetrics::observe_released(bool still_waiting) {
+void RouterMetrics::observe_released(bool still_waiting, int64_t generated_tokens) {
+  request_generated_.observe(static_cast<double>(generated_tokens));
   running_.dec();
   if (still_waiting) waiting_.dec();
 }

@@ -18,13 +18,15 @@ class RouterMetrics {
 
   // A finished public call (every RPC but Tokenize/Detokenize/GetModelInfo): status and latency.
   void observe_finished(grpc::StatusCode code, double seconds);
-  // A Generate admitted: running and waiting until its first token.
+  // A Generate admitted: running and waiting until its first token; its prompt length joins the
+  // arrivals' length distribution (the SLA planner's input, docs/design.md §6).
   void observe_admitted(int64_t prompt_tokens);
   void observe_ttft(double seconds);           // the first token streamed (leaves waiting)
   void observe_itl(double seconds_per_token);  // later tokens
   void observe_generated(int64_t tokens);
-  // The end of an admitted Generate; `still_waiting` when it never streamed a token.
-  void observe_released(bool still_waiting);
+  // The end of an admitted Generate; `still_waiting` when it never streamed a token; the tokens it
+  // streamed join the output length distribution.
+  void observe_released(bool still_waiting, int64_t generated_tokens);
   // A first prefill's timings and the prompt tokens it loaded from the KV store.
   void observe_prefill(const internal::v1::PrefillResponse& p);
   // A retry after a worker failure: "prefill" (another prefill worker) or "migration".
@@ -46,7 +48,7 @@ class RouterMetrics {
   void observe_http(const std::string& endpoint, int status);
 
  private:
-  Histogram &ttft_, &itl_, &e2e_, &queue_, &prefill_, &transfer_;
+  Histogram &ttft_, &itl_, &e2e_, &queue_, &prefill_, &transfer_, &request_prompt_, &request_generated_;
   Counter &prompt_tokens_, &generation_tokens_, &cached_tokens_, &stalls_, &residency_blocks_, &residency_predicted_;
   Family<Counter>& requests_;
   Family<Counter>& retries_;

@@ -46,6 +46,8 @@ void cluster_usage() {
       "  info --router HOST:PORT\n"
       "  bench --router HOST:PORT --requests N [--rate R (Poisson req/s; 0: all at once)] [--concurrency C]\n"
       "        [--prompt-tokens L] [--max-tokens M] [--vocab-from-router] [--vocab-size V] [--seed S] [--json]\n"
+      "  bench --router HOST:PORT --trace FILE.csv (TIMESTAMP,ContextTokens,GeneratedTokens[,DocumentId,\n"
+      "        DocumentTokens]: tools/planner/README.md) [--concurrency C] [--seed S] [--json]\n"
       "An RPC error prints `error: CODE: message` and exits 1; a bad flag exits 2.\n");
 }
 

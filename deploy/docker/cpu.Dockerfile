@@ -31,17 +31,19 @@ LABEL org.opencontainers.image.title="yoco-cpu" \
 # Runtime libraries only (the binaries' `ldd`, mapped to Debian packages; their dependencies follow):
 # gRPC + protobuf for the APIs, UCX for KV transfer (ucx-utils: `ucx_info -d` to see transports),
 # OpenBLAS (OpenMP build; the binaries' RUNPATH names its directory), PCRE2 for the tokenizer,
-# hiredis for the KV store's redis backend.
+# hiredis for the KV store's redis backend; python3 for the SLA planner (tools/planner, standard
+# library only: deploy/k8s/components/planner runs it from this image).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libucx0 ucx-utils libopenblas0-openmp libdnnl2 libpcre2-8-0 libgomp1 \
-      libhiredis0.14 \
+      libhiredis0.14 python3 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 10001 yoco \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin yoco
 COPY --from=build /src/build/router/yoco-router /src/build/prefill_service/yoco-prefill \
                   /src/build/decode_service/yoco-decode /src/build/tools/yoco-cli /usr/local/bin/
 COPY models/kjv-yoco /opt/yoco/models/kjv-yoco
+COPY tools/planner /opt/yoco/planner
 # A numeric user, so Kubernetes' runAsNonRoot can verify it.
 USER 10001:10001
 ENV OMP_WAIT_POLICY=passive \

@@ -89,4 +89,23 @@ assert d["completed"] == 8 and d["errors"] == {}, d
 assert d["output_tokens"] == 64, d
 assert d["ttft_ms"]["p50"] > 0 and d["e2e_ms"]["p99"] >= d["e2e_ms"]["p50"], d
 ' "$bench" || fail "bench: $bench"
+
+# A trace replayed (bench/request_trace.h, the SLA planner's format): lengths, arrivals and a shared
+# document (cached first, then named by each request that uses it) as the file says.
+trace=$(mktemp)
+trap 'rm -f "$trace"' EXIT
+printf 'TIMESTAMP,ContextTokens,GeneratedTokens,DocumentId,DocumentTokens\n0,12,3,,\n0.05,40,5,d1,32\n0.1,36,2,d1,32\n0.2,20,4,,\n' >"$trace"
+bench=$(cli bench --trace "$trace" --seed 2 --json)
+py '
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["completed"] == 4 and d["errors"] == {}, d
+assert d["output_tokens"] == 3 + 5 + 2 + 4, d
+assert d["wall_seconds"] >= 0.2, d
+' "$bench" || fail "bench --trace: $bench"
+printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n0,12,3\n1,1x,3\n' >"$trace"
+expect_error "$trace:3: ContextTokens: not a whole number" bench --trace "$trace"
+printf 'TIMESTAMP,GeneratedTokens\n0,3\n' >"$trace"
+expect_error "$trace:1: ContextTokens: missing column" bench --trace "$trace"
+expect_error "--rate: not with --trace" bench --trace "$trace" --rate 3
 echo "cluster_cli_test: all checks passed ($gen_text)"

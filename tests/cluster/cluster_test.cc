@@ -544,6 +544,19 @@ TEST(Cluster, PromtoolAndARealPrometheusScrapeEveryProcess) {
     const std::string cmd = "promtool check metrics < " + path + " > " + path + ".out 2>&1";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << t << ": " << test::read_file(path + ".out");
   }
+  // The SLA planner's inputs (docs/design.md §6): each admitted Generate's prompt length (the
+  // count: arrivals) and, when it ends, the tokens it streamed.
+  std::string rm;
+  for (int i = 0; i < 100; ++i) {
+    rm = test::http_get_body(test::port_of(c.router().metrics), "/metrics");
+    if (test::metric_value(rm, "yoco_request_generation_tokens_count") == 1) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_EQ(test::metric_value(rm, "yoco_request_prompt_tokens_count"), 1) << rm;
+  EXPECT_EQ(test::metric_value(rm, "yoco_request_prompt_tokens_sum"), 4) << rm;
+  EXPECT_EQ(test::metric_value(rm, "yoco_request_generation_tokens_sum"), 4) << rm;
+  EXPECT_EQ(test::metric_value(rm, "yoco_request_generation_tokens_bucket{le=\"2\"}"), 0) << rm;
+  EXPECT_EQ(test::metric_value(rm, "yoco_request_generation_tokens_bucket{le=\"4\"}"), 1) << rm;
   // A free port for Prometheus's own listener.
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};

@@ -13,7 +13,11 @@
    containerPorts are exactly the listening ports; the router's dns: targets are headless
    Services of the right pods and port; the NetworkPolicies allow the flows the cluster needs and
    deny others; grace periods cover the drain; HPAs scale on metrics their target exports;
-   security context and resources are set everywhere.
+   security context and resources are set everywhere. The SLA planner (components/planner): its
+   flags are yoco_plan.py autoscale's, its profile (a ConfigMap) loads with the planner's own
+   reader, its --metrics-url is the routers' metrics port, the Deployments it scales exist and no
+   HPA scales them too, its Role grants get/patch on exactly their deployments/scale and nothing
+   else, and the NetworkPolicies let it reach the routers' metrics and the API server.
 3. Every rendered object against the Kubernetes API's JSON schema (kubernetes-validate, strict:
    unknown fields are errors), after a self-check that the validator rejects broken objects.
 4. `promtool check config` on deploy/prometheus/prometheus.yml (and the rules it loads), and the
@@ -47,6 +51,8 @@ PROMETHEUS_PEER = ({"kubernetes.io/metadata.name": "monitoring"}, {"app.kubernet
 # docs/design.md §6 names the KV store exports once kv_store/ lands; until then the dashboard may name them.
 PENDING_METRICS = {"yoco_kv_store_hits_total", "yoco_kv_store_misses_total", "yoco_kv_store_errors_total"}
 YOCO_BINARIES = ("yoco-router", "yoco-prefill", "yoco-decode")
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+PLANNER_SCRIPT = "yoco_plan.py"
 
 results = []  # (ok, name, detail)
 
@@ -84,6 +90,33 @@ class Binary:
             raise RuntimeError("%s --help lists no --listen: %r" % (path, out.stdout[:200]))
         with open(path, "rb") as f:
             self.metrics = {m.decode() for m in re.findall(rb"yoco_[a-z0-9_]+", f.read())}
+
+
+class PlannerCli:
+    """tools/planner/yoco_plan.py autoscale (standard-library Python): its flags from argparse's
+    --help; a flag without a metavar is a boolean."""
+
+    name = "yoco_plan.py autoscale"
+    _cached = None
+
+    def __init__(self):
+        script = os.path.join(ROOT, "tools", "planner", PLANNER_SCRIPT)
+        out = subprocess.run([sys.executable, script, "autoscale", "--help"], capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            raise RuntimeError("%s autoscale --help exited %d: %s" % (script, out.returncode, out.stderr))
+        self.flags, self.booleans, self.metrics = set(), set(), set()
+        for line in out.stdout.splitlines():
+            m = re.match(r"^\s+--([a-z0-9-]+)( [A-Z0-9_=]+)?(\s|$)", line)
+            if m and m.group(1) != "help":
+                self.flags.add(m.group(1))
+                if not m.group(2):
+                    self.booleans.add(m.group(1))
+
+    @classmethod
+    def get(cls):
+        if cls._cached is None:
+            cls._cached = PlannerCli()
+        return cls._cached
 
 
 def parse_args(args, binary, where):
@@ -196,6 +229,7 @@ class Container:
         command = spec.get("command") or []
         self.program = os.path.basename(command[0]) if command else None
         self.binary = binaries.get(self.program)
+        self.planner = (self.program == "python3" and len(command) > 1 and os.path.basename(command[1]) == PLANNER_SCRIPT)
         self.values, self.listen, self.ranges = {}, {}, []
         self.env = {e["name"]: e for e in spec.get("env") or []}
         args = [str(a) for a in (spec.get("args") or [])] + [str(c) for c in command[1:]]
@@ -234,6 +268,12 @@ class Container:
                     errors.append("%s: UCX_TCP_PORT_RANGE %r is not MIN-MAX" % (where, rng))
                 else:
                     self.ranges.append((int(m.group(1)), int(m.group(2))))
+        elif self.planner:
+            if command[2:3] != ["autoscale"]:
+                errors.append("%s: runs %s %s, not its autoscale command" % (where, PLANNER_SCRIPT, command[2:3]))
+            self.values, errs = parse_args([str(a) for a in (spec.get("args") or [])] + [str(c) for c in command[3:]],
+                                           PlannerCli.get(), where)
+            errors.extend(errs)
         elif self.program == "redis-server":
             vals = {}
             for i, a in enumerate(args):
@@ -713,6 +753,112 @@ def check_network_policies(objects, pods):
     return errors
 
 
+def check_planner(objects, pods):
+    """The SLA planner's Deployment (deploy/k8s/components/planner), where a render has one."""
+    errors = []
+    planners = [(p, c) for p in pods for c in p.containers if c.planner]
+    if not planners:
+        return errors
+    sys.path.insert(0, os.path.join(ROOT, "tools", "planner"))
+    from errors import PlanError
+    from profiles import Profile
+    policies = [o for (k, _, _), o in objects.items() if k == "NetworkPolicy"]
+    for pod, c in planners:
+        w, ns, v = c.where, pod.namespace, c.values
+        if pod.obj["spec"].get("replicas", 1) != 1:
+            errors.append("%s: %d replicas: a second planner would scale the workers twice" % (w, pod.obj["spec"]["replicas"]))
+        # The profile: a ConfigMap key the planner's own reader accepts.
+        path = v.get("profile", "")
+        mount = next((vm for vm in c.spec.get("volumeMounts") or [] if path.startswith(vm["mountPath"].rstrip("/") + "/")), None)
+        vol = mount and next((x for x in pod.spec.get("volumes") or [] if x["name"] == mount["name"]), None)
+        if not vol or "configMap" not in vol:
+            errors.append("%s: --profile %r is not on a ConfigMap volume" % (w, path))
+        else:
+            cm = objects.get(("ConfigMap", ns, vol["configMap"]["name"])) or {}
+            text = (cm.get("data") or {}).get(path[len(mount["mountPath"].rstrip("/")) + 1:])
+            if text is None:
+                errors.append("%s: --profile %s is not a key of ConfigMap %s" % (w, path, vol["configMap"]["name"]))
+            else:
+                try:
+                    Profile(json.loads(text), path)
+                except (ValueError, PlanError) as e:
+                    errors.append("%s: --profile %s: %s" % (w, path, e))
+        # The metrics: a Service of the router pods, on their --metrics-listen port.
+        m = re.match(r"^http://([a-z0-9-]+)(?:\.[a-z0-9.-]+)?:(\d+)/metrics$", v.get("metrics-url", ""))
+        routers = [p for p in pods if p.component == "router" and p.namespace == ns]
+        if not m:
+            errors.append("%s: --metrics-url %r is not http://SERVICE:PORT/metrics" % (w, v.get("metrics-url")))
+        else:
+            svc = objects.get(("Service", ns, m.group(1)))
+            port = int(m.group(2))
+            sp = next((x for x in ((svc or {}).get("spec") or {}).get("ports") or [] if x["port"] == port), None)
+            sel = ((svc or {}).get("spec") or {}).get("selector")
+            targets = pods_of(pods, ns, {"matchLabels": sel}) if sel else []
+            if not svc or not targets or any(t.component != "router" for t in targets):
+                errors.append("%s: --metrics-url names %s, which is not a Service of the router pods" % (w, m.group(1)))
+            elif sp is None or any(next(x for x in t.containers if x.binary).resolve(sp.get("targetPort", port))
+                                   != next(x for x in t.containers if x.binary).listen.get("metrics-listen") for t in targets):
+                errors.append("%s: --metrics-url port %d is not the routers' --metrics-listen port" % (w, port))
+            if svc and (svc["spec"].get("clusterIP") != "None"):
+                errors.append("%s: --metrics-url %s: a ClusterIP Service reaches one router; the planner sums every "
+                              "router's metrics through a headless one" % (w, m.group(1)))
+            for r in routers:
+                rc = next(x for x in r.containers if x.binary)
+                if not np_allows(policies, "Egress", who(pod), who(r), rc.listen["metrics-listen"], "TCP", rc):
+                    errors.append("%s: egress to %s's metrics port is not allowed" % (w, r.name))
+                if not np_allows(policies, "Ingress", who(r), who(pod), rc.listen["metrics-listen"], "TCP", rc):
+                    errors.append("%s: %s does not admit the planner on its metrics port" % (w, r.name))
+        external = {"external": True, "namespace": "", "ns_labels": {}, "labels": {}}
+        if not any(np_allows(policies, "Egress", who(pod), external, port) for port in (443, 6443)):
+            errors.append("%s: no egress to the Kubernetes API server (443 or 6443)" % w)
+        # What it scales: the worker Deployments, which nothing else scales.
+        scaled = {}
+        for flag, role in (("prefill-deployment", "prefill"), ("decode-deployment", "decode")):
+            name = v.get(flag, "yoco-" + role)
+            d = next((p for p in pods if p.kind == "Deployment" and p.name == name and p.namespace == ns), None)
+            if d is None or d.component != role:
+                errors.append("%s: --%s %s is not the rendered %s Deployment" % (w, flag, name, role))
+            scaled[name] = d
+        for (kind, hns, hname), o in objects.items():
+            if kind == "HorizontalPodAutoscaler" and hns == ns and o["spec"]["scaleTargetRef"]["name"] in scaled:
+                errors.append("HPA %s also scales %s, which the planner scales" % (hname, o["spec"]["scaleTargetRef"]["name"]))
+        # Least privilege: get and patch on those two deployments/scale, nothing else, nowhere else.
+        sa = pod.spec.get("serviceAccountName")
+        if not sa or ("ServiceAccount", ns, sa) not in objects:
+            errors.append("%s: serviceAccountName %r is not a rendered ServiceAccount" % (w, sa))
+        bound = []
+        for (kind, bns, bname), o in objects.items():
+            if kind in ("RoleBinding", "ClusterRoleBinding") and any(
+                    s.get("kind") == "ServiceAccount" and s.get("name") == sa and s.get("namespace", bns) == ns
+                    for s in o.get("subjects") or []):
+                if kind == "ClusterRoleBinding" or o["roleRef"]["kind"] != "Role":
+                    errors.append("%s %s binds the planner to a ClusterRole: the Role in its namespace is all it needs"
+                                  % (kind, bname))
+                    continue
+                role = objects.get(("Role", bns, o["roleRef"]["name"]))
+                if role is None:
+                    errors.append("RoleBinding %s: Role %s is not rendered" % (bname, o["roleRef"]["name"]))
+                    continue
+                bound.append(role)
+        if not bound:
+            errors.append("%s: no RoleBinding gives %s the scale subresource" % (w, sa))
+        verbs = set()
+        for role in bound:
+            for rule in role.get("rules") or []:
+                where = "Role %s" % role["metadata"]["name"]
+                if rule.get("apiGroups") != ["apps"] or rule.get("resources") != ["deployments/scale"]:
+                    errors.append("%s: grants %s %s; the planner needs apps deployments/scale only"
+                                  % (where, rule.get("apiGroups"), rule.get("resources")))
+                if not set(rule.get("verbs") or []) <= {"get", "patch"}:
+                    errors.append("%s: verbs %s beyond get and patch" % (where, rule.get("verbs")))
+                if set(rule.get("resourceNames") or []) != set(scaled):
+                    errors.append("%s: resourceNames %s, not exactly %s" % (where, rule.get("resourceNames"), sorted(scaled)))
+                verbs |= set(rule.get("verbs") or [])
+        if bound and verbs != {"get", "patch"}:
+            errors.append("%s: the Role grants %s; reading and setting the scale needs get and patch" % (w, sorted(verbs)))
+    return errors
+
+
 def check_other_objects(objects, pods, source_dir):
     errors = []
     adapter = os.path.join(source_dir, "deploy/prometheus/adapter-rules.yaml")
@@ -1149,8 +1295,10 @@ def check_dockerfiles(source_dir, build_dir, binaries):
         if not re.match(r"^[1-9]\d*(:\d+)?$", user):
             errors.append("%s: USER %r: a numeric non-root uid lets runAsNonRoot verify it" % (name, user))
         for w, r in final_stage["instrs"]:
-            if w == "COPY" and "--from" not in r and not r.startswith("models/"):
-                errors.append("%s: the final stage copies %r from the context: only binaries and the model belong there" % (name, r))
+            # The SLA planner is standard-library Python: its sources are what runs (tools/planner).
+            if w == "COPY" and "--from" not in r and not r.startswith(("models/", "tools/planner ")):
+                errors.append("%s: the final stage copies %r from the context: only binaries, the model and the "
+                              "planner's sources belong there" % (name, r))
         # The runtime packages must provide every shared library the binaries load (Debian image:
         # checked against this machine's dpkg database, which is the same Debian 12).
         if final_stage["image"].startswith("debian:12") and shutil.which("dpkg-query") and shutil.which("ldd"):
@@ -1227,6 +1375,9 @@ def main():
               check_network_policies(objects, pods))
         check("%s: PDBs, HPAs, PodMonitor, volumes, model paths" % name,
               check_other_objects(objects, pods, src))
+        if any(c.planner for p in pods for c in p.containers):
+            check("%s: the SLA planner (flags, profile, metrics URL, scale targets, least-privilege Role, network)"
+                  % name, check_planner(objects, pods))
 
     validator, err = schema_validator()
     if err:

@@ -330,6 +330,11 @@ def check_manifests(src, root, binaries, kubectl):
                 if not command:
                     errors.append("%s: %s: no command (the image's CMD is yoco-cli --help)" % (name, c.where))
                     continue
+                if c.planner:  # the SLA planner: Debian's python3 and the script the Dockerfile copies
+                    for path, mode in (("usr/bin/python3", os.X_OK), (command[1].lstrip("/"), os.R_OK)):
+                        if not os.access(os.path.join(root, path), mode):
+                            errors.append("%s: %s needs /%s, which is not in the image" % (name, c.where, path))
+                    continue
                 exe = command[0] if command[0].startswith("/") else "/usr/local/bin/" + command[0]
                 if not os.access(os.path.join(root, exe.lstrip("/")), os.X_OK):
                     errors.append("%s: %s runs %s, which is not in the image" % (name, c.where, command[0]))

@@ -1,0 +1,276 @@
+#!/usr/bin/python3
+"""The simulator against the local cluster (issue 32, calibration): measure TTFT and ITL p50/p90 with
+yoco-cli bench --trace at three load levels on two traces (plain prompts; prompts on shared
+documents), simulate the same traces with the profile measured on this machine, and write the
+comparison (JSON, a markdown table, a plot). Then the planner's recommendation for two SLO
+scenarios, each shown next to a measured run of the configuration it recommends.
+
+  bench/planner/calibrate.py [--build-dir build] [--model models/kjv-yoco] [--profile P.json]
+                             [--prefill 1] [--decode 1] [--requests 60] [--out-dir bench/results/planner]
+                             [--scenarios] [--quick]
+
+Without --profile it first measures one (bench/planner/profile.py, with the cluster's router for
+the per-request overhead). The load levels are 30%, 60% and 85% of the rate at which the simulated
+cluster reaches its knee (TTFT p90 at 5× the unloaded one). bench/planner/calibrate.sh runs it end to end; run it on an
+idle machine (bench/README.md, "SLA planner"): about 8 minutes.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools", "planner"))
+
+from errors import PlanError  # noqa: E402
+from profiles import load_profile  # noqa: E402
+from search import Search, Slo  # noqa: E402
+from simulator import Cluster, simulate  # noqa: E402
+from traces import load_trace, synthetic, write_trace  # noqa: E402
+
+TRACES = {  # name: the synthetic trace's shape (prompt and output ranges, documents)
+    "plain": dict(prompt=(32, 256), output=(8, 48)),
+    "documents": dict(prompt=(16, 96), output=(8, 48), documents=4, document_tokens=256, document_share=0.8),
+}
+LEVELS = (0.3, 0.6, 0.85)
+
+
+class LocalCluster:
+    def __init__(self, a, prefill, decode):
+        need = (prefill + decode) * a.threads + 1  # the workers' threads, and the router with the client
+        if (os.cpu_count() or 1) < need:
+            print("calibrate.py: warning: %d cores for %d prefill + %d decode workers of %d thread(s) plus the router "
+                  "and the client: the workers will wait for cores, which the simulator does not model"
+                  % (os.cpu_count() or 1, prefill, decode, a.threads), file=sys.stderr, flush=True)
+        self.state = tempfile.mkdtemp(prefix="yoco-calibrate.")
+        cmd = [sys.executable, os.path.join(ROOT, "deploy", "local", "cluster.py"), "--bin-dir", a.build_dir,
+               "--model", a.model, "--prefill", str(prefill), "--decode", str(decode), "--threads", str(a.threads),
+               "--state-dir", self.state, "--http-port", "-1"]
+        self.err = open(os.path.join(self.state, "launcher.err"), "w")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err)
+        path = os.path.join(self.state, "cluster.json")
+        for _ in range(1800):
+            if os.path.exists(path):
+                break
+            if self.proc.poll() is not None:
+                raise SystemExit("calibrate.py: the cluster did not start (%s)" % self.state)
+            time.sleep(0.1)
+        else:
+            self.stop()
+            raise SystemExit("calibrate.py: the cluster was not ready in 180 s (%s)" % self.state)
+        with open(path) as f:
+            self.router = json.load(f)["router"]["grpc"]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.err.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def measure(a, router, trace_path):
+    cli = os.path.join(a.build_dir, "tools", "yoco-cli")
+    out = subprocess.run([cli, "bench", "--router", router, "--trace", trace_path, "--seed", "1", "--json"],
+                         capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise SystemExit("calibrate.py: yoco-cli bench --trace %s failed:\n%s" % (trace_path, out.stderr[-2000:]))
+    return json.loads(out.stdout)
+
+
+def capacity(profile, cluster, shape, n):
+    """The simulated knee: the highest rate whose TTFT p90 stays under 5× the unloaded one with every
+    request served and the requests completing as fast as they arrive. (A decode worker steps
+    whenever a sequence runs, so its busy time is no measure of load.)"""
+    def served(rate):
+        reqs = synthetic(n, rate, seed=7, **shape)
+        s = simulate(profile, cluster, reqs, sample_interval=0).summary()
+        return s, s["completed"] == n and s["request_throughput"] >= 0.8 * rate
+    idle, _ = served(1e-3)
+    lo, hi = 1e-3, 1000.0
+    for _ in range(30):
+        mid = (lo * hi) ** 0.5
+        s, ok = served(mid)
+        ok = ok and s["ttft_ms"]["p90"] <= 5 * idle["ttft_ms"]["p90"]
+        lo, hi = (mid, hi) if ok else (lo, mid)
+    return lo
+
+
+def level_rate(profile, cluster, shape, level, n):
+    """`level` of the simulated capacity (above)."""
+    return round(level * capacity(profile, cluster, shape, n), 3)
+
+
+def err(sim, real):
+    return round(100.0 * (sim - real) / real, 1) if real else None
+
+
+def calibrate(a, profile, out):
+    cluster = Cluster(prefill_workers=a.prefill, decode_workers=a.decode)
+    rows = []
+    with LocalCluster(a, a.prefill, a.decode) as lc:
+        for name, shape in TRACES.items():
+            for level in LEVELS:
+                rate = level_rate(profile, cluster, shape, level, a.requests)
+                reqs = synthetic(a.requests, rate, seed=11, **shape)
+                path = os.path.join(out, "trace-%s-%d.csv" % (name, int(level * 100)))
+                with open(path, "w") as f:
+                    write_trace(reqs, f)
+                m = measure(a, lc.router, path)
+                s = simulate(profile, cluster, load_trace(path)).summary()
+                row = {"trace": name, "level": level, "rate": rate, "requests": len(reqs),
+                       "measured": {"ttft_ms": m["ttft_ms"], "itl_ms": m["itl_ms"], "completed": m["completed"]},
+                       "simulated": {"ttft_ms": s["ttft_ms"], "itl_ms": s["itl_ms"], "completed": s["completed"]}}
+                row["error_pct"] = {"%s_%s" % (k, p): err(s[k + "_ms"][p], m[k + "_ms"][p])
+                                    for k in ("ttft", "itl") for p in ("p50", "p90")}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def scenarios(a, profile, out):
+    """Two SLO scenarios on the documents trace past a 1 × 1 cluster's knee: the planner's pick
+    (within 2 × 2) and a measured run of it. The SLOs are set from what the simulator gives two
+    configurations, so each can be met: a TTFT-bound one (1.25× the TTFT p90 of 2 prefill + 1
+    decode, a loose ITL) and an ITL-bound one (1.25× the TTFT p90 and 1.1× the ITL p90 of 1 + 2)."""
+    shape = TRACES["documents"]
+    base = Cluster()
+    rate = level_rate(profile, base, shape, 1.1, a.requests)
+    reqs = synthetic(a.requests, rate, seed=13, **shape)
+    path = os.path.join(out, "trace-scenarios.csv")
+    with open(path, "w") as f:
+        write_trace(reqs, f)
+    sim = {(p, d): simulate(profile, base.copy(prefill_workers=p, decode_workers=d), reqs).summary()
+           for p in (1, 2) for d in (1, 2)}
+    loose_itl = 2 * max(x["itl_ms"]["p90"] for x in sim.values()) / 1e3
+    wanted = {"TTFT-bound": Slo(1.25 * sim[(2, 1)]["ttft_ms"]["p90"] / 1e3, loose_itl),
+              "ITL-bound": Slo(1.25 * sim[(1, 2)]["ttft_ms"]["p90"] / 1e3, 1.1 * sim[(1, 2)]["itl_ms"]["p90"] / 1e3)}
+    results = []
+    for name, slo in wanted.items():
+        try:
+            plan = Search(profile, base, reqs, slo, 2, 2).plan()
+        except PlanError as e:
+            print("calibrate.py: %s: %s" % (name, e))
+            continue
+        rec = plan["recommended"]
+        with LocalCluster(a, rec["prefill"], rec["decode"]) as lc:
+            m = measure(a, lc.router, path)
+        results.append({"scenario": name, "rate": rate, "slo_ms": {"ttft_p90": round(slo.ttft_p90 * 1e3, 1),
+                                                                   "itl_p90": round(slo.itl_p90 * 1e3, 2)},
+                        "plan": plan, "measured": {"ttft_ms": m["ttft_ms"], "itl_ms": m["itl_ms"],
+                                                   "completed": m["completed"]}})
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def table(rows, scen):
+    lines = ["| trace | load | rate req/s | TTFT p50 ms meas / sim (err) | TTFT p90 ms meas / sim (err) | "
+             "ITL p50 ms meas / sim (err) | ITL p90 ms meas / sim (err) |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = []
+        for k in ("ttft", "itl"):
+            for p in ("p50", "p90"):
+                cells.append("%.1f / %.1f (%+.0f%%)" % (r["measured"][k + "_ms"][p], r["simulated"][k + "_ms"][p],
+                                                        r["error_pct"]["%s_%s" % (k, p)] or 0))
+        lines.append("| %s | %d%% | %.2f | %s |" % (r["trace"], r["level"] * 100, r["rate"], " | ".join(cells)))
+    worst = max((abs(v) for r in rows for v in r["error_pct"].values() if v is not None), default=0)
+    lines.append("")
+    lines.append("Largest error: %.1f%% (the issue's bound: 15%%)." % worst)
+    if scen:
+        lines += ["", "| scenario | SLO TTFT p90 / ITL p90 ms | recommended P × D | simulated TTFT p90 / ITL p90 ms | "
+                  "measured TTFT p90 / ITL p90 ms | neighbours (P×D: sim TTFT p90 / ITL p90, SLO) |",
+                  "|---|---|---|---|---|---|"]
+        for s in scen:
+            rec = s["plan"]["recommended"]
+            nb = "; ".join("%d×%d: %.0f / %.1f %s" % (n["prefill"], n["decode"], n["ttft_p90_ms"], n["itl_p90_ms"],
+                                                       "met" if n["meets_slo"] else "missed")
+                           for n in s["plan"]["neighbours"])
+            lines.append("| %s | %.0f / %.1f | %d × %d | %.0f / %.1f | %.0f / %.1f | %s |" % (
+                s["scenario"], s["slo_ms"]["ttft_p90"], s["slo_ms"]["itl_p90"], rec["prefill"], rec["decode"],
+                rec["ttft_p90_ms"], rec["itl_p90_ms"], s["measured"]["ttft_ms"]["p90"], s["measured"]["itl_ms"]["p90"],
+                nb))
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("calibrate.py: no matplotlib, no plot")
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    for ax, metric in zip(axes, ("ttft", "itl")):
+        for trace, marker in (("plain", "o"), ("documents", "s")):
+            for p, color in (("p50", "tab:blue"), ("p90", "tab:red")):
+                pts = [(r["measured"][metric + "_ms"][p], r["simulated"][metric + "_ms"][p]) for r in rows
+                       if r["trace"] == trace]
+                ax.scatter([x for x, _ in pts], [y for _, y in pts], marker=marker, color=color,
+                           label="%s %s" % (trace, p))
+        lim = max([max(r["measured"][metric + "_ms"]["p90"], r["simulated"][metric + "_ms"]["p90"]) for r in rows]) * 1.1
+        ax.plot([0, lim], [0, lim], "k-", lw=0.8)
+        ax.fill_between([0, lim], [0, lim * 0.85], [0, lim * 1.15], color="0.9")
+        ax.set_xlim(0, lim)
+        ax.set_ylim(0, lim)
+        ax.set_xlabel("measured %s ms" % metric.upper())
+        ax.set_ylabel("simulated %s ms" % metric.upper())
+        ax.legend(fontsize=7)
+    fig.suptitle("Simulator vs local cluster (grey: within 15%)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "kjv-yoco"))
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--profile")
+    ap.add_argument("--prefill", type=int, default=1)
+    ap.add_argument("--decode", type=int, default=1)
+    ap.add_argument("--requests", type=int, default=60)
+    ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results", "planner"))
+    ap.add_argument("--scenarios", action="store_true", help="also the planner's two scenarios, measured")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 12 requests, the plain trace's first level")
+    a = ap.parse_args()
+    os.makedirs(a.out_dir, exist_ok=True)
+    if a.quick:
+        a.requests = 12
+        TRACES.pop("documents") if not a.scenarios else None
+        globals()["LEVELS"] = (0.3,)
+    prof_path = a.profile or os.path.join(a.out_dir, "profile-cpu.json")
+    if not a.profile:
+        with LocalCluster(a, 1, 1) as lc:
+            subprocess.run([sys.executable, os.path.join(HERE, "profile.py"), "--model", a.model, "--threads",
+                            str(a.threads), "--build-dir", a.build_dir, "--router", lc.router, "--out", prof_path]
+                           + (["--prefill-lens", "16,64,256", "--decode-batches", "1,4", "--decode-contexts", "64,512",
+                               "--repeats", "1"] if a.quick else []), check=True)
+    profile = load_profile(prof_path)
+    rows = calibrate(a, profile, a.out_dir)
+    scen = scenarios(a, profile, a.out_dir) if a.scenarios else []
+    with open(os.path.join(a.out_dir, "calibration.json"), "w") as f:
+        json.dump({"profile": prof_path, "rows": rows, "scenarios": scen}, f, indent=1)
+    md = table(rows, scen)
+    with open(os.path.join(a.out_dir, "calibration.md"), "w") as f:
+        f.write(md)
+    plot(rows, os.path.join(a.out_dir, "calibration.png"))
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
