@@ -229,6 +229,8 @@ int main(int argc, char** argv) {
   out["threads"] = Json(cpu::num_threads());
   out["blas"] = Json(cpu::gemm_uses_blas());
   out["gemm_library"] = Json(cpu::gemm_library());
+  out["isa"] = Json(cpu::isa_path());
+  out["bf16_widened"] = Json(model.bf16_weights() && cpu::linear_bf16_widens());
   out["dtype"] = Json(model.bf16_weights() ? "bf16" : "fp32");
   out["weight_bytes"] = Json(model.weight_bytes());
   out["prefill"] = Json(std::move(prefill_rows));

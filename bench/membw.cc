@@ -15,7 +15,8 @@
 // decode_gemm (with --preset NAME, default mid-gret): the matrix products of one decode step of
 //         that model (every weight matrix once, y = x·Wᵀ for m = batch rows) at --threads' last
 //         count, per batch size in --batches: ms per step and the weights' bytes / time in GB/s,
-//         to set against `read` (bench/README.md, decode at memory speed); with OpenBLAS also
+//         to set against `read` (bench/README.md, decode at memory speed), and the same with the
+//         weights in bf16 (bf16_*: half the bytes); with OpenBLAS also
 //         the same products through cblas_sgemm (what the engine did for batches 2..16 before).
 // crc32c: the checksum alone over --crc-mib of cache-warm and of cold data, the library's
 //         crc32c() (hardware, interleaved) and the one-stream hardware loop it replaced.
@@ -35,6 +36,7 @@
 #include "common/checksum.h"
 #include "common/flags.h"
 #include "common/json.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "model/random_model.h"
 
@@ -171,10 +173,12 @@ std::vector<std::pair<int, int>> decode_matrices(const ModelConfig& c) {
 Json decode_gemm(const ModelConfig& c, const std::vector<int64_t>& batches, int64_t reps) {
   const auto shapes = decode_matrices(c);
   std::vector<std::vector<float>> w;
+  std::vector<std::vector<cpu::bf16>> wb;  // the same matrices in bf16 (--dtype bf16's products)
   int64_t bytes = 0;
   int max_k = 0, max_n = 0;
   for (auto [n, k] : shapes) {
     w.emplace_back(static_cast<size_t>(n) * k, 1e-3f);
+    wb.emplace_back(static_cast<size_t>(n) * k, cpu::bf16{0x3a83});  // ~1e-3
     bytes += static_cast<int64_t>(n) * k * 4;
     max_k = std::max(max_k, k);
     max_n = std::max(max_n, n);
@@ -182,12 +186,16 @@ Json decode_gemm(const ModelConfig& c, const std::vector<int64_t>& batches, int6
   const int64_t max_m = *std::max_element(batches.begin(), batches.end());
   std::vector<float> x(static_cast<size_t>(max_m) * max_k, 1.0f), y(static_cast<size_t>(max_m) * max_n);
   Json::Array rows;
-  auto step_seconds = [&](int64_t m, bool blas) {
+  auto step_seconds = [&](int64_t m, bool blas, bool bf16 = false) {
     double best = 1e30;
     for (int r = 0; r < reps; ++r) {
       auto t0 = Clock::now();
       for (size_t i = 0; i < shapes.size(); ++i) {
         const auto [n, k] = shapes[i];
+        if (bf16) {
+          cpu::linear_bf16(x.data(), wb[i].data(), y.data(), static_cast<int>(m), n, k);
+          continue;
+        }
 #if defined(YOCO_HAVE_CBLAS)
         if (blas) {  // what gemm() did for m >= 2 before the small-m path
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), n, k, 1.0f, x.data(), k,
@@ -208,6 +216,11 @@ Json decode_gemm(const ModelConfig& c, const std::vector<int64_t>& batches, int6
     row["ms_per_step"] = Json(best * 1e3);
     row["weight_gb_s"] = Json(bytes / best / 1e9);
     row["tokens_per_s"] = Json(m / best);
+    // bf16 weights (half the bytes; widened in registers where the CPU has no bf16 matmul).
+    const double best_bf16 = step_seconds(m, false, true);
+    row["bf16_ms_per_step"] = Json(best_bf16 * 1e3);
+    row["bf16_weight_gb_s"] = Json(bytes / 2 / best_bf16 / 1e9);
+    row["bf16_speedup"] = Json(best / best_bf16);
 #if defined(YOCO_HAVE_CBLAS)
     if (m <= 2 * cpu::kSmallM) row["openblas_ms_per_step"] = Json(step_seconds(m, true) * 1e3);
 #endif
@@ -216,6 +229,8 @@ Json decode_gemm(const ModelConfig& c, const std::vector<int64_t>& batches, int6
   Json::Object out;
   out["weight_bytes_per_step"] = Json(bytes);
   out["threads"] = Json(cpu::num_threads());
+  out["isa"] = Json(std::string(cpu::isa_path()));
+  out["bf16_widened"] = Json(cpu::linear_bf16_widens());
   out["rows"] = Json(std::move(rows));
   return Json(std::move(out));
 }

@@ -40,6 +40,7 @@ class Model;
 // The `--dtype` flag of the workers, yoco-cli and engine_bench: "fp32" (the default) or "bf16"
 // (Model::use_bf16_weights), on the CPU engine only (device < 0: EngineOptions::device); the
 // CUDA engine always computes in bf16 from the fp32 tensors. Errors name --dtype.
+// With device < 0 it then logs the CPU engine's path (model/cpu_path.h).
 Status apply_dtype_flag(Model& model, const std::string& dtype, int device);
 
 // Tensor parallelism (model/tensor_parallel.h): a Model built with world N > 1 is one rank of

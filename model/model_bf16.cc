@@ -2,8 +2,10 @@
 // use_bf16_weights() (model/model.h).
 #include <cmath>
 
+#include "common/log.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "model/cpu_path.h"
 #include "model/model.h"
 
 namespace yoco {
@@ -22,12 +24,20 @@ std::vector<std::vector<float>*> matrices(ModelWeights& w) {
 
 }  // namespace
 
+LogFields cpu_path_fields(const Model& model) {
+  LogFields f;
+  f.kv("isa", cpu::isa_path()).kv("dtype", model.bf16_weights() ? "bf16" : "fp32").kv("gemm", cpu::gemm_library());
+  if (model.bf16_weights() && cpu::linear_bf16_widens())
+    f.kv("bf16_products", "no bf16 instructions: weights widened to fp32 in registers, x in fp32");
+  return f;
+}
+
 Status apply_dtype_flag(Model& model, const std::string& dtype, int device) {
-  if (dtype == "fp32") return Status::Ok();
-  if (dtype != "bf16") return invalid_argument("--dtype: \"" + dtype + "\" is not fp32 or bf16");
-  if (device >= 0)
+  if (dtype != "fp32" && dtype != "bf16") return invalid_argument("--dtype: \"" + dtype + "\" is not fp32 or bf16");
+  if (dtype == "bf16" && device >= 0)
     return invalid_argument("--dtype: bf16 is the CPU engine's option (the CUDA engine computes in bf16 already)");
-  model.use_bf16_weights();
+  if (dtype == "bf16") model.use_bf16_weights();
+  if (device < 0) YOCO_LOG(LogLevel::kInfo, "cpu engine", cpu_path_fields(model));
   return Status::Ok();
 }
 

@@ -73,6 +73,22 @@ bool linear_bf16_rounds_x(int m, int n, bool split_x) {
   return m >= (split_x ? kSmallM : kBf16LibraryMinRows) && n >= kBf16LibraryMinCols && dnnl_bf16_supported();
 }
 
+bool linear_bf16_widens() { return !dnnl_bf16_supported(); }
+
+void linear_bf16_widened(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  // Whole multiples of 16 rows of W, so oneDNN sees at most two panel shapes per product.
+  const int64_t fit = kBf16PanelBytes / (4 * static_cast<int64_t>(std::max(k, 1)));
+  const int panel = static_cast<int>(std::clamp<int64_t>(fit / 16 * 16, 16, n));
+  thread_local std::vector<float> wide;
+  if (static_cast<int64_t>(wide.size()) < static_cast<int64_t>(panel) * k) wide.resize(static_cast<size_t>(panel) * k);
+  for (int j0 = 0; j0 < n; j0 += panel) {
+    const int rows = std::min(panel, n - j0);
+    from_bf16(w + static_cast<int64_t>(j0) * k, wide.data(), static_cast<int64_t>(rows) * k);
+    gemm(m, rows, k, 1.0f, x, k, wide.data(), k, true, accumulate ? 1.0f : 0.0f, y + j0, n);
+  }
+}
+
 void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate, bool split_x) {
   if (m <= 0 || n <= 0) return;
   const int64_t len = static_cast<int64_t>(m) * k;
@@ -83,6 +99,9 @@ void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, b
       return;
     }
   }
+  // No bf16 matmul on this CPU: a prefill chunk multiplies widened panels through the fp32
+  // kernel (the small-m loop would read W once per four rows of x: 10× slower than fp32).
+  if (m > kSmallM && linear_bf16_widens()) return linear_bf16_widened(x, w, y, m, n, k, accumulate);
   // Few rows (a decode step): bound by reading W, so x stays fp32, which keeps its rounding error
   // out of the products, and W is read once for all m rows (gemv.cc).
   gemm_small_m_bf16(m, n, k, x, w, y, accumulate);

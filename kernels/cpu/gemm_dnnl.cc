@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec.h"
 
 #if defined(YOCO_HAVE_DNNL)
 #include <oneapi/dnnl/dnnl_version.h>
@@ -81,7 +82,23 @@ struct Entry {
   dnnl::matmul prim;
 };
 
+// YOCO_CPU_ISA=avx2|base narrows oneDNN's JIT the same way as our own kernels (vec.h), so a run
+// on an AVX-512 machine takes the whole path of an AVX2-only (or SSE) one: fp32 products on AVX2
+// kernels and no bf16 matmul (bench/README.md, the AVX2 engine). Takes effect only before oneDNN's
+// first kernel, which is why the cache's engine is made after it.
+bool cap_dnnl_isa() {
+  switch (vec::isa()) {
+    case vec::Isa::kAvx2:
+      return dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2) == dnnl::status::success;
+    case vec::Isa::kBase:
+      return dnnl::set_max_cpu_isa(dnnl::cpu_isa::sse41) == dnnl::status::success;
+    default:
+      return true;
+  }
+}
+
 struct Cache {
+  bool isa_capped = cap_dnnl_isa();
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   std::mutex mu;
   std::unordered_map<Key, std::shared_ptr<const Entry>, KeyHash> prims;

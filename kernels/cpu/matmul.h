@@ -8,6 +8,12 @@
 
 namespace yoco::cpu {
 
+// --- isa.cc ------------------------------------------------------------------------
+// The instruction set the kernels and the products run on: "base" (SSE), "avx2", "avx512",
+// "avx512-bf16" or "amx" (the widest the CPU has, narrowed by YOCO_CPU_ISA=avx2|base for our
+// kernels and oneDNN alike).
+const char* isa_path();
+
 // --- gemm_dnnl.cc ------------------------------------------------------------------
 // True when this build has oneDNN and it may be used (YOCO_GEMM_LIBRARY=openblas|reference in
 // the environment turns it off, for measurements).
@@ -45,6 +51,14 @@ void from_bf16(const bf16* x, float* y, int64_t n);
 void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate = false,
                  bool split_x = false);
 bool linear_bf16_rounds_x(int m, int n, bool split_x = false);
+// Where the CPU has no bf16 matmul (oneDNN's needs AVX-512; bf16 is never a trap without it):
+// products of more than kSmallM rows widen W to fp32 a panel of rows at a time, each panel
+// (kBf16PanelBytes of fp32) staying in cache while gemm()'s fp32 kernel multiplies it, with x in
+// fp32; fewer rows run gemm_small_m_bf16, which widens W in registers. The same function is
+// callable on any CPU (tests compare it with the fp32 product on the widened matrix).
+bool linear_bf16_widens();
+inline constexpr int64_t kBf16PanelBytes = int64_t{2} << 20;
+void linear_bf16_widened(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate = false);
 // The plain loop linear_bf16 is tested against: the same rounding of x, fp32 sums.
 void linear_bf16_reference(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate = false,
                            bool split_x = false);

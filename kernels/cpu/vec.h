@@ -22,7 +22,7 @@ constexpr int kLanes = 16;
 // The variant of a per-ISA kernel to run: the widest the CPU has, chosen on first use (not GCC's
 // target_clones: its ifunc resolver runs before a sanitizer's runtime is up and crashes a TSan
 // build at start). YOCO_CPU_ISA=avx2|base narrows it, so the tests run every variant's register
-// blocking on one machine.
+// blocking on one machine (and narrows oneDNN the same way: gemm_dnnl.cc).
 enum class Isa { kBase, kAvx2, kAvx512 };
 inline Isa isa() {
   static const Isa chosen = [] {

@@ -4,9 +4,12 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <tuple>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "model/cpu_path.h"
 #include "model/model.h"
 #include "model/random_model.h"
 #include "tests/unit/test_util.h"
@@ -77,6 +80,68 @@ TEST(Bf16, LinearMatchesReference) {
             << "m " << m << " acc " << acc << " split " << split;
       }
   }
+}
+
+// Without a bf16 matmul (an AVX2 CPU, or YOCO_CPU_ISA=avx2|base here) many-row products widen W
+// a panel at a time and run the fp32 kernel: the fp32 product on the widened matrix, x unrounded.
+// Called directly, so every ISA variant checks it; k = 8192 makes panels of 64 rows of W.
+TEST(Bf16, WidenedPanelsGiveTheFp32ProductOnTheWidenedMatrix) {
+  for (auto [m, n, k] : {std::tuple{17, 96, 80}, {40, 150, 8192}, {100, 129, 8192}, {600, 70, 300}}) {
+    auto x = randn(static_cast<size_t>(m) * k, m + n), wf = randn(static_cast<size_t>(n) * k, k);
+    std::vector<cpu::bf16> w(wf.size());
+    cpu::to_bf16(wf.data(), w.data(), static_cast<int64_t>(w.size()));
+    cpu::from_bf16(w.data(), wf.data(), static_cast<int64_t>(w.size()));
+    for (bool acc : {false, true}) {
+      auto y1 = randn(static_cast<size_t>(m) * n, 4), y2 = y1;
+      cpu::linear_bf16_widened(x.data(), w.data(), y1.data(), m, n, k, acc);
+      cpu::gemm_reference(m, n, k, 1.0f, x.data(), k, wf.data(), k, true, acc ? 1.0f : 0.0f, y2.data(), n);
+      // fp32 sums in another order (the reference's one running sum drifts as k grows): relative to
+      // the dot products' size, sqrt(k). A wrong or missing panel is off by O(1).
+      EXPECT_LT(test::max_abs_diff(y1.data(), y2.data(), y1.size()) / std::sqrt(static_cast<double>(k)), 1e-4)
+          << "m " << m << " n " << n << " k " << k << " acc " << acc;
+    }
+  }
+}
+
+// The dispatch: where oneDNN has no bf16 matmul (AVX2 and SSE, which YOCO_CPU_ISA emulates by
+// narrowing oneDNN too), a prefill-sized product is the widened one, bit for bit; a decode-sized
+// one stays on the small-m kernel.
+TEST(Bf16, WithoutBf16InstructionsProductsWiden) {
+  const std::string isa = cpu::isa_path();
+  if (isa == "avx2" || isa == "base") {
+    EXPECT_TRUE(cpu::linear_bf16_widens()) << isa;
+  }
+  if (!cpu::linear_bf16_widens()) GTEST_SKIP() << "this CPU (" << isa << ") has oneDNN's bf16 matmul";
+  const int m = 64, n = 96, k = 80;
+  auto x = randn(static_cast<size_t>(m) * k, 1), wf = randn(static_cast<size_t>(n) * k, 2);
+  std::vector<cpu::bf16> w(wf.size());
+  cpu::to_bf16(wf.data(), w.data(), static_cast<int64_t>(w.size()));
+  std::vector<float> y1(static_cast<size_t>(m) * n), y2(y1.size());
+  cpu::linear_bf16(x.data(), w.data(), y1.data(), m, n, k, false, true);
+  cpu::linear_bf16_widened(x.data(), w.data(), y2.data(), m, n, k, false);
+  for (size_t i = 0; i < y1.size(); ++i) ASSERT_EQ(y1[i], y2[i]) << i;
+  EXPECT_FALSE(cpu::linear_bf16_rounds_x(m, n, false));
+  EXPECT_FALSE(cpu::linear_bf16_rounds_x(m, n, true));
+}
+
+// The start line names the ISA path, and bf16 weights without a bf16 matmul say they widen.
+TEST(Bf16, CpuPathLineNamesIsaAndWidening) {
+  test::TempDir dir;
+  auto cfg = find_preset("tiny-gret");
+  ASSERT_TRUE(cfg.ok());
+  ASSERT_TRUE(write_random_model(dir.path(), cfg.value(), 42, DType::kBF16).ok());
+  auto m = Model::load(dir.path());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const std::string isa = cpu::isa_path();
+  EXPECT_TRUE(isa == "base" || isa == "avx2" || isa == "avx512" || isa == "avx512-bf16" || isa == "amx") << isa;
+  std::string line = cpu_path_fields(**m).str();
+  EXPECT_NE(line.find("isa=" + isa), std::string::npos) << line;
+  EXPECT_NE(line.find("dtype=fp32"), std::string::npos) << line;
+  EXPECT_EQ(line.find("bf16_products"), std::string::npos) << line;
+  ASSERT_TRUE(apply_dtype_flag(**m, "bf16", -1).ok());
+  line = cpu_path_fields(**m).str();
+  EXPECT_NE(line.find("dtype=bf16"), std::string::npos) << line;
+  EXPECT_EQ(line.find("widened to fp32 in registers") != std::string::npos, cpu::linear_bf16_widens()) << line;
 }
 
 // Two bf16 terms of x carry ~16 significant bits: the product is far closer to fp32 x · bf16 W.
