@@ -150,7 +150,7 @@ class CudaEngineTest : public ::testing::TestWithParam<std::string> {
   static void SetUpTestSuite() {
     if (cuda::device_count() == 0) return;
     dir_ = new test::TempDir();
-    for (const char* name : {"tiny-gret", "tiny-swa", "tiny-yocou", "gqa3-gret"})
+    for (const char* name : {"tiny-gret", "tiny-swa", "tiny-yocou", "gqa3-gret", "tiny-moe-gret", "tiny-moe-yocou"})
       ASSERT_TRUE(write_random_model(dir_->sub(name), test_config(name), 42, DType::kF32).ok());
   }
   static void TearDownTestSuite() {
@@ -497,7 +497,9 @@ TEST_P(CudaEngineTest, GraphDecodeEqualsEager) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, CudaEngineTest, ::testing::Values("tiny-gret", "tiny-swa", "tiny-yocou", "gqa3-gret"),
+INSTANTIATE_TEST_SUITE_P(Presets, CudaEngineTest,
+                         ::testing::Values("tiny-gret", "tiny-swa", "tiny-yocou", "gqa3-gret", "tiny-moe-gret",
+                                           "tiny-moe-yocou"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -217,7 +217,11 @@ INSTANTIATE_TEST_SUITE_P(Splits, TensorParallelTest,
                              // World 4 needs 4 KV heads; YOCO-U's preset has a single one.
                              SplitCase{"tiny-gret", 4, 0, 4}, SplitCase{"tiny-swa", 4, 0, 4},
                              SplitCase{"tiny-gret", 4, 8, 4},  // GQA ratio 2 at world 4
-                             SplitCase{"tiny-yocou", 2, 0, 2}, SplitCase{"tiny-yocou", 4, 0, 4}),
+                             SplitCase{"tiny-yocou", 2, 0, 2}, SplitCase{"tiny-yocou", 4, 0, 4},
+                             // MoE: every expert's hidden units (and the shared expert's) split,
+                             // the router replicated (docs/design.md §2.8).
+                             SplitCase{"tiny-moe-gret", 2}, SplitCase{"tiny-moe-gret", 4, 0, 4},
+                             SplitCase{"tiny-moe-yocou", 2, 0, 2}),
                          [](const auto& info) { return case_name(info.param); });
 
 // --- bad splits -------------------------------------------------------------------------
