@@ -75,7 +75,10 @@ void MoeCpu::grouped(const Model& m, const MoeWeights& w, int hidden, const floa
       std::memcpy(yb + static_cast<int64_t>(order[it.first + i]) * D, &y[static_cast<size_t>(i) * D], D * 4);
   };
   const int n_items = static_cast<int>(items.size());
-  if (n_items >= omp_get_max_threads()) {
+  // A parallel region costs a thread wake-up (far more on shared cores): a small step's experts
+  // run on the calling thread, as cpu_backend.cc's worth_threads decides for the other ops.
+  const int64_t multiply_adds = static_cast<int64_t>(A) * 3 * hidden * D;
+  if (n_items >= omp_get_max_threads() && multiply_adds > (1 << 18)) {
     // One product per thread at a time (the libraries run single-threaded inside the region).
 #pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < n_items; ++i) run(items[i]);
