@@ -120,8 +120,7 @@ TEST_P(CudaVsCpuIntermediatesTest, EveryStageMatchesTheCpuBackend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, CudaVsCpuIntermediatesTest,
-                         ::testing::Values("tiny-gret", "tiny-swa", "tiny-yocou", "tiny-transformer", "tiny-moe-gret",
-                                           "tiny-moe-yocou"),
+                         ::testing::Values("tiny-gret", "tiny-swa", "tiny-yocou", "tiny-transformer"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s)

@@ -48,11 +48,11 @@ CONFIGS = [
     # Mixtures of experts (docs/design.md §2.2): gRet with a shared expert and plain softmax
     # weights; YOCO-U's shape (SWA, loops, NoPE) with renormalised top-k and no shared expert;
     # SWA with k = 1, a shared expert and renormalisation (every weight is then 1).
-    dict(name="moe_gret_shared", seed=809, n_tokens=23, tied=False, params=dict(
+    dict(name="moe_gret_shared", seed=909, n_tokens=23, tied=False, params=dict(
         dim=32, n_layers=4, n_self_heads=4, n_attn_heads=4, n_attn_kv_heads=2, vocab_size=53,
         sliding_window=None, n_experts=8, n_experts_per_token=2, expert_hidden_dim=16,
         shared_expert_hidden_dim=24)),
-    dict(name="moe_yocou_swa_t3_nope", seed=911, n_tokens=21, tied=True, params=dict(
+    dict(name="moe_yocou_swa_t3_nope", seed=1090, n_tokens=21, tied=True, params=dict(
         dim=32, n_layers=4, hidden_dim=64, n_self_heads=2, n_attn_heads=4, n_attn_kv_heads=1,
         vocab_size=47, sliding_window=6, n_loops=3, cross_decoder_rope=False, n_experts=6,
         n_experts_per_token=3, expert_hidden_dim=16, moe_norm_topk_prob=True)),
@@ -179,7 +179,7 @@ def state_to_json(state):
     return out
 
 
-def check_routing_margin(model, trace, name, margin=1e-2):
+def check_routing_margin(model, trace, name, margin=5e-2):
     """An MoE golden must not sit near a tie between the k-th and the (k+1)-th expert: the fp32
     engine would then be free to choose the other one. Fails (pick another seed) if it does."""
     k, E = model.cfg.n_experts_per_token, model.cfg.n_experts

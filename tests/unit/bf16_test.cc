@@ -187,7 +187,7 @@ INSTANTIATE_TEST_SUITE_P(Presets, Bf16Engine,
 // checkpoint as above: a random model may have tokens whose k-th and (k+1)-th experts nearly tie,
 // where the bf16 path's rounding upstream of the router (the router itself stays fp32) may choose
 // the other expert, a difference far over the bar for that token; the goldens are drawn with every
-// routing decision clear (make_goldens.py, check_routing_margin), so there the bf16 path must stay
+// routing decision clear (make_goldens.py, check_routing_margin: 5%), so there the bf16 path must stay
 // within the bar of the fp32 path at every position, the full forward and decode steps alike.
 class Bf16MoeGolden : public ::testing::TestWithParam<std::string> {};
 
