@@ -87,7 +87,7 @@ const std::vector<ModelPreset>& model_presets() {
        moe(make(64, 4, 0, 4, 4, 1, 256, 16, 3, false), 8, 2, 32, 0, true)},
       {"small-moe", "benchmark config, SWA 512, MoE: 32 experts x 192, top-4, shared expert 384",
        moe(make(512, 8, 0, 8, 8, 2, 32000, 512), 32, 4, 192, 384)},
-      {"mid-moe", "benchmark config (~0.8B, ~0.2B active), SWA 512, MoE: 64 experts x 256, top-8, shared 256",
+      {"mid-moe", "benchmark config (~0.9B, ~0.2B active), SWA 512, MoE: 64 experts x 256, top-8, shared 256",
        moe(make(1024, 16, 0, 8, 16, 4, 32000, 512), 64, 8, 256, 256)},
       {"mid-moe-dense-active", "dense mid-moe of its active size: FFN 2304 = 8 x 256 + 256",
        make(1024, 16, 2304, 8, 16, 4, 32000, 512)},
