@@ -13,11 +13,15 @@ def load(path):
 
 
 def matrix_flops_per_token(c):
-    """2 · multiply-adds of the projections one prefill token passes (self-decoder + K/V); the
-    mixers (retention, windowed attention) are not counted, so the share of roof is a lower bound."""
+    """2 · multiply-adds of the projections one prefill token passes (self-decoder + K/V; in a
+    mixture of experts its router, k experts and the shared one); the mixers (retention, windowed
+    attention) are not counted, so the share of roof is a lower bound."""
     D, H = c["dim"], c["hidden_dim"]
+    if c.get("n_experts"):  # an MoE token passes its k experts, the shared one and the router
+        H = c["n_experts_per_token"] * c["expert_hidden_dim"] + c.get("shared_expert_hidden_dim", 0)
     swa = bool(c.get("sliding_window"))
     rows = (3 if swa else 4) * D + (0 if swa else c["n_self_heads"]) + D + 2 * H  # qkv(g), gt, wo, w13
+    rows += c.get("n_experts", 0)  # the router
     self_layers = c.get("n_self_layers") or c["n_layers"] // 2
     kv_dim = c["n_attn_kv_heads"] * (D // c["n_attn_heads"])
     per_layer = rows * D + D * H

@@ -23,6 +23,11 @@
 //            FLOPs = 4·hd·heads·Σ keys seen (causal: query at p sees p + 1 keys), i.e.
 //            4·n·ctx_avg·hd·heads.
 // sample:    sample_greedy and sample_tokens (top-p 0.9, T 0.8) at batch 1..64 × the vocabulary.
+// moe:       (only when asked, with an MoE preset, e.g. --preset yoco-u-moe --sections copy,moe) one
+//            layer's routed experts (moe_permute, the two moe_grouped_gemm launches, the SwiGLU and
+//            moe_combine) at decode batch 1..32 and prefill chunks of 512..4096 tokens with random
+//            routing: bytes = the weights of the distinct experts chosen (read once) against the
+//            copy figure; TFLOP/s = 2 · rows · k · 3 · expert_hidden · dim / t.
 // retention and swa also print one JSON line per shape ({"op":..., "impl":"yoco", "n":..., "ms":...,
 // "tflops":...}) that bench/gpu/compare_fla.py joins with bench/gpu/fla_compare.py's lines.
 // Every input is random (never zeros); every op's status and the stream are checked; times are
@@ -411,6 +416,50 @@ int main(int argc, char** argv) {
       a.tokens = static_cast<int32_t*>(tokens.p);
       const double topp = time_ms(reps, [&] { check(cuda::sample_tokens(a, g_stream), "sample_tokens"); });
       std::printf("  batch %-3d greedy %.3f ms, top-p 0.9 T 0.8 %.3f ms\n", batch, greedy, topp);
+    }
+  }
+  if (want.count("moe")) {
+    if (!c.is_moe()) die("--sections moe needs an MoE preset (e.g. yoco-u-moe)");
+    const int E = c.n_experts, k = c.n_experts_per_token, he = c.expert_hidden_dim, D = c.dim;
+    std::printf("moe experts of one layer (E %d, k %d, expert hidden %d, dim %d), random routing:\n", E, k, he, D);
+    std::printf("  %-10s %10s %10s %10s %12s\n", "rows", "ms", "experts", "GB/s", "TFLOP/s");
+    Buf up(size_t{2} * E * 2 * he * D), down(size_t{2} * E * D * he);
+    fill_bf16(up, -0.05f, 0.05f);
+    fill_bf16(down, -0.05f, 0.05f);
+    for (int rows : {1, 2, 4, 8, 16, 32, 512, 4096}) {
+      const int A = rows * k;
+      Buf x(size_t{2} * rows * D), ids(size_t{4} * A), w(size_t{4} * A), off(size_t{4} * (E + 1)),
+          toff(size_t{4} * (E + 1)), src(size_t{4} * A), slot(size_t{4} * A), u(size_t{4} * A * 2 * he),
+          act(size_t{2} * A * he), y(size_t{4} * A * D), h(size_t{4} * rows * D);
+      fill_bf16(x, -1, 1);
+      fill_f32(w, 0, 0.2f);
+      std::vector<int32_t> hid(A);
+      std::set<int> distinct;
+      for (int r = 0; r < rows; ++r) {
+        std::vector<int> all(E);
+        for (int e = 0; e < E; ++e) all[e] = e;
+        for (int j = 0; j < k; ++j) {  // k distinct experts per row
+          std::swap(all[j], all[j + static_cast<int>(next_u32() % (E - j))]);
+          hid[r * k + j] = all[j];
+          distinct.insert(all[j]);
+        }
+      }
+      check(cudaMemcpy(ids.p, hid.data(), hid.size() * 4, cudaMemcpyHostToDevice), "ids");
+      auto i32 = [](const Buf& b) { return static_cast<int32_t*>(b.p); };
+      cuda::MoePermuteArgs p{i32(ids), rows, k, E, i32(off), i32(toff), i32(src), i32(slot)};
+      cuda::MoeGemmArgs g1{x.h(), i32(src), up.h(), 2LL * he * D, u.f(), i32(off), i32(toff), E, A, 2 * he, D};
+      cuda::MoeGemmArgs g2{act.h(), nullptr, down.h(), static_cast<int64_t>(D) * he, y.f(), i32(off), i32(toff), E,
+                           A,       D,       he};
+      const double ms = time_ms(reps, [&] {
+        check(cuda::moe_permute(p, g_stream), "moe_permute");
+        check(cuda::moe_grouped_gemm(g1, g_stream), "moe_grouped_gemm fc1|gate");
+        check(cuda::silu_mul_to_bf16(u.f(), 2 * he, u.f() + he, 2 * he, act.h(), he, A, he, g_stream), "silu");
+        check(cuda::moe_grouped_gemm(g2, g_stream), "moe_grouped_gemm fc2");
+        check(cuda::moe_combine(y.f(), i32(slot), w.f(), rows, k, D, h.f(), g_stream), "moe_combine");
+      });
+      const double bytes = static_cast<double>(distinct.size()) * 3.0 * he * D * 2;
+      std::printf("  %-10d %10.3f %10zu %10.0f %12.1f\n", rows, ms, distinct.size(), bytes / (ms * 1e-3) / 1e9,
+                  2.0 * A * 3.0 * he * D / (ms * 1e-3) / 1e12);
     }
   }
   check(cudaDeviceSynchronize(), "final synchronize");

@@ -15,9 +15,13 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <random>
+#include <set>
+#include <span>
 
 #include "bench/bench_modes.h"
 #include "bench/trace_file.h"
@@ -27,6 +31,7 @@
 #include "kernels/cpu/ops.h"
 #include "model/model.h"
 #include "model/random_model.h"
+#include "model/trace.h"
 
 using namespace yoco;
 using clock_type = std::chrono::steady_clock;
@@ -57,6 +62,55 @@ std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
   std::vector<int32_t> t(n);
   for (auto& x : t) x = static_cast<int32_t>(g() % vocab);
   return t;
+}
+
+// A mixture of experts' decode step reads only the experts some sequence chose (docs/design.md
+// §2.5). The experts it read, measured from one (untimed) step's routing: per layer, the union of
+// the chosen experts over the batch and the layer's loops; and the formula for independent
+// uniform choices, E · (1 − (1 − k/E)^(B·T)) per layer (T = n_loops for a self-decoder layer).
+struct MoeStepBytes {
+  int64_t measured = 0;  // bytes of the routed experts read
+  double formula = 0;
+  int64_t experts = 0;  // distinct (layer, expert) pairs read
+};
+
+Result<MoeStepBytes> moe_step_bytes(const Model& model, std::span<SequenceState* const> seqs,
+                                    std::span<const int32_t> next, float* logits) {
+  const ModelConfig& c = model.config();
+  std::map<std::string, std::set<int>> chosen;  // "self.<layer>" / "cross.<layer>" -> experts
+  {
+    TraceScope scope([&](const TraceRows& t) {
+      const std::string name(t.name);
+      if (name.size() < 8 || name.compare(name.size() - 8, 8, ".experts") != 0) return;
+      // self.<loop>.<layer>.experts or cross.<layer>.experts (layer.<layer>. for a transformer)
+      const std::string head = name.substr(0, name.size() - 8);
+      const size_t dot = head.rfind('.');
+      const std::string key = head.substr(0, head.find('.')) + "." + head.substr(dot + 1);
+      for (int i = 0; i < t.rows * t.cols; ++i) chosen[key].insert(static_cast<int>(t.data[i]));
+    });
+    if (Status s = model.decode_step(seqs, next, logits); !s.ok()) return s;
+  }
+  const int64_t elt = model.bf16_weights() ? 2 : 4;
+  const int64_t per_expert = 3LL * c.expert_hidden_dim * c.dim * elt;
+  MoeStepBytes out;
+  for (const auto& [_, experts] : chosen) out.experts += static_cast<int64_t>(experts.size());
+  out.measured = out.experts * per_expert;
+  const double B = static_cast<double>(seqs.size()), E = c.n_experts, k = c.n_experts_per_token;
+  const int self = c.is_transformer() ? c.n_layers : c.n_self_layers, loops = c.is_transformer() ? 1 : c.n_loops;
+  out.formula = per_expert * E *
+                (self * (1 - std::pow(1 - k / E, B * loops)) + c.n_cross_layers() * (1 - std::pow(1 - k / E, B)));
+  if (c.is_transformer()) out.formula = per_expert * E * c.n_layers * (1 - std::pow(1 - k / E, B));
+  return out;
+}
+
+// Every matrix a decode step reads whatever the routing: all weights (the embedding one row when
+// untied) but an MoE's routed experts.
+int64_t decode_base_bytes(const Model& model) {
+  const ModelConfig& c = model.config();
+  const int64_t elt = model.bf16_weights() ? 2 : 4;
+  const int64_t embed_bytes = static_cast<int64_t>(c.vocab_size) * c.dim * elt;
+  const int64_t experts = static_cast<int64_t>(c.n_layers) * c.n_experts * 3LL * c.expert_hidden_dim * c.dim * elt;
+  return model.weight_bytes() - (model.weights().tied ? 0 : embed_bytes) - experts;
 }
 
 int die(const Status& s) {
@@ -215,6 +269,14 @@ int main(int argc, char** argv) {
     row["tokens_per_s"] = Json(static_cast<double>(b * steps.value()) / sec);
     row["ms_per_step"] = Json(sec * 1e3 / static_cast<double>(steps.value()));
     row["cpu_ms_per_step"] = Json(cpu_sec * 1e3 / static_cast<double>(steps.value()));
+    if (c.is_moe()) {
+      auto bytes = moe_step_bytes(model, ptrs, next, logits.data());
+      if (!bytes.ok()) return die(bytes.status());
+      row["moe_experts_read"] = Json(bytes->experts);
+      row["moe_expert_bytes_measured"] = Json(bytes->measured);
+      row["moe_expert_bytes_formula"] = Json(bytes->formula);
+      row["decode_active_weight_bytes"] = Json(decode_base_bytes(model) + bytes->measured);
+    }
     decode_rows.push_back(Json(std::move(row)));
   }
 
@@ -241,10 +303,11 @@ int main(int argc, char** argv) {
   // What one decode step must read from memory at least: every weight matrix once (the
   // embedding only one row when untied), whatever the batch (bench/README.md, decode at memory speed).
   // With --dtype bf16 the matrices, the embedding included, are held in bf16 only.
-  const ModelWeights& w = model.weights();
+  // An MoE's step reads its chosen experts only: decode_active_weight_bytes per batch above.
   const int64_t embed_bytes =
       static_cast<int64_t>(model.config().vocab_size) * model.config().dim * (model.bf16_weights() ? 2 : 4);
-  out["decode_weight_bytes_per_step"] = Json(model.weight_bytes() - (w.tied ? 0 : embed_bytes));
+  out["decode_weight_bytes_per_step"] = Json(model.weight_bytes() - (model.weights().tied ? 0 : embed_bytes));
+  if (c.is_moe()) out["decode_non_expert_weight_bytes"] = Json(decode_base_bytes(model));
   if (f->get_bool("json")) {
     std::cout << Json(std::move(out)).dump() << "\n";
     return 0;
@@ -254,11 +317,18 @@ int main(int argc, char** argv) {
   for (const auto& r : out["prefill"].as_array())
     std::printf("%-10lld %12.3f %14.1f\n", static_cast<long long>(r.find("tokens")->as_int()),
                 r.find("seconds")->as_double(), r.find("tokens_per_s")->as_double());
-  std::printf("%-10s %12s %14s %12s\n", "decode B", "seconds", "tokens/s", "ms/step");
-  for (const auto& r : out["decode"].as_array())
-    std::printf("%-10lld %12.3f %14.1f %12.2f\n", static_cast<long long>(r.find("batch")->as_int()),
+  std::printf("%-10s %12s %14s %12s%s\n", "decode B", "seconds", "tokens/s", "ms/step",
+              c.is_moe() ? "  experts read  active MB (measured)  expert MB (formula)" : "");
+  for (const auto& r : out["decode"].as_array()) {
+    std::printf("%-10lld %12.3f %14.1f %12.2f", static_cast<long long>(r.find("batch")->as_int()),
                 r.find("seconds")->as_double(), r.find("tokens_per_s")->as_double(),
                 r.find("ms_per_step")->as_double());
+    if (c.is_moe())
+      std::printf("  %12lld  %20.1f  %19.1f", static_cast<long long>(r.find("moe_experts_read")->as_int()),
+                  r.find("decode_active_weight_bytes")->as_double() / 1e6,
+                  r.find("moe_expert_bytes_formula")->as_double() / 1e6);
+    std::printf("\n");
+  }
   std::printf("KV bytes/token (f32): %lld (a Transformer of the same size: %lld)  peak RSS %.0f MB\n",
               static_cast<long long>(kv_per_token), static_cast<long long>(transformer_kv_per_token), peak_rss_mb());
   return 0;

@@ -28,6 +28,20 @@ struct Shape {
 // The projections one token passes through (model/weights.h's fused matrices).
 std::vector<Shape> model_shapes(const ModelConfig& c) {
   const int D = c.dim;
+  if (c.is_moe()) {  // one expert's products (its rows: a chunk's share, m ≈ chunk · k / E), router, shared
+    std::vector<Shape> s = {{"wqkvg", c.self_qkv_rows(), D},
+                            {"wo", D, D},
+                            {"router", c.n_experts, D},
+                            {"expert_w13", 2 * c.expert_hidden_dim, D},
+                            {"expert_w2", D, c.expert_hidden_dim},
+                            {"wkv", 2 * c.kv_dim(), D},
+                            {"output", c.vocab_size, D}};
+    if (c.shared_expert_hidden_dim > 0) {
+      s.push_back({"shared_w13", 2 * c.shared_expert_hidden_dim, D});
+      s.push_back({"shared_w2", D, c.shared_expert_hidden_dim});
+    }
+    return s;
+  }
   return {{"wqkvg", c.self_qkv_rows(), D}, {"wo", D, D},
           {"w13", 2 * c.hidden_dim, D},    {"w2", D, c.hidden_dim},
           {"wkv", 2 * c.kv_dim(), D},      {"output", c.vocab_size, D}};

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 namespace yoco {
 namespace {
@@ -49,12 +50,39 @@ Status positive(const char* key, int64_t v) {
   return Status::Ok();
 }
 
+// docs/design.md §2.1: the MoE keys are all zero for a dense model; hidden_dim is unused by an MoE.
+Status validate_moe(const ModelConfig& c) {
+  if (c.n_experts < 0)
+    return invalid_argument("params.json: \"n_experts\" must be >= 0, got " + std::to_string(c.n_experts));
+  if (c.n_experts == 0) {
+    const std::pair<const char*, int> keys[] = {{"n_experts_per_token", c.n_experts_per_token},
+                                                {"expert_hidden_dim", c.expert_hidden_dim},
+                                                {"shared_expert_hidden_dim", c.shared_expert_hidden_dim}};
+    for (const auto& [key, v] : keys)
+      if (v != 0)
+        return invalid_argument(std::string("params.json: \"") + key + "\" needs \"n_experts\" > 0 (got " +
+                                std::to_string(v) + " with a dense model)");
+    if (c.moe_norm_topk_prob) return invalid_argument("params.json: \"moe_norm_topk_prob\" needs \"n_experts\" > 0");
+    return positive("hidden_dim", c.hidden_dim);
+  }
+  if (c.hidden_dim < 0)
+    return invalid_argument("params.json: \"hidden_dim\" must be >= 0, got " + std::to_string(c.hidden_dim));
+  if (c.n_experts_per_token < 1 || c.n_experts_per_token > c.n_experts)
+    return invalid_argument("params.json: \"n_experts_per_token\" must be in [1, n_experts] = [1, " +
+                            std::to_string(c.n_experts) + "], got " + std::to_string(c.n_experts_per_token));
+  YOCO_RETURN_IF_ERROR(positive("expert_hidden_dim", c.expert_hidden_dim));
+  if (c.shared_expert_hidden_dim < 0)
+    return invalid_argument("params.json: \"shared_expert_hidden_dim\" must be >= 0, got " +
+                            std::to_string(c.shared_expert_hidden_dim));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status validate_model_config(const ModelConfig& c) {
   YOCO_RETURN_IF_ERROR(positive("dim", c.dim));
   YOCO_RETURN_IF_ERROR(positive("n_layers", c.n_layers));
-  YOCO_RETURN_IF_ERROR(positive("hidden_dim", c.hidden_dim));
+  YOCO_RETURN_IF_ERROR(validate_moe(c));
   YOCO_RETURN_IF_ERROR(positive("n_attn_heads", c.n_attn_heads));
   YOCO_RETURN_IF_ERROR(positive("n_attn_kv_heads", c.n_attn_kv_heads));
   YOCO_RETURN_IF_ERROR(positive("vocab_size", c.vocab_size));
@@ -97,7 +125,13 @@ Result<ModelConfig> parse_model_config(const Json& j) {
   }
   YOCO_RETURN_IF_ERROR(get_int32(j, "dim", true, c.dim));
   YOCO_RETURN_IF_ERROR(get_int32(j, "n_layers", true, c.n_layers));
-  YOCO_RETURN_IF_ERROR(get_int32(j, "hidden_dim", true, c.hidden_dim));
+  YOCO_RETURN_IF_ERROR(get_int32(j, "n_experts", false, c.n_experts));
+  YOCO_RETURN_IF_ERROR(get_int32(j, "hidden_dim", c.n_experts <= 0, c.hidden_dim));  // unused by an MoE
+  YOCO_RETURN_IF_ERROR(get_int32(j, "n_experts_per_token", false, c.n_experts_per_token));
+  YOCO_RETURN_IF_ERROR(get_int32(j, "expert_hidden_dim", false, c.expert_hidden_dim));
+  YOCO_RETURN_IF_ERROR(get_int32(j, "shared_expert_hidden_dim", false, c.shared_expert_hidden_dim));
+  bool norm_present = false;
+  YOCO_RETURN_IF_ERROR(get_bool(j, "moe_norm_topk_prob", c.moe_norm_topk_prob, norm_present));
   YOCO_RETURN_IF_ERROR(get_int32(j, "n_attn_heads", true, c.n_attn_heads));
   YOCO_RETURN_IF_ERROR(get_int32(j, "n_attn_kv_heads", false, c.n_attn_kv_heads));
   if (c.n_attn_kv_heads == 0) c.n_attn_kv_heads = c.n_attn_heads;
@@ -155,6 +189,13 @@ Json ModelConfig::to_json() const {
     o["gate_logit_normalizer"] = Json(gate_logit_normalizer);
   }
   if (tie_embeddings) o["tie_embeddings"] = Json(*tie_embeddings);
+  if (is_moe()) {  // absent for a dense model, whose fingerprint stays what it was
+    o["n_experts"] = Json(n_experts);
+    o["n_experts_per_token"] = Json(n_experts_per_token);
+    o["expert_hidden_dim"] = Json(expert_hidden_dim);
+    o["shared_expert_hidden_dim"] = Json(shared_expert_hidden_dim);
+    o["moe_norm_topk_prob"] = Json(moe_norm_topk_prob);
+  }
   return Json(std::move(o));
 }
 

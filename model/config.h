@@ -30,6 +30,15 @@ struct ModelConfig {
   int64_t max_seq_len = 1 << 20;
   std::optional<bool> tie_embeddings;  // unset: decided by whether output_projection.weight exists
   Arch arch = Arch::kYoco;
+  // Mixture of experts (docs/design.md §2.2): with n_experts > 0 every FFN of the model is an MoE
+  // and hidden_dim is used by none of them.
+  int n_experts = 0;                 // E; 0: dense FFNs
+  int n_experts_per_token = 0;       // k in [1, E]
+  int expert_hidden_dim = 0;         // each routed expert's hidden size
+  int shared_expert_hidden_dim = 0;  // 0: no shared expert
+  bool moe_norm_topk_prob = false;   // the k chosen weights divided by their sum
+
+  bool is_moe() const { return n_experts > 0; }
 
   bool is_swa() const { return sliding_window > 0; }
   bool is_transformer() const { return arch == Arch::kTransformer; }

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/cpu/ops.h"
+#include "model/moe_cpu.h"
 
 namespace yoco {
 
@@ -64,10 +65,10 @@ CpuBackend::Block CpuBackend::block(const Site& at) const {
   const ModelWeights& w = model_.w_;
   if (at.part == Part::kCross) {
     const CrossLayerWeights& L = w.cross_layers[at.layer];
-    return {&L.mixer_norm, &L.final_norm, &L.wq, nullptr, &L.wo, &L.w13, &L.w2};
+    return {&L.mixer_norm, &L.final_norm, &L.wq, nullptr, &L.wo, &L.w13, &L.w2, &L.moe};
   }
   const SelfLayerWeights& L = w.self_layers[at.layer];  // a transformer's layers too
-  return {&L.mixer_norm, &L.final_norm, &L.wqkvg, &L.wgt, &L.wo, &L.w13, &L.w2};
+  return {&L.mixer_norm, &L.final_norm, &L.wqkvg, &L.wgt, &L.wo, &L.w13, &L.w2, &L.moe};
 }
 
 CpuBackend::Tensor CpuBackend::output(std::vector<float>& buf, int width) {
@@ -108,7 +109,9 @@ CpuBackend::Tensor CpuBackend::norm(const Site& at, Norm which) {
     case Norm::kFfn: {
       weight = block(at).final_norm;
       std::vector<float>& scratch = ffn_scratch();
-      const size_t nx = static_cast<size_t>(n) * D, nu = static_cast<size_t>(n) * 2 * widths_.hidden;
+      // fc1|gate of the dense FFN or of an MoE's shared expert.
+      const size_t nx = static_cast<size_t>(n) * D,
+                   nu = static_cast<size_t>(n) * 2 * std::max(widths_.hidden, widths_.shared_hidden);
       if (scratch.size() < nx + nu + nu / 2) scratch.resize(nx + nu + nu / 2);
       x = scratch.data();
       ffn_u_ = x + nx;
@@ -145,6 +148,16 @@ CpuBackend::Tensor CpuBackend::project(const Site& at, Matrix which, const Tenso
       y = ffn_u_;
       width = 2 * wd.hidden;
       break;
+    case Matrix::kSharedUp:
+      m = &block(at).moe->shared.w13;
+      y = ffn_u_;
+      width = 2 * wd.shared_hidden;
+      break;
+    case Matrix::kRouter: {
+      const Tensor logits = output(router_, wd.experts);
+      model_.linear(x.data, block(at).moe->router, logits.data, rows_.count, wd.experts, x.width);
+      return logits;
+    }
     case Matrix::kKv:
       m = &w.wkv;
       width = 2 * wd.kv_dim;
@@ -156,6 +169,7 @@ CpuBackend::Tensor CpuBackend::project(const Site& at, Matrix which, const Tenso
       break;
     case Matrix::kOut:
     case Matrix::kFfnDown:
+    case Matrix::kSharedDown:
       YOCO_CHECK(false);  // added into h: add_projection
   }
   model_.linear(x.data, *m, y, rows_.count, width, x.width);
@@ -164,8 +178,10 @@ CpuBackend::Tensor CpuBackend::project(const Site& at, Matrix which, const Tenso
 
 void CpuBackend::add_projection(const Site& at, Matrix which, const Tensor& x) {
   if (!status_.ok()) return;  // no collective after a failed one
-  YOCO_CHECK(x.ld == x.width && (which == Matrix::kOut || which == Matrix::kFfnDown));
-  const std::vector<float>& m = which == Matrix::kOut ? *block(at).out : *block(at).ffn_down;
+  YOCO_CHECK(x.ld == x.width && (which == Matrix::kOut || which == Matrix::kFfnDown || which == Matrix::kSharedDown));
+  const std::vector<float>& m = which == Matrix::kOut       ? *block(at).out
+                                : which == Matrix::kFfnDown ? *block(at).ffn_down
+                                                            : block(at).moe->shared.w2;
   status_ = model_.add_row_parallel(x.data, m, h_.data(), rows_.count, x.width);
 }
 
@@ -379,9 +395,35 @@ CpuBackend::Tensor CpuBackend::attention(const Site& at, const Tensor& q) {
 
 // docs/design.md §2.2: fc1 is the activated branch, gate the linear one.
 CpuBackend::Tensor CpuBackend::swiglu(const Tensor& u) {
-  const int H = widths_.hidden;
+  const int H = u.width / 2;
   cpu::silu_mul(u.data, u.ld, u.data + H, u.ld, ffn_act_, H, rows_.count, H);
   return {ffn_act_, H, H};
+}
+
+program::Routing<CpuBackend::Tensor> CpuBackend::route(const Site&, const Tensor& logits) {
+  const int n = rows_.count, E = widths_.experts, k = widths_.experts_per_token;
+  YOCO_CHECK(logits.ld == E && logits.width == E);
+  const Tensor probs = output(probs_, E), chosen = output(chosen_, k), weights = output(expert_weights_, k);
+  expert_ids_.resize(static_cast<size_t>(n) * k);
+  cpu::moe_route(logits.data, n, E, k, config().moe_norm_topk_prob, probs.data, expert_ids_.data(), weights.data);
+  for (size_t i = 0; i < expert_ids_.size(); ++i) chosen.data[i] = static_cast<float>(expert_ids_[i]);
+  return {probs, chosen, weights};
+}
+
+// h += the routed experts' weighted sum; under tensor parallelism each rank holds a slice of every
+// expert's hidden units, so the partial sums are all-reduced first (like add_projection's).
+void CpuBackend::add_experts(const Site& at, const Tensor& x, const program::Routing<Tensor>&) {
+  if (!status_.ok()) return;
+  YOCO_CHECK(x.ld == x.width);
+  const int n = rows_.count, D = widths_.dim;
+  moe_out_.resize(static_cast<size_t>(n) * D);
+  MoeCpu::grouped(model_, *block(at).moe, widths_.expert_hidden, x.data, n, widths_.experts_per_token,
+                  expert_ids_.data(), expert_weights_.data(), moe_out_.data());
+  if (model_.tp_.world > 1) {
+    status_ = model_.tp_.comm->all_reduce_sum(moe_out_.data(), moe_out_.size());
+    if (!status_.ok()) return;
+  }
+  cpu::add_inplace(h_.data(), moe_out_.data(), static_cast<int64_t>(moe_out_.size()));
 }
 
 void CpuBackend::trace(const std::string& name, const Tensor& t) {

@@ -61,6 +61,8 @@ class CpuBackend {
   void write_kv(const program::Site& at, const Tensor& k, const Tensor& v);
   Tensor attention(const program::Site& at, const Tensor& q);
   Tensor swiglu(const Tensor& u);
+  program::Routing<Tensor> route(const program::Site& at, const Tensor& logits);
+  void add_experts(const program::Site& at, const Tensor& x, const program::Routing<Tensor>& r);
 
   bool tracing() const { return sink_ != nullptr; }
   void trace(const std::string& name, const Tensor& t);
@@ -76,6 +78,7 @@ class CpuBackend {
   // The norms and matrices of the block at a site, whichever decoder it belongs to.
   struct Block {
     const std::vector<float>*mixer_norm, *final_norm, *mixer_in, *gate, *out, *ffn_up, *ffn_down;
+    const MoeWeights* moe;
   };
   Block block(const program::Site& at) const;
   Tensor output(std::vector<float>& buf, int width);
@@ -93,6 +96,8 @@ class CpuBackend {
   // (a forward's slice): gathered once per bound chunk, read by every cross layer.
   std::vector<float> global_k_, global_v_;
   int64_t global_rows_ = 0;
+  std::vector<float> router_, probs_, chosen_, expert_weights_, moe_out_;  // an MoE FFN's
+  std::vector<int32_t> expert_ids_;
   float *ffn_u_ = nullptr, *ffn_act_ = nullptr;  // in ffn_scratch, after norm(kFfn)
   RopeTable ropes_[2];
   std::vector<float> trace_rows_;

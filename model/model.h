@@ -119,6 +119,7 @@ class Model {
   Status agree(const Status& local) const;
   // The CPU backend of the layer program (model/program.h) runs the ops on these weights.
   friend class CpuBackend;
+  friend struct MoeCpu;  // the MoE FFN's products (model/moe_cpu.h)
   // h += x·Wᵀ for a row-parallel W [dim, k] (this rank's input columns), summed over ranks.
   Status add_row_parallel(const float* x, const std::vector<float>& w, float* h, int rows, int k) const;
   // Room for `rows` more K/V rows: contiguous states grow; paged states must already own

@@ -12,13 +12,24 @@ namespace yoco {
 
 namespace {
 
+// An MoE's expert matrices. The router stays fp32: it is small, and its logits choose the experts,
+// so rounding it would move the choice near a tie (docs/design.md §2.5).
+void add_experts(MoeWeights& moe, std::vector<std::vector<float>*>& m) {
+  for (auto& e : moe.experts) m.insert(m.end(), {&e.w13, &e.w2});
+  m.insert(m.end(), {&moe.shared.w13, &moe.shared.w2});
+}
+
 // Every matrix a product reads (the norm vectors stay fp32).
 std::vector<std::vector<float>*> matrices(ModelWeights& w) {
   std::vector<std::vector<float>*> m = {&w.embed, &w.output, &w.wkv};
-  for (auto& L : w.self_layers)
+  for (auto& L : w.self_layers) {
     for (auto* t : {&L.wqkvg, &L.wgt, &L.wo, &L.w13, &L.w2}) m.push_back(t);
-  for (auto& L : w.cross_layers)
+    add_experts(L.moe, m);
+  }
+  for (auto& L : w.cross_layers) {
     for (auto* t : {&L.wq, &L.wo, &L.w13, &L.w2}) m.push_back(t);
+    add_experts(L.moe, m);
+  }
   return m;
 }
 
@@ -56,8 +67,12 @@ void Model::use_bf16_weights() {
   // over 511 tokens, prefill 2.0× → 1.6× the fp32 path. SWA and the Transformer stay within 2e-2
   // without it.
   if (!cfg_.is_swa() && !cfg_.is_transformer())
-    for (auto& L : w_.self_layers)
+    for (auto& L : w_.self_layers) {
+      std::vector<std::vector<float>*> ffn;
+      add_experts(L.moe, ffn);
       for (const auto* t : {&L.wqkvg, &L.wgt, &L.wo, &L.w13, &L.w2}) bf16_split_.insert(t);
+      for (const auto* t : ffn) bf16_split_.insert(t);
+    }
 }
 
 int64_t Model::weight_bytes() const {

@@ -32,7 +32,10 @@
 //   write_kv(site, k, v)               K/V rows at each row's position: the global cache (site kv)
 //                                      or a transformer layer's own
 //   attention(site, q)                 causal GQA over the K/V rows written so far
-//   swiglu(u)                          silu(fc1) ⊙ gate of the fused fc1|gate product
+//   swiglu(u)                          silu(fc1) ⊙ gate of a fused fc1|gate product (u.width / 2 each)
+//   route(site, logits)                an MoE's softmax over the router logits and its top-k
+//                                      (Routing: probs, chosen experts as values, their weights)
+//   add_experts(site, x, routing)      h += Σ_chosen w_e · SwiGLU_e(x), summed over tensor-parallel ranks
 //   tracing(), trace(name, tensor)     the named intermediates (model/trace.h)
 // Templates, so a backend's ops are direct calls: no virtual call on the hot path.
 #pragma once
@@ -59,13 +62,16 @@ struct Site {
 
 enum class Norm { kMixer, kFfn, kKv, kFinal };
 // kMixerIn: the mixer's fused input product (self q|k|v(|g); cross q; transformer q|k|v).
-enum class Matrix { kMixerIn, kOut, kFfnUp, kFfnDown, kKv, kOutput };
+// kRouter, kSharedUp, kSharedDown: an MoE FFN's router and shared expert (fc1|gate, fc2).
+enum class Matrix { kMixerIn, kOut, kFfnUp, kFfnDown, kKv, kOutput, kRouter, kSharedUp, kSharedDown };
 enum class Mixer { kRetention, kWindow, kGlobalAttention, kOwnAttention };
 
 // The widths the program slices by, this rank's under tensor parallelism (docs/design.md §2.8).
 struct Widths {
-  int dim = 0;     // the residual stream (replicated)
-  int hidden = 0;  // FFN hidden units
+  int dim = 0;                             // the residual stream (replicated)
+  int hidden = 0;                          // FFN hidden units (0 in an MoE model)
+  int experts = 0, experts_per_token = 0;  // E and k of an MoE (docs/design.md §2.2)
+  int expert_hidden = 0, shared_hidden = 0;
   int vocab = 0;
   int self_heads = 0, self_head_dim = 0, self_width = 0;  // self_width = self_heads · self_head_dim
   int attn_heads = 0, kv_heads = 0, attn_head_dim = 0;
@@ -77,6 +83,10 @@ inline Widths widths(const ModelConfig& c, const ShardDims& s) {
   Widths w;
   w.dim = c.dim;
   w.hidden = s.hidden;
+  w.experts = c.n_experts;
+  w.experts_per_token = c.n_experts_per_token;
+  w.expert_hidden = s.expert_hidden;
+  w.shared_hidden = s.shared_hidden;
   w.vocab = c.vocab_size;
   w.self_heads = s.self_heads;
   w.self_head_dim = c.self_head_dim();
@@ -234,6 +244,33 @@ typename B::Tensor own_attention_mixer(B& be, const Site& at, const typename B::
   return o;
 }
 
+// An MoE's routing for the bound rows: probs [rows, E] (softmax of the router logits), experts
+// [rows, k] (the chosen expert indices as values, best first) and weights [rows, k].
+template <class T>
+struct Routing {
+  T probs, experts, weights;
+};
+
+// The mixture-of-experts FFN (docs/design.md §2.2): h += SwiGLU_shared(x) (when there is a shared
+// expert), then h += Σ_chosen w_e · SwiGLU_e(x). The router is replicated under tensor
+// parallelism, so every rank routes alike.
+template <class B>
+void moe_ffn(B& be, const Site& at, const typename B::Tensor& x) {
+  const auto logits = be.project(at, Matrix::kRouter, x);
+  trace(be, at, "router_logits", logits);
+  const Routing<typename B::Tensor> r = be.route(at, logits);
+  trace(be, at, "router_probs", r.probs);
+  trace(be, at, "experts", r.experts);
+  trace(be, at, "expert_weights", r.weights);
+  if (be.widths().shared_hidden > 0) {
+    const auto act = be.swiglu(be.project(at, Matrix::kSharedUp, x));
+    trace(be, at, "shared_act", act);
+    be.add_projection(at, Matrix::kSharedDown, act);
+    trace(be, at, "h_shared", be.hidden());
+  }
+  be.add_experts(at, x, r);
+}
+
 // One block, every layer of every decoder (docs/design.md §2.2):
 // h += Mixer(RMSNorm_mixer(h)), then h += FFN(RMSNorm_final(h)).
 template <Backend B>
@@ -259,9 +296,13 @@ Status block(B& be, const Site& at) {
   trace(be, at, "h_mixer", be.hidden());
   const auto xf = be.norm(at, Norm::kFfn);
   trace(be, at, "ffn_norm", xf);
-  const auto act = be.swiglu(be.project(at, Matrix::kFfnUp, xf));
-  trace(be, at, "ffn_act", act);
-  be.add_projection(at, Matrix::kFfnDown, act);
+  if (be.config().is_moe()) {
+    moe_ffn(be, at, xf);
+  } else {
+    const auto act = be.swiglu(be.project(at, Matrix::kFfnUp, xf));
+    trace(be, at, "ffn_act", act);
+    be.add_projection(at, Matrix::kFfnDown, act);
+  }
   trace(be, at, "h_out", be.hidden());
   return be.status();
 }

@@ -36,6 +36,18 @@ ModelConfig make(int dim, int layers, int hidden, int self_heads, int heads, int
 
 ModelConfig transformer(ModelConfig c) { return transformer_of(c); }
 
+// Every FFN an MoE (docs/design.md §2.2): E experts of `expert_hidden`, k per token, an optional
+// shared expert; hidden_dim is then unused and set to 0.
+ModelConfig moe(ModelConfig c, int experts, int k, int expert_hidden, int shared_hidden, bool norm_topk = false) {
+  c.hidden_dim = 0;
+  c.n_experts = experts;
+  c.n_experts_per_token = k;
+  c.expert_hidden_dim = expert_hidden;
+  c.shared_expert_hidden_dim = shared_hidden;
+  c.moe_norm_topk_prob = norm_topk;
+  return c;
+}
+
 ModelConfig tied(ModelConfig c) {
   c.tie_embeddings = true;
   return c;
@@ -69,6 +81,22 @@ const std::vector<ModelPreset>& model_presets() {
        make(3072, 26, 8192, 24, 24, 8, 100288, 0)},
       {"yoco-u-1.3b", "YOCO-U 1.3B (seed 003): SWA 512, 3 loops, NoPE cross-decoder, tied embeddings",
        tied(make(2560, 20, 7680, 20, 20, 4, 151936, 512, 3, false))},
+      {"tiny-moe-gret", "test config, gated retention, MoE: 8 experts x 32, top-2, shared expert 64",
+       moe(make(64, 4, 0, 4, 4, 2, 256, 0), 8, 2, 32, 64)},
+      {"tiny-moe-yocou", "test config, YOCO-U (SWA 16, 3 loops, NoPE), MoE: 8 experts x 32, top-2 renormalised",
+       moe(make(64, 4, 0, 4, 4, 1, 256, 16, 3, false), 8, 2, 32, 0, true)},
+      {"small-moe", "benchmark config, SWA 512, MoE: 32 experts x 192, top-4, shared expert 384",
+       moe(make(512, 8, 0, 8, 8, 2, 32000, 512), 32, 4, 192, 384)},
+      {"mid-moe", "benchmark config (~0.9B, ~0.2B active), SWA 512, MoE: 64 experts x 256, top-8, shared 256",
+       moe(make(1024, 16, 0, 8, 16, 4, 32000, 512), 64, 8, 256, 256)},
+      {"mid-moe-dense-active", "dense mid-moe of its active size: FFN 2304 = 8 x 256 + 256",
+       make(1024, 16, 2304, 8, 16, 4, 32000, 512)},
+      {"tiny-moe-yocou-dense-active", "dense tiny-moe-yocou of its active size: FFN 64 = 2 x 32",
+       make(64, 4, 64, 4, 4, 1, 256, 16, 3, false)},
+      {"yoco-u-moe", "YOCO-U MoE (seed 003, Table 6): 10B, 1.3B active; 64 experts x 1024, top-8, shared 1024",
+       tied(moe(make(2560, 20, 0, 20, 20, 4, 151936, 512, 3, false), 64, 8, 1024, 1024))},
+      {"yoco-u-dense-active", "dense YOCO-U of yoco-u-moe's active size: FFN 9216 = 8 x 1024 + 1024",
+       tied(make(2560, 20, 9216, 20, 20, 4, 151936, 512, 3, false))},
       {"tiny-transformer", "test config, Transformer baseline of tiny-gret's sizes",
        transformer(make(64, 4, 160, 4, 4, 2, 256, 0))},
       {"small-transformer", "benchmark config (~50M), Transformer baseline of small-gret's sizes",
@@ -105,12 +133,13 @@ Status write_random_model(const std::string& dir, const ModelConfig& config, uin
   const bool tied = config.tie_embeddings.value_or(false);
   std::vector<TensorSpec> specs;
   std::vector<int64_t> fan_in;
-  std::vector<bool> is_norm;
+  std::vector<bool> is_norm, is_router;
   for (const TensorSlot& s : model_tensor_slots(config, nullptr, WeightSet::kFull)) {
     if (s.optional && tied) continue;
     specs.push_back({s.name, dtype, s.shape});
     is_norm.push_back(s.shape.size() == 1);
     fan_in.push_back(s.shape.back());
+    is_router.push_back(s.name.size() >= 17 && s.name.compare(s.name.size() - 17, 17, "ffn.router.weight") == 0);
   }
   const Status st = write_safetensors(
       dir + "/model.safetensors", specs,
@@ -118,7 +147,12 @@ Status write_random_model(const std::string& dir, const ModelConfig& config, uin
         int64_t n = 1;
         for (auto d : specs[i].shape) n *= d;
         std::vector<float> vals(n);
-        const double stddev = is_norm[i] ? 0.05 : 1.0 / std::sqrt(static_cast<double>(fan_in[i]));
+        // An MoE router 3× wider than the other matrices: a trained router is peaked, and one of
+        // the usual scale would leave many tokens near a tie between experts, where engines of
+        // different precision may choose differently (docs/design.md §2.5).
+        const double stddev = is_norm[i]     ? 0.05
+                              : is_router[i] ? 3.0 / std::sqrt(static_cast<double>(fan_in[i]))
+                                             : 1.0 / std::sqrt(static_cast<double>(fan_in[i]));
         const double mean = is_norm[i] ? 1.0 : 0.0;
         constexpr int64_t kBlock = 1 << 16;  // each block has its own stream: thread-count independent
 #pragma omp parallel for schedule(static)

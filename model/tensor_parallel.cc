@@ -49,7 +49,9 @@ ShardDims shard_dims(const ModelConfig& c, int world) {
   s.attn_kv_heads = c.n_attn_kv_heads / world;
   s.attn_width = s.attn_heads * c.cross_head_dim();
   s.kv_dim = s.attn_kv_heads * c.cross_head_dim();
-  s.hidden = c.hidden_dim / world;
+  s.hidden = c.is_moe() ? 0 : c.hidden_dim / world;
+  s.expert_hidden = c.expert_hidden_dim / world;
+  s.shared_hidden = c.shared_expert_hidden_dim / world;
   return s;
 }
 
@@ -69,30 +71,38 @@ Status validate_tensor_parallel(const ModelConfig& c, const TensorParallel& tp) 
   YOCO_RETURN_IF_ERROR(divisible("n_attn_heads", c.n_attn_heads, tp.world, "cross-decoder query heads are split"));
   YOCO_RETURN_IF_ERROR(
       divisible("n_attn_kv_heads", c.n_attn_kv_heads, tp.world, "each rank keeps whole KV heads of the global cache"));
-  YOCO_RETURN_IF_ERROR(divisible("hidden_dim", c.hidden_dim, tp.world, "the FFN hidden units are split"));
-  return Status::Ok();
+  if (!c.is_moe()) return divisible("hidden_dim", c.hidden_dim, tp.world, "the FFN hidden units are split");
+  YOCO_RETURN_IF_ERROR(
+      divisible("expert_hidden_dim", c.expert_hidden_dim, tp.world, "each expert's hidden units are split"));
+  return divisible("shared_expert_hidden_dim", c.shared_expert_hidden_dim, tp.world,
+                   "the shared expert's hidden units are split");
 }
 
 void shard_weights(const ModelConfig& c, const TensorParallel& tp, ModelWeights& w) {
   if (tp.world == 1) return;
   const ShardDims s = shard_dims(c, tp.world);
   const int64_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), r = tp.rank;
-  auto ffn = [&](std::vector<float>& w13, std::vector<float>& w2) {
-    w13 = take_fused_rows(w13, D, 2, H, r * s.hidden, s.hidden);  // fc1 rows then gate rows
-    w2 = take_cols(w2, H, r * s.hidden, s.hidden);
+  auto split = [&](std::vector<float>& w13, std::vector<float>& w2, int64_t hidden, int64_t part) {
+    w13 = take_fused_rows(w13, D, 2, hidden, r * part, part);  // fc1 rows then gate rows
+    w2 = take_cols(w2, hidden, r * part, part);
+  };
+  auto ffn = [&](std::vector<float>& w13, std::vector<float>& w2, MoeWeights& moe) {
+    if (!c.is_moe()) return split(w13, w2, H, s.hidden);
+    for (ExpertWeights& e : moe.experts) split(e.w13, e.w2, c.expert_hidden_dim, s.expert_hidden);
+    if (s.shared_hidden > 0) split(moe.shared.w13, moe.shared.w2, c.shared_expert_hidden_dim, s.shared_hidden);
   };
   for (SelfLayerWeights& l : w.self_layers) {
     l.wqkvg = take_fused_rows(l.wqkvg, D, c.is_swa() ? 3 : 4, D, r * s.self_width, s.self_width);
     if (!c.is_swa()) l.wgt = take_rows(l.wgt, D, r * s.self_heads, s.self_heads);
     l.wo = take_cols(l.wo, D, r * s.self_width, s.self_width);
-    ffn(l.w13, l.w2);
+    ffn(l.w13, l.w2, l.moe);
   }
   w.wkv = take_fused_rows(w.wkv, D, 2, KV, r * s.kv_dim, s.kv_dim);  // k rows then v rows
   for (CrossLayerWeights& l : w.cross_layers) {
     // Query heads [r·Ha/N, (r+1)·Ha/N) read exactly KV heads [r·KVh/N, (r+1)·KVh/N).
     l.wq = take_rows(l.wq, D, r * s.attn_width, s.attn_width);
     l.wo = take_cols(l.wo, D, r * s.attn_width, s.attn_width);
-    ffn(l.w13, l.w2);
+    ffn(l.w13, l.w2, l.moe);
   }
 }
 

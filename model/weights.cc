@@ -15,13 +15,24 @@
 
 namespace yoco {
 
+namespace {
+
+int64_t moe_floats(const MoeWeights& m) {
+  int64_t n = m.router.size() + m.shared.w13.size() + m.shared.w2.size();
+  for (const auto& e : m.experts) n += e.w13.size() + e.w2.size();
+  return n;
+}
+
+}  // namespace
+
 int64_t ModelWeights::bytes() const {
   int64_t n = embed.size() + output.size() + final_norm.size() + kv_norm.size() + wkv.size();
   for (const auto& l : self_layers)
     n += l.mixer_norm.size() + l.final_norm.size() + l.wqkvg.size() + l.wgt.size() + l.wo.size() + l.w13.size() +
-         l.w2.size();
+         l.w2.size() + moe_floats(l.moe);
   for (const auto& l : cross_layers)
-    n += l.mixer_norm.size() + l.final_norm.size() + l.wq.size() + l.wo.size() + l.w13.size() + l.w2.size();
+    n += l.mixer_norm.size() + l.final_norm.size() + l.wq.size() + l.wo.size() + l.w13.size() + l.w2.size() +
+         moe_floats(l.moe);
   return n * 4;
 }
 
@@ -41,6 +52,31 @@ std::vector<TensorSlot> model_tensor_slots(const ModelConfig& c, ModelWeights* w
     w->self_layers.resize(c.n_self_layers);
     w->cross_layers.resize(full ? c.n_cross_layers() : 0);
   }
+  // One FFN at prefix p (docs/design.md §2.1): the dense fc1/gate/fc2, or the router, every
+  // routed expert and the shared one.
+  auto ffn = [&](const std::string& p, std::vector<float>* w13, std::vector<float>* w2, MoeWeights* moe, bool load) {
+    if (!c.is_moe()) {
+      add(p + "ffn.fc1.weight", {H, D}, w13, 0, load);
+      add(p + "ffn.gate.weight", {H, D}, w13, H * D, load);
+      add(p + "ffn.fc2.weight", {D, H}, w2, 0, load);
+      return;
+    }
+    const int64_t E = c.n_experts, He = c.expert_hidden_dim, Hs = c.shared_expert_hidden_dim;
+    if (moe) moe->experts.resize(E);
+    add(p + "ffn.router.weight", {E, D}, moe ? &moe->router : nullptr, 0, load);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
+      ExpertWeights* x = moe ? &moe->experts[e] : nullptr;
+      add(q + "fc1.weight", {He, D}, x ? &x->w13 : nullptr, 0, load);
+      add(q + "gate.weight", {He, D}, x ? &x->w13 : nullptr, He * D, load);
+      add(q + "fc2.weight", {D, He}, x ? &x->w2 : nullptr, 0, load);
+    }
+    if (Hs == 0) return;
+    ExpertWeights* x = moe ? &moe->shared : nullptr;
+    add(p + "ffn.shared.fc1.weight", {Hs, D}, x ? &x->w13 : nullptr, 0, load);
+    add(p + "ffn.shared.gate.weight", {Hs, D}, x ? &x->w13 : nullptr, Hs * D, load);
+    add(p + "ffn.shared.fc2.weight", {D, Hs}, x ? &x->w2 : nullptr, 0, load);
+  };
   auto sl = [&](int i) -> SelfLayerWeights* { return w ? &w->self_layers[i] : nullptr; };
   auto cl = [&](int i) -> CrossLayerWeights* { return (w && full) ? &w->cross_layers[i] : nullptr; };
 #define YOCO_DST(ptr, field) ((ptr) ? &(ptr)->field : nullptr)
@@ -63,9 +99,7 @@ std::vector<TensorSlot> model_tensor_slots(const ModelConfig& c, ModelWeights* w
       add(p + "mixer.v_proj.weight", {KV, D}, YOCO_DST(l, wqkvg), D * D + KV * D, true);
       add(p + "mixer.out_proj.weight", {D, D}, YOCO_DST(l, wo), 0, true);
       add(p + "final_layer_norm.weight", {D}, YOCO_DST(l, final_norm), 0, true);
-      add(p + "ffn.fc1.weight", {H, D}, YOCO_DST(l, w13), 0, true);
-      add(p + "ffn.gate.weight", {H, D}, YOCO_DST(l, w13), H * D, true);
-      add(p + "ffn.fc2.weight", {D, H}, YOCO_DST(l, w2), 0, true);
+      ffn(p, YOCO_DST(l, w13), YOCO_DST(l, w2), YOCO_DST(l, moe), true);
     }
     return slots;
   }
@@ -82,9 +116,7 @@ std::vector<TensorSlot> model_tensor_slots(const ModelConfig& c, ModelWeights* w
       add(p + "mixer.gt_proj.weight", {c.n_self_heads, D}, YOCO_DST(l, wgt), 0, true);
     }
     add(p + "mixer.out_proj.weight", {D, D}, YOCO_DST(l, wo), 0, true);
-    add(p + "ffn.fc1.weight", {H, D}, YOCO_DST(l, w13), 0, true);
-    add(p + "ffn.gate.weight", {H, D}, YOCO_DST(l, w13), H * D, true);
-    add(p + "ffn.fc2.weight", {D, H}, YOCO_DST(l, w2), 0, true);
+    ffn(p, YOCO_DST(l, w13), YOCO_DST(l, w2), YOCO_DST(l, moe), true);
   }
   add("cross_decoder.kv_layer_norm.weight", {D}, YOCO_DST(w, kv_norm), 0, true);
   add("cross_decoder.k_proj.weight", {KV, D}, YOCO_DST(w, wkv), 0, true);
@@ -96,9 +128,7 @@ std::vector<TensorSlot> model_tensor_slots(const ModelConfig& c, ModelWeights* w
     add(p + "final_layer_norm.weight", {D}, YOCO_DST(l, final_norm), 0, full);
     add(p + "mixer.q_proj.weight", {D, D}, YOCO_DST(l, wq), 0, full);
     add(p + "mixer.out_proj.weight", {D, D}, YOCO_DST(l, wo), 0, full);
-    add(p + "ffn.fc1.weight", {H, D}, YOCO_DST(l, w13), 0, full);
-    add(p + "ffn.gate.weight", {H, D}, YOCO_DST(l, w13), H * D, full);
-    add(p + "ffn.fc2.weight", {D, H}, YOCO_DST(l, w2), 0, full);
+    ffn(p, YOCO_DST(l, w13), YOCO_DST(l, w2), YOCO_DST(l, moe), full);
   }
 #undef YOCO_DST
   return slots;

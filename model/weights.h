@@ -11,19 +11,34 @@
 
 namespace yoco {
 
+// One SwiGLU FFN of a mixture of experts (a routed expert or the shared one).
+struct ExpertWeights {
+  std::vector<float> w13;  // [2·expert_hidden, dim]: fc1 then gate
+  std::vector<float> w2;   // [dim, expert_hidden]
+};
+
+// An MoE FFN (docs/design.md §2.2); empty in a dense model, whose FFN is the layer's w13/w2.
+struct MoeWeights {
+  std::vector<float> router;           // [n_experts, dim]
+  std::vector<ExpertWeights> experts;  // n_experts
+  ExpertWeights shared;                // empty without a shared expert
+};
+
 struct SelfLayerWeights {
   std::vector<float> mixer_norm, final_norm;  // [dim]
   std::vector<float> wqkvg;                   // [(3 or 4)·dim, dim]: q, k, v (, g) rows
   std::vector<float> wgt;                     // [n_self_heads, dim], gated retention only
   std::vector<float> wo;                      // [dim, dim]
-  std::vector<float> w13;                     // [2·hidden, dim]: fc1 then gate
+  std::vector<float> w13;                     // [2·hidden, dim]: fc1 then gate (dense)
   std::vector<float> w2;                      // [dim, hidden]
+  MoeWeights moe;                             // instead of w13/w2 when n_experts > 0
 };
 
 struct CrossLayerWeights {
   std::vector<float> mixer_norm, final_norm;
   std::vector<float> wq, wo;  // [dim, dim]
   std::vector<float> w13, w2;
+  MoeWeights moe;
 };
 
 // Which tensors a process needs: a prefill worker holds only embedding, self-decoder and the

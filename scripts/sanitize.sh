@@ -36,7 +36,7 @@ case "$stage" in
              sampler_test common_test handoff_test presets_test kv_pool_test transformer_test
              tensor_parallel_test proto_test tokenizer_test openai_test cluster_test documents_test colocated_test
              api_keys_cluster_test tls_test chat_template_test render_cases gemv_test checksum_test bf16_test
-             kv_routing_cluster_test)
+             kv_routing_cluster_test model_unit_test moe_cluster_test)
     labels='^(unit|integration|cluster)$'
     # The house-rule checks are scripts (no sanitized code); the main ctest run has them.
     exclude='^(layers_check|layers_check_self_test|format_check)$'

@@ -22,8 +22,17 @@ What it accepts:
   * params.json holds the reference's argument-class keys (dim, n_layers, hidden_dim,
     n_self_heads, n_attn_heads, n_attn_kv_heads, vocab_size, rope_theta, norm_eps,
     sliding_window, max_seq_len, ...) and optionally our extensions (n_loops, cross_decoder_rope,
-    n_self_layers, gate_logit_normalizer, tie_embeddings, arch). Keys of neither kind
-    (max_batch_size, model_parallel_size, ...) are dropped with a note.
+    n_self_layers, gate_logit_normalizer, tie_embeddings, arch, and a mixture of experts' n_experts,
+    n_experts_per_token, expert_hidden_dim, shared_expert_hidden_dim, moe_norm_topk_prob, also
+    under their Hugging Face names num_experts, num_experts_per_tok, moe_intermediate_size,
+    shared_expert_intermediate_size, norm_topk_prob). Keys of neither kind (max_batch_size,
+    model_parallel_size, ...) are dropped with a note;
+  * FFN tensors in our names (docs/design.md §2.1) or in the common Llama/Qwen-MoE layout, renamed
+    under any layer prefix P: P mlp.{gate,up,down}_proj -> P ffn.{fc1,gate,fc2} (Llama's gate_proj
+    is the activated branch, our fc1: docs/design.md §2.2), P mlp.gate -> P ffn.router,
+    P mlp.experts.{e}.{gate,up,down}_proj -> P ffn.experts.{e}.{fc1,gate,fc2},
+    P mlp.shared_expert.{gate,up,down}_proj -> P ffn.shared.{fc1,gate,fc2}. Qwen2-MoE's sigmoid
+    gate on the shared expert (mlp.shared_expert_gate) is not part of our MoE and is refused.
 What it checks: every tensor docs/design.md §2.1 requires for this configuration is present with exactly
 the shape params.json implies, and finite. Tensors that are not part of the model (rotary
 tables, masks, running statistics, optimizer leftovers) are dropped with a note listing them;
@@ -50,8 +59,17 @@ OUT_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16
 
 REFERENCE_KEYS = ("dim", "n_layers", "hidden_dim", "n_self_heads", "n_attn_heads", "n_attn_kv_heads",
                   "vocab_size", "rope_theta", "norm_eps", "sliding_window", "max_seq_len")
+MOE_KEYS = ("n_experts", "n_experts_per_token", "expert_hidden_dim", "shared_expert_hidden_dim",
+            "moe_norm_topk_prob")
 EXTENSION_KEYS = ("n_loops", "cross_decoder_rope", "n_self_layers", "gate_logit_normalizer",
-                  "tie_embeddings", "arch")
+                  "tie_embeddings", "arch") + MOE_KEYS
+# Hugging Face config names of the MoE keys (Qwen2-MoE, Qwen3-MoE, OLMoE).
+HF_MOE_KEYS = {"num_experts": "n_experts", "num_experts_per_tok": "n_experts_per_token",
+               "moe_intermediate_size": "expert_hidden_dim",
+               "shared_expert_intermediate_size": "shared_expert_hidden_dim",
+               "norm_topk_prob": "moe_norm_topk_prob"}
+# Llama-style SwiGLU names -> ours (docs/design.md §2.2: their gate_proj is the activated branch).
+LLAMA_FFN = {"gate_proj": "fc1", "up_proj": "gate", "down_proj": "fc2"}
 
 
 class ConvertError(Exception):
@@ -65,11 +83,18 @@ def note(msg):
 # ------------------------------------------------------------------------------------ params
 def normalise_params(raw, has_output_projection):
     """params.json with every docs/design.md §2.1 key explicit (defaults filled in) and unknown keys dropped."""
+    raw = dict(raw)
+    for hf, ours in HF_MOE_KEYS.items():
+        if hf in raw:
+            if ours in raw and raw[ours] != raw[hf]:
+                raise ConvertError(f"params.json: {hf} ({raw[hf]!r}) and {ours} ({raw[ours]!r}) disagree")
+            raw[ours] = raw.pop(hf)
     unknown = sorted(k for k in raw if k not in REFERENCE_KEYS + EXTENSION_KEYS)
     if unknown:
         note(f"params.json: dropping keys that are not model parameters: {unknown}")
+    moe = bool(raw.get("n_experts"))
     for k in ("dim", "n_layers", "hidden_dim", "n_attn_heads", "vocab_size"):
-        if k not in raw:
+        if k not in raw and not (moe and k == "hidden_dim"):  # an MoE has no dense FFN
             raise ConvertError(f"params.json: missing required key {k!r}")
     arch = raw.get("arch") or "yoco"
     if arch not in ("yoco", "transformer"):
@@ -81,8 +106,26 @@ def normalise_params(raw, has_output_projection):
         return v
 
     p = {"arch": arch}
-    for k in ("dim", "n_layers", "hidden_dim", "n_attn_heads", "vocab_size"):
+    for k in ("dim", "n_layers", "n_attn_heads", "vocab_size"):
         p[k] = integer(k, raw[k])
+    p["hidden_dim"] = 0 if moe and not raw.get("hidden_dim") else integer("hidden_dim", raw["hidden_dim"])
+    if moe:
+        p["n_experts"] = integer("n_experts", raw["n_experts"])
+        p["n_experts_per_token"] = integer("n_experts_per_token", raw.get("n_experts_per_token"))
+        if p["n_experts_per_token"] > p["n_experts"]:
+            raise ConvertError(f"params.json: n_experts_per_token ({p['n_experts_per_token']}) must be <= "
+                               f"n_experts ({p['n_experts']})")
+        p["expert_hidden_dim"] = integer("expert_hidden_dim", raw.get("expert_hidden_dim"))
+        shared = raw.get("shared_expert_hidden_dim") or 0
+        p["shared_expert_hidden_dim"] = 0 if shared == 0 else integer("shared_expert_hidden_dim", shared)
+        norm = raw.get("moe_norm_topk_prob", False)
+        if not isinstance(norm, bool):
+            raise ConvertError("params.json: moe_norm_topk_prob must be true or false")
+        p["moe_norm_topk_prob"] = norm
+    else:
+        for k in MOE_KEYS:
+            if raw.get(k):
+                raise ConvertError(f"params.json: {k} is set but n_experts is not (a dense model)")
     p["n_attn_kv_heads"] = integer("n_attn_kv_heads", raw.get("n_attn_kv_heads", p["n_attn_heads"]))
     p["rope_theta"] = float(raw.get("rope_theta", 10000.0))
     p["norm_eps"] = float(raw.get("norm_eps", 1e-5))
@@ -118,12 +161,22 @@ def expected_shapes(p):
     if not p["tie_embeddings"]:
         e["output_projection.weight"] = (V, dim)
 
+    def swiglu(pre, hidden):
+        e[pre + "fc1.weight"] = (hidden, dim)
+        e[pre + "gate.weight"] = (hidden, dim)
+        e[pre + "fc2.weight"] = (dim, hidden)
+
     def block(pre, mixer):
         e[pre + "mixer_layer_norm.weight"] = (dim,)
         e[pre + "final_layer_norm.weight"] = (dim,)
-        e[pre + "ffn.fc1.weight"] = (hid, dim)
-        e[pre + "ffn.gate.weight"] = (hid, dim)
-        e[pre + "ffn.fc2.weight"] = (dim, hid)
+        if not p.get("n_experts"):
+            swiglu(pre + "ffn.", hid)
+        else:  # docs/design.md §2.1, mixture of experts
+            e[pre + "ffn.router.weight"] = (p["n_experts"], dim)
+            for x in range(p["n_experts"]):
+                swiglu(pre + f"ffn.experts.{x}.", p["expert_hidden_dim"])
+            if p["shared_expert_hidden_dim"]:
+                swiglu(pre + "ffn.shared.", p["shared_expert_hidden_dim"])
         for n, shape in mixer.items():
             e[pre + "mixer." + n + ".weight"] = shape
 
@@ -202,9 +255,39 @@ def strip_prefixes(sd):
     return out
 
 
+def rename_llama_ffn(sd):
+    """The Llama / Qwen-MoE FFN names under any layer prefix -> ours (see the module docstring)."""
+    out, renamed = {}, 0
+    for name, t in sd.items():
+        new = name
+        head, sep, rest = name.partition("mlp.")
+        if sep and (head == "" or head.endswith(".")):
+            parts = rest.split(".")
+            if rest == "shared_expert_gate.weight":
+                raise ConvertError(f"{name}: a sigmoid gate on the shared expert (Qwen2-MoE) is not part of "
+                                   "docs/design.md §2.2's mixture of experts; this model cannot be converted")
+            if rest == "gate.weight":
+                new = head + "ffn.router.weight"
+            elif len(parts) == 2 and parts[0] in LLAMA_FFN and parts[1] == "weight":
+                new = head + f"ffn.{LLAMA_FFN[parts[0]]}.weight"
+            elif len(parts) == 4 and parts[0] == "experts" and parts[1].isdigit() and parts[2] in LLAMA_FFN \
+                    and parts[3] == "weight":
+                new = head + f"ffn.experts.{int(parts[1])}.{LLAMA_FFN[parts[2]]}.weight"
+            elif len(parts) == 3 and parts[0] == "shared_expert" and parts[1] in LLAMA_FFN and parts[2] == "weight":
+                new = head + f"ffn.shared.{LLAMA_FFN[parts[1]]}.weight"
+        if new in out:
+            raise ConvertError(f"two tensors map to {new!r} (ours and the Llama/Qwen-MoE name)")
+        renamed += new != name
+        out[new] = t
+    if renamed:
+        note(f"renamed {renamed} Llama/Qwen-MoE FFN tensors (gate_proj -> fc1, up_proj -> gate, down_proj -> fc2, "
+             "mlp.gate -> ffn.router)")
+    return out
+
+
 def convert_state_dict(sd, raw_params, dtype="keep", strict=False):
     """Returns (tensors by the names of docs/design.md §2.1, normalised params)."""
-    sd = strip_prefixes(sd)
+    sd = rename_llama_ffn(strip_prefixes(sd))
     p = normalise_params(raw_params, "output_projection.weight" in sd)
     want = expected_shapes(p)
     if p["tie_embeddings"] and "output_projection.weight" in sd:
@@ -213,9 +296,9 @@ def convert_state_dict(sd, raw_params, dtype="keep", strict=False):
             raise ConvertError("tie_embeddings is true but output_projection.weight differs from embed_tokens.weight")
         note("dropping output_projection.weight (tied to embed_tokens.weight)")
         del sd["output_projection.weight"]
-    missing = sorted(set(want) - set(sd))
+    missing = [n for n in want if n not in sd]  # checkpoint order: the first missing is named first
     if missing:
-        raise ConvertError(f"{len(missing)} required tensors missing, e.g. {missing[:5]}")
+        raise ConvertError(f"{len(missing)} required tensors missing, the first {missing[0]!r}, e.g. {missing[:5]}")
     extra = sorted(set(sd) - set(want))
     if extra:
         if strict:

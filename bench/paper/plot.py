@@ -310,6 +310,36 @@ def fig_cuda(results, out):
         save(fig, out, "fig13_cuda")
 
 
+def fig7(doc, out):
+    """The MoE next to the dense model of its active size (issue 27): weights, KV per token, prefill, decode."""
+    rows = doc["data"]["rows"]
+    colors = ["tab:purple", "tab:gray"]
+    fig, axs = plt.subplots(1, 4, figsize=(17, 4.5))
+    labels = ["%s\n(%s)" % (r["label"], r["preset"]) for r in rows]
+    axs[0].bar(labels, [r["weight_bytes"] / 2**20 for r in rows], color=colors)
+    axs[0].set_ylabel("resident weights (MiB)")
+    axs[1].bar(labels, [r["kv_bytes_per_token"] for r in rows], color=colors)
+    axs[1].set_ylabel("KV bytes per token (fp32)")
+    for r, c in zip(rows, colors):
+        axs[2].plot([p["tokens"] for p in r["prefill"]], [p["seconds"] for p in r["prefill"]], "o-", color=c,
+                    label=r["label"])
+        axs[3].plot([d["batch"] for d in r["decode"]], [d["ms_per_step"] for d in r["decode"]], "o-", color=c,
+                    label=r["label"])
+    axs[2].set_xlabel("prompt tokens")
+    axs[2].set_ylabel("prefill seconds (TTFT)")
+    axs[3].set_xlabel("decode batch")
+    axs[3].set_ylabel("ms per decode step")
+    for ax in axs[2:]:
+        ax.set_xscale("log", base=2)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axs[:2]:
+        ax.tick_params(axis="x", labelsize=7)
+    fig.suptitle("mixture of experts vs a dense model of the same active size (same attention, same KV cache)")
+    footer(fig, doc)
+    save(fig, out, "fig7_moe")
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))
@@ -319,7 +349,8 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     for name, draw in (("fig1_memory", fig1), ("fig2_kv_per_token", fig2), ("fig3_prefill", fig3),
-                       ("fig4_throughput", fig4), ("fig5_yocou_loops", fig5), ("fig6_serving", fig6)):
+                       ("fig4_throughput", fig4), ("fig5_yocou_loops", fig5), ("fig6_serving", fig6),
+                       ("fig7_moe", fig7)):
         doc = load(args.results, name)
         if doc:
             draw(doc, args.out)

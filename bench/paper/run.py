@@ -43,7 +43,9 @@ MODES = {
                   tput_size="small", tput_lens=[512, 1024], tput_generate=4, tput_budget_mb=64, tput_max_batch=8,
                   loops=[1, 2], loops_context=512, loops_repeats=1,
                   loops_decode_ctx=256, loops_decode_batch=2, loops_decode_steps=2,
-                  serve=dict(requests=4, prompt=64, max_tokens=8, rates=[4])),
+                  serve=dict(requests=4, prompt=64, max_tokens=8, rates=[4]),
+                  moe=("tiny-moe-yocou", "tiny-moe-yocou-dense-active"), moe_lens=[256], moe_batches=[1, 4],
+                  moe_ctx=128, moe_steps=4),
     "full": dict(size="mid", mem_lens=[4096, 8192, 16384, 32768, 65536, 131072, 262144], mem_prefill=2048,
                  kv_limit=6 * GIB,
                  prefill_size="mid", prefill_lens=[1024, 2048, 4096, 8192, 16384, 32768], stop_after_s=90,
@@ -52,7 +54,9 @@ MODES = {
                  tput_max_batch=64,
                  loops=[1, 2, 3, 4], loops_context=2048, loops_repeats=2, loops_decode_ctx=1024, loops_decode_batch=8,
                  loops_decode_steps=16,
-                 serve=dict(requests=32, prompt=512, max_tokens=64, rates=[2, 4, 8, 16])),
+                 serve=dict(requests=32, prompt=512, max_tokens=64, rates=[2, 4, 8, 16]),
+                 moe=("mid-moe", "mid-moe-dense-active"), moe_lens=[1024, 4096], moe_batches=[1, 4, 16, 32],
+                 moe_ctx=1024, moe_steps=16),
 }
 # The CUDA engine (figures 1, 3, 5), presets generated on the device.
 CUDA_MODES = {
@@ -238,6 +242,20 @@ class Runner:
         return {"model": "models/kjv-yoco", "workers": "router + 1 prefill + 1 decode, 1 thread each", **s,
                 "rows": rows}
 
+    # ---- figure 7: the MoE next to a dense model of the same active size ------------------------------
+    def fig7(self):
+        m, rows = self.mode, []
+        for label, preset in zip(("MoE", "dense, same active size"), m["moe"]):
+            d = self.model(preset, [])
+            r = run_json([self.bench, "--model", d, *self.threads, "--json", "--prefill-lens",
+                          ",".join(map(str, m["moe_lens"])), "--repeats", "2", "--decode-batches",
+                          ",".join(map(str, m["moe_batches"])), "--decode-context", str(m["moe_ctx"]),
+                          "--decode-steps", str(m["moe_steps"])])[0]
+            rows.append({"label": label, "preset": preset, "config": r["config"], "weight_bytes": r["weight_bytes"],
+                         "kv_bytes_per_token": r["kv_bytes_per_token_f32"], "prefill": r["prefill"],
+                         "decode": r["decode"]})
+        return {"rows": rows}
+
     # ---- the CUDA engine: figures 1, 3 (one compare run) and 5 ---------------------------------------
     def cuda_compare(self):
         c = CUDA_MODES["quick" if self.args.quick else "full"]
@@ -277,7 +295,8 @@ def approx_params(c):
 
 
 FIGURES = {"1": ("fig1_memory", "fig1"), "2": ("fig2_kv_per_token", "fig2"), "3": ("fig3_prefill", "fig3"),
-           "4": ("fig4_throughput", "fig4"), "5": ("fig5_yocou_loops", "fig5"), "6": ("fig6_serving", "fig6")}
+           "4": ("fig4_throughput", "fig4"), "5": ("fig5_yocou_loops", "fig5"), "6": ("fig6_serving", "fig6"),
+           "7": ("fig7_moe", "fig7")}
 
 
 def main():
@@ -289,14 +308,14 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "paper"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--figures", default=None, help="comma list of 1..6 (default: all the device can do)")
+    ap.add_argument("--figures", default=None, help="comma list of 1..7 (default: all the device can do)")
     args = ap.parse_args()
     args.build_dir = os.path.abspath(args.build_dir)
-    default_figs = "1,2,3,4,5,6" if args.device == "cpu" else "1,3,5"
+    default_figs = "1,2,3,4,5,6,7" if args.device == "cpu" else "1,3,5"
     figs = (args.figures or default_figs).split(",")
     for f in figs:
         if f not in FIGURES:
-            raise SystemExit("bench/paper: --figures: unknown figure %r (1..6)" % f)
+            raise SystemExit("bench/paper: --figures: unknown figure %r (1..7)" % f)
         if args.device == "cuda" and f not in ("1", "3", "5"):
             raise SystemExit("bench/paper: --device cuda runs figures 1, 3 and 5 only (not %s)" % f)
     os.makedirs(args.out, exist_ok=True)

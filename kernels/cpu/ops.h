@@ -72,6 +72,13 @@ void scale_inplace(float* y, float s, int64_t n);
 // log-softmax of one row, in place, in fp32 with a max shift.
 void log_softmax(float* x, int n);
 
+// --- moe.cc ------------------------------------------------------------------------
+// A mixture of experts' routing (docs/design.md §2.2), per row of logits [rows, n_experts]:
+// probs = softmax in fp32; the k largest probs, best first, ties to the lower expert index
+// (experts [rows, k]); their weights, divided by their sum when norm_topk ([rows, k]).
+void moe_route(const float* logits, int rows, int n_experts, int k, bool norm_topk, float* probs, int32_t* experts,
+               float* weights);
+
 // --- attention.cc ------------------------------------------------------------------
 // Softmax attention for a block of queries against a run of keys with absolute positions.
 // Query r has absolute position q_pos0 + r; key c has absolute position k_pos0 + c.

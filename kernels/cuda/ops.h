@@ -297,6 +297,66 @@ Status sample_greedy(const float* logits, int64_t ld, int batch, int vocab, int3
 // (draws may be null = 0; ≥ 0): what Sampler::replay leaves after that many non-greedy tokens.
 Status sampling_rng_init(const uint64_t* seeds, const int64_t* draws, uint64_t* states, int batch, void* stream);
 
+// --- moe.cu --------------------------------------------------------------------------
+// A mixture of experts (docs/design.md §2.2), the twin of cpu::moe_route and of the CPU engine's
+// grouped experts (model/moe_cpu.h). Every count stays on the device (nothing is read back), so
+// the decode step's FFN is captured in its CUDA graph like the rest of the step. The pipeline:
+// moe_router_logits → moe_route → moe_permute → moe_grouped_gemm (fc1|gate, gathering the rows)
+// → silu_mul_to_bf16 → moe_grouped_gemm (fc2) → moe_combine.
+constexpr int kMoeMaxExperts = 1024;
+constexpr int kMoeTileRows = 64;  // the grouped GEMM's rows per tile (moe_permute's tile_offsets)
+// logits[r, e] = x[r] · router[e] with fp32 sums: x bf16 [rows, dim] (the FFN's normed input), the
+// router fp32 [n_experts, dim] (it chooses the experts: not rounded). dim ≤ 12288.
+Status moe_router_logits(const uint16_t* x, const float* router, int rows, int dim, int n_experts, float* logits,
+                         void* stream);
+// cpu::moe_route on the device: probs [rows, n_experts] = softmax in fp32, the k largest best
+// first with ties to the lower index (experts int32 [rows, k]; experts_f, when set, the same as
+// float values for traces), their weights [rows, k] (divided by their sum with norm_topk).
+struct MoeRouteArgs {
+  const float* logits = nullptr;
+  int rows = 0, n_experts = 0, k = 0;
+  bool norm_topk = false;
+  float* probs = nullptr;
+  int32_t* experts = nullptr;
+  float* experts_f = nullptr;
+  float* weights = nullptr;
+};
+Status moe_route(const MoeRouteArgs& args, void* stream);
+// The rows·k assignments (assignment r·k + j is row r's j-th expert) sorted by expert, rows
+// ascending within an expert: offsets [n_experts + 1] (expert e's sorted rows are [offsets[e],
+// offsets[e + 1])), tile_offsets [n_experts + 1] (kMoeTileRows-row tiles before each expert),
+// src_rows [rows·k] (sorted row i is input row src_rows[i]) and slot_rows [rows·k] (assignment a
+// is sorted row slot_rows[a]). One block; rows · k is the sorted total.
+struct MoePermuteArgs {
+  const int32_t* experts = nullptr;
+  int rows = 0, k = 0, n_experts = 0;
+  int32_t* offsets = nullptr;
+  int32_t* tile_offsets = nullptr;
+  int32_t* src_rows = nullptr;
+  int32_t* slot_rows = nullptr;
+};
+Status moe_permute(const MoePermuteArgs& args, void* stream);
+// Every expert's product in one launch, bf16 tensor cores, fp32 sums: c[i] = a[row(i)] · W_eᵀ for
+// the sorted rows i of expert e (offsets), W_e = w + e·w_stride, [n, k] bf16; row(i) = a_rows[i]
+// when a_rows is set (moe_permute's src_rows: the gather), else i. a bf16 rows of k (lda = k), c
+// fp32 [total_rows, n]. An expert without rows costs nothing: its weights are not read. k a
+// multiple of 8; a and w 16-byte aligned.
+struct MoeGemmArgs {
+  const uint16_t* a = nullptr;
+  const int32_t* a_rows = nullptr;
+  const uint16_t* w = nullptr;
+  int64_t w_stride = 0;
+  float* c = nullptr;
+  const int32_t* offsets = nullptr;
+  const int32_t* tile_offsets = nullptr;
+  int n_experts = 0, total_rows = 0, n = 0, k = 0;
+};
+Status moe_grouped_gemm(const MoeGemmArgs& args, void* stream);
+// h[r] += Σ_j weights[r·k + j] · y[slot_rows[r·k + j]] over the row's slots in order, y fp32
+// [rows·k, dim] in sorted order (the weighted un-permute).
+Status moe_combine(const float* y, const int32_t* slot_rows, const float* weights, int rows, int k, int dim, float* h,
+                   void* stream);
+
 // --- engine_ops.cu -------------------------------------------------------------------
 // The glue of the GPU engine (model/cuda/cuda_engine.h): fp32 activations into the bf16 inputs of
 // gemm_bf16 (math fp32, one round-to-nearest-even at the store), rows between per-sequence slots

@@ -21,7 +21,8 @@ using program::Site;
 
 Status Workspace::alloc(const EngineSizes& s, int max_batch, int table_width, bool head, cudaStream_t stream) {
   const size_t rows = s.max_rows, B = max_batch;
-  const size_t dim = s.widths.dim, attn_width = s.widths.attn_width, ffn_hidden = s.widths.hidden;
+  const size_t dim = s.widths.dim, attn_width = s.widths.attn_width,
+               ffn_hidden = std::max(s.widths.hidden, s.widths.shared_hidden);
   YOCO_RETURN_IF_ERROR(tokens.alloc(rows * 4, "tokens", stream));
   YOCO_RETURN_IF_ERROR(positions.alloc(rows * 8, "positions", stream));
   YOCO_RETURN_IF_ERROR(lengths.alloc(B * 4, "lengths", stream));
@@ -42,6 +43,21 @@ Status Workspace::alloc(const EngineSizes& s, int max_batch, int table_width, bo
   YOCO_RETURN_IF_ERROR(global_kv.alloc(rows * 2 * s.widths.kv_dim * 4, "global k|v", stream));
   if (head)
     YOCO_RETURN_IF_ERROR(logits.alloc(static_cast<size_t>(s.logits_rows) * s.widths.vocab * 4, "logits", stream));
+  if (s.widths.experts > 0) {
+    const size_t E = s.widths.experts, k = s.widths.experts_per_token, he = s.widths.expert_hidden, A = rows * k;
+    YOCO_RETURN_IF_ERROR(moe_logits.alloc(rows * E * 4, "moe router logits", stream));
+    YOCO_RETURN_IF_ERROR(moe_probs.alloc(rows * E * 4, "moe router probs", stream));
+    YOCO_RETURN_IF_ERROR(moe_experts.alloc(A * 4, "moe experts", stream));
+    YOCO_RETURN_IF_ERROR(moe_experts_f.alloc(A * 4, "moe experts (float)", stream));
+    YOCO_RETURN_IF_ERROR(moe_weights.alloc(A * 4, "moe weights", stream));
+    YOCO_RETURN_IF_ERROR(moe_offsets.alloc((E + 1) * 4, "moe offsets", stream));
+    YOCO_RETURN_IF_ERROR(moe_tile_offsets.alloc((E + 1) * 4, "moe tile offsets", stream));
+    YOCO_RETURN_IF_ERROR(moe_src_rows.alloc(A * 4, "moe src rows", stream));
+    YOCO_RETURN_IF_ERROR(moe_slot_rows.alloc(A * 4, "moe slot rows", stream));
+    YOCO_RETURN_IF_ERROR(moe_up.alloc(A * 2 * he * 4, "moe experts fc1|gate", stream));
+    YOCO_RETURN_IF_ERROR(moe_act.alloc(A * he * 2, "moe experts act (bf16)", stream));
+    YOCO_RETURN_IF_ERROR(moe_y.alloc(A * dim * 4, "moe experts fc2", stream));
+  }
   std::vector<int32_t> ident(B);
   for (size_t b = 0; b < B; ++b) ident[b] = static_cast<int32_t>(b);
   return copy_up(row_tables.as<int32_t>(), ident.data(), B * 4, "row tables", stream);
@@ -128,6 +144,18 @@ CudaBackend::Tensor CudaBackend::project(const Site& at, Matrix which, const Ten
       y = m_.ws.global_kv.as<float>();
       width = 2 * w.kv_dim;
       break;
+    case Matrix::kSharedUp:
+      m = block(at).shared_up;
+      y = m_.ws.ffn_up.as<float>();
+      width = 2 * w.shared_hidden;
+      break;
+    case Matrix::kRouter: {  // the router stays fp32 (kernels/cuda/ops.h, moe_router_logits)
+      const Tensor logits{m_.ws.moe_logits.as<float>(), w.experts, w.experts, false};
+      if (!status_.ok()) return logits;
+      YOCO_CHECK(x.bf16 && x.ld == x.width);
+      ok(cuda::moe_router_logits(x.b16(), block(at).router, rows_.count, x.width, w.experts, logits.f32(), m_.stream));
+      return logits;
+    }
     case Matrix::kOutput:
       m = m_.weights.output;
       y = m_.ws.logits.as<float>();
@@ -135,6 +163,7 @@ CudaBackend::Tensor CudaBackend::project(const Site& at, Matrix which, const Ten
       break;
     case Matrix::kOut:
     case Matrix::kFfnDown:
+    case Matrix::kSharedDown:
       YOCO_CHECK(false);  // added into h: add_projection
   }
   const Tensor out{y, width, width, false};
@@ -146,14 +175,16 @@ CudaBackend::Tensor CudaBackend::project(const Site& at, Matrix which, const Ten
 
 void CudaBackend::add_projection(const Site& at, Matrix which, const Tensor& x) {
   if (!status_.ok()) return;
-  YOCO_CHECK(which == Matrix::kOut || which == Matrix::kFfnDown);
+  YOCO_CHECK(which == Matrix::kOut || which == Matrix::kFfnDown || which == Matrix::kSharedDown);
   Tensor in = x;
   if (!x.bf16) {  // a mixer's fp32 output: rounded once for the product
     in = {m_.ws.mixer_out_bf16.as<uint16_t>(), x.width, x.width, true};
     if (!ok(cuda::convert_to_bf16(x.f32(), x.ld, in.b16(), in.ld, rows_.count, x.width, m_.stream))) return;
   }
   YOCO_CHECK(in.ld == in.width);
-  const uint16_t* m = which == Matrix::kOut ? block(at).out : block(at).ffn_down;
+  const uint16_t* m = which == Matrix::kOut       ? block(at).out
+                      : which == Matrix::kFfnDown ? block(at).ffn_down
+                                                  : block(at).shared_down;
   ok(cuda::gemm_bf16(in.b16(), m, m_.ws.hidden.as<float>(), cuda::DType::kF32, rows_.count, m_.sizes.widths.dim,
                      in.width, 1.f, 1.f, m_.stream));
 }
@@ -370,11 +401,77 @@ CudaBackend::Tensor CudaBackend::attention(const Site& at, const Tensor& q) {
 
 // docs/design.md §2.2: fc1 (the first hidden columns) is the activated branch.
 CudaBackend::Tensor CudaBackend::swiglu(const Tensor& u) {
-  const int hidden = m_.sizes.widths.hidden;
+  const int hidden = u.width / 2;
   const Tensor act{m_.ws.ffn_act.as<uint16_t>(), hidden, hidden, true};
   if (!status_.ok()) return act;
   ok(cuda::silu_mul_to_bf16(u.f32(), u.ld, u.f32() + hidden, u.ld, act.b16(), act.ld, rows_.count, hidden, m_.stream));
   return act;
+}
+
+program::Routing<CudaBackend::Tensor> CudaBackend::route(const Site&, const Tensor& logits) {
+  const program::Widths& w = m_.sizes.widths;
+  const int E = w.experts, k = w.experts_per_token;
+  const program::Routing<Tensor> r{{m_.ws.moe_probs.as<float>(), E, E, false},
+                                   {m_.ws.moe_experts_f.as<float>(), k, k, false},
+                                   {m_.ws.moe_weights.as<float>(), k, k, false}};
+  if (!status_.ok()) return r;
+  cuda::MoeRouteArgs a;
+  a.logits = logits.f32();
+  a.rows = rows_.count;
+  a.n_experts = E;
+  a.k = k;
+  a.norm_topk = m_.cfg.moe_norm_topk_prob;
+  a.probs = r.probs.f32();
+  a.experts = m_.ws.moe_experts.as<int32_t>();
+  a.experts_f = r.experts.f32();
+  a.weights = r.weights.f32();
+  ok(cuda::moe_route(a, m_.stream));
+  return r;
+}
+
+// The rows sorted by expert, every expert's fc1|gate in one launch (gathering its rows of x),
+// SwiGLU, every expert's fc2 in one launch, then h += the weighted rows back in token order.
+void CudaBackend::add_experts(const Site& at, const Tensor& x, const program::Routing<Tensor>&) {
+  if (!status_.ok()) return;
+  YOCO_CHECK(x.bf16 && x.ld == x.width);
+  const program::Widths& w = m_.sizes.widths;
+  const int rows = rows_.count, E = w.experts, k = w.experts_per_token, he = w.expert_hidden, dim = w.dim;
+  const DeviceBlock& b = block(at);
+  cuda::MoePermuteArgs p;
+  p.experts = m_.ws.moe_experts.as<int32_t>();
+  p.rows = rows;
+  p.k = k;
+  p.n_experts = E;
+  p.offsets = m_.ws.moe_offsets.as<int32_t>();
+  p.tile_offsets = m_.ws.moe_tile_offsets.as<int32_t>();
+  p.src_rows = m_.ws.moe_src_rows.as<int32_t>();
+  p.slot_rows = m_.ws.moe_slot_rows.as<int32_t>();
+  if (!ok(cuda::moe_permute(p, m_.stream))) return;
+  cuda::MoeGemmArgs g;
+  g.a = x.b16();
+  g.a_rows = p.src_rows;
+  g.w = b.experts_up;
+  g.w_stride = 2 * static_cast<int64_t>(he) * dim;
+  g.c = m_.ws.moe_up.as<float>();
+  g.offsets = p.offsets;
+  g.tile_offsets = p.tile_offsets;
+  g.n_experts = E;
+  g.total_rows = rows * k;
+  g.n = 2 * he;
+  g.k = dim;
+  if (!ok(cuda::moe_grouped_gemm(g, m_.stream))) return;
+  uint16_t* act = m_.ws.moe_act.as<uint16_t>();
+  if (!ok(cuda::silu_mul_to_bf16(g.c, 2 * he, g.c + he, 2 * he, act, he, rows * k, he, m_.stream))) return;
+  g.a = act;
+  g.a_rows = nullptr;
+  g.w = b.experts_down;
+  g.w_stride = static_cast<int64_t>(dim) * he;
+  g.c = m_.ws.moe_y.as<float>();
+  g.n = dim;
+  g.k = he;
+  if (!ok(cuda::moe_grouped_gemm(g, m_.stream))) return;
+  ok(cuda::moe_combine(g.c, p.slot_rows, m_.ws.moe_weights.as<float>(), rows, k, dim, m_.ws.hidden.as<float>(),
+                       m_.stream));
 }
 
 void CudaBackend::trace(const std::string& name, const Tensor& t) {

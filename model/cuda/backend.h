@@ -36,8 +36,15 @@ struct Workspace {
   DeviceMem mixer_in;        // [rows, max(mixer_in_width, attn_width)] fp32: the mixer's input product
   DeviceMem mixer_out;       // [rows, max(dim, attn_width)] fp32
   DeviceMem mixer_out_bf16;  // the same rounded for out_proj
-  DeviceMem ffn_up;          // [rows, 2·hidden] fp32: fc1|gate
+  DeviceMem ffn_up;          // [rows, 2·hidden] fp32: fc1|gate (an MoE's shared expert: its hidden)
   DeviceMem ffn_act;         // [rows, hidden] bf16
+  // An MoE FFN's (docs/design.md §2.2; kernels/cuda/ops.h, moe.cu): router logits and probs [rows,
+  // E]; the chosen experts (int32, and as floats for traces) and weights [rows, k]; the sort by
+  // expert (offsets and tile offsets [E + 1], src and slot rows [rows·k]); the experts' fc1|gate
+  // [rows·k, 2·expert_hidden] fp32, activation bf16 and fc2 [rows·k, dim] fp32, in sorted order.
+  DeviceMem moe_logits, moe_probs, moe_experts, moe_experts_f, moe_weights;
+  DeviceMem moe_offsets, moe_tile_offsets, moe_src_rows, moe_slot_rows;
+  DeviceMem moe_up, moe_act, moe_y;
   DeviceMem global_kv;       // [rows, 2·kv_dim] fp32: K|V before they go into the pool
   DeviceMem logits;          // [logits_rows, vocab] fp32 (models with a head)
 
@@ -92,6 +99,8 @@ class CudaBackend {
   void write_kv(const program::Site& at, const Tensor& k, const Tensor& v);
   Tensor attention(const program::Site& at, const Tensor& q);
   Tensor swiglu(const Tensor& u);
+  program::Routing<Tensor> route(const program::Site& at, const Tensor& logits);
+  void add_experts(const program::Site& at, const Tensor& x, const program::Routing<Tensor>& r);
 
   // Tracing copies each named intermediate to the host (synchronously): never under graph capture.
   bool tracing() const { return sink_ != nullptr; }

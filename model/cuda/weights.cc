@@ -27,7 +27,7 @@ Result<float*> DeviceWeights::new_f32(int64_t n, const char* what) {
 }
 
 Result<const uint16_t*> DeviceWeights::upload_bf16(
-    std::initializer_list<std::pair<const std::vector<float>*, int64_t>> parts, const char* what) {
+    const std::vector<std::pair<const std::vector<float>*, int64_t>>& parts, const char* what) {
   int64_t n = 0;
   for (const auto& p : parts) {
     if (static_cast<int64_t>(p.first->size()) != p.second)
@@ -57,11 +57,38 @@ Result<const float*> DeviceWeights::upload_f32(const std::vector<float>& x, cons
   return static_cast<const float*>(dst);
 }
 
+Status DeviceWeights::upload_ffn(DeviceBlock& g, const std::vector<float>& w13, const std::vector<float>& w2,
+                                 const MoeWeights& moe, const EngineSizes& s) {
+  const program::Widths& wd = s.widths;
+  const int64_t dim = wd.dim;
+  if (wd.experts == 0) {
+    YOCO_ASSIGN_OR_RETURN(g.ffn_up, upload_bf16({{&w13, 2 * wd.hidden * dim}}, "ffn.{fc1,gate}"));
+    YOCO_ASSIGN_OR_RETURN(g.ffn_down, upload_bf16({{&w2, dim * wd.hidden}}, "ffn.fc2"));
+    return Status::Ok();
+  }
+  if (static_cast<int>(moe.experts.size()) != wd.experts)
+    return internal_error("cuda engine: an MoE layer holds " + std::to_string(moe.experts.size()) +
+                          " experts, expected " + std::to_string(wd.experts));
+  YOCO_ASSIGN_OR_RETURN(g.router, upload_f32(moe.router, "ffn.router"));
+  const int64_t he = wd.expert_hidden;
+  std::vector<std::pair<const std::vector<float>*, int64_t>> up, down;
+  for (const ExpertWeights& e : moe.experts) {
+    up.push_back({&e.w13, 2 * he * dim});
+    down.push_back({&e.w2, dim * he});
+  }
+  YOCO_ASSIGN_OR_RETURN(g.experts_up, upload_bf16(up, "ffn.experts.{fc1,gate}"));
+  YOCO_ASSIGN_OR_RETURN(g.experts_down, upload_bf16(down, "ffn.experts.fc2"));
+  if (wd.shared_hidden == 0) return Status::Ok();
+  const int64_t hs = wd.shared_hidden;
+  YOCO_ASSIGN_OR_RETURN(g.shared_up, upload_bf16({{&moe.shared.w13, 2 * hs * dim}}, "ffn.shared.{fc1,gate}"));
+  YOCO_ASSIGN_OR_RETURN(g.shared_down, upload_bf16({{&moe.shared.w2, dim * hs}}, "ffn.shared.fc2"));
+  return Status::Ok();
+}
+
 Status DeviceWeights::upload(const ModelWeights& w, const ModelConfig& c, const EngineSizes& s, bool cross,
                              cudaStream_t stream) {
   stream_ = stream;
-  const int64_t dim = s.widths.dim, hidden = s.widths.hidden, vocab = s.widths.vocab, kv_dim = s.widths.kv_dim,
-                attn_width = s.widths.attn_width;
+  const int64_t dim = s.widths.dim, vocab = s.widths.vocab, kv_dim = s.widths.kv_dim, attn_width = s.widths.attn_width;
   YOCO_ASSIGN_OR_RETURN(embed, upload_bf16({{&w.embed, vocab * dim}}, "embed_tokens"));
   if (c.is_transformer()) return upload_transformer_layers(w, c, s, cross);
   YOCO_ASSIGN_OR_RETURN(kv_norm, upload_f32(w.kv_norm, "kv_layer_norm"));
@@ -79,8 +106,7 @@ Status DeviceWeights::upload(const ModelWeights& w, const ModelConfig& c, const 
                                                     "mixer.{q,k,v,g,gt}_proj"));
     }
     YOCO_ASSIGN_OR_RETURN(g.out, upload_bf16({{&L.wo, dim * dim}}, "mixer.out_proj"));
-    YOCO_ASSIGN_OR_RETURN(g.ffn_up, upload_bf16({{&L.w13, 2 * hidden * dim}}, "ffn.{fc1,gate}"));
-    YOCO_ASSIGN_OR_RETURN(g.ffn_down, upload_bf16({{&L.w2, dim * hidden}}, "ffn.fc2"));
+    YOCO_RETURN_IF_ERROR(upload_ffn(g, L.w13, L.w2, L.moe, s));
     self_layers.push_back(g);
   }
   if (!cross) return Status::Ok();
@@ -91,8 +117,7 @@ Status DeviceWeights::upload(const ModelWeights& w, const ModelConfig& c, const 
     YOCO_ASSIGN_OR_RETURN(g.final_norm, upload_f32(L.final_norm, "final_layer_norm"));
     YOCO_ASSIGN_OR_RETURN(g.mixer_in, upload_bf16({{&L.wq, attn_width * dim}}, "mixer.q_proj"));
     YOCO_ASSIGN_OR_RETURN(g.out, upload_bf16({{&L.wo, dim * attn_width}}, "mixer.out_proj"));
-    YOCO_ASSIGN_OR_RETURN(g.ffn_up, upload_bf16({{&L.w13, 2 * hidden * dim}}, "ffn.{fc1,gate}"));
-    YOCO_ASSIGN_OR_RETURN(g.ffn_down, upload_bf16({{&L.w2, dim * hidden}}, "ffn.fc2"));
+    YOCO_RETURN_IF_ERROR(upload_ffn(g, L.w13, L.w2, L.moe, s));
     cross_layers.push_back(g);
   }
   return Status::Ok();
@@ -110,15 +135,14 @@ Status DeviceWeights::upload_output_head(const ModelWeights& w, int vocab, int d
 
 Status DeviceWeights::upload_transformer_layers(const ModelWeights& w, const ModelConfig& c, const EngineSizes& s,
                                                 bool cross) {
-  const int64_t dim = s.widths.dim, hidden = s.widths.hidden, attn_width = s.widths.attn_width;
+  const int64_t dim = s.widths.dim, attn_width = s.widths.attn_width;
   for (const SelfLayerWeights& L : w.self_layers) {
     DeviceBlock g;
     YOCO_ASSIGN_OR_RETURN(g.mixer_norm, upload_f32(L.mixer_norm, "layers.mixer_layer_norm"));
     YOCO_ASSIGN_OR_RETURN(g.final_norm, upload_f32(L.final_norm, "layers.final_layer_norm"));
     YOCO_ASSIGN_OR_RETURN(g.mixer_in, upload_bf16({{&L.wqkvg, s.mixer_in_width * dim}}, "layers.mixer.{q,k,v}_proj"));
     YOCO_ASSIGN_OR_RETURN(g.out, upload_bf16({{&L.wo, dim * attn_width}}, "layers.mixer.out_proj"));
-    YOCO_ASSIGN_OR_RETURN(g.ffn_up, upload_bf16({{&L.w13, 2 * hidden * dim}}, "layers.ffn.{fc1,gate}"));
-    YOCO_ASSIGN_OR_RETURN(g.ffn_down, upload_bf16({{&L.w2, dim * hidden}}, "layers.ffn.fc2"));
+    YOCO_RETURN_IF_ERROR(upload_ffn(g, L.w13, L.w2, L.moe, s));
     self_layers.push_back(g);
   }
   if (static_cast<int>(self_layers.size()) != c.n_layers)
@@ -145,6 +169,29 @@ Status DeviceWeights::random(const ModelConfig& c, const EngineSizes& s, uint64_
         cuda::fill_normal(p, cuda::DType::kF32, dim, seed + 0x9e37u * ++tensor, 1.f, 0.05f, stream));
     return static_cast<const float*>(p);
   };
+  // The FFN of a block: dense, or an MoE's router (fp32, N(0, 9/dim), as write_random_model's) and experts.
+  auto ffn = [&](DeviceBlock& g) -> Status {
+    const program::Widths& wd = s.widths;
+    if (wd.experts == 0) {
+      YOCO_ASSIGN_OR_RETURN(g.ffn_up, matrix(2 * hidden, dim, "ffn.{fc1,gate}"));
+      YOCO_ASSIGN_OR_RETURN(g.ffn_down, matrix(dim, hidden, "ffn.fc2"));
+      return Status::Ok();
+    }
+    YOCO_ASSIGN_OR_RETURN(float* router, new_f32(static_cast<int64_t>(wd.experts) * dim, "ffn.router"));
+    YOCO_RETURN_IF_KERNEL_ERROR(
+        cuda::fill_normal(router, cuda::DType::kF32, static_cast<int64_t>(wd.experts) * dim, seed + 0x9e37u * ++tensor,
+                          0.f, static_cast<float>(3.0 / std::sqrt(static_cast<double>(dim))), stream));
+    g.router = router;
+    const int64_t he = wd.expert_hidden;
+    // Expert-major as upload_ffn's; each row's fan-in is dim (fc1|gate) or expert_hidden (fc2).
+    YOCO_ASSIGN_OR_RETURN(g.experts_up, matrix(wd.experts * 2 * he, dim, "ffn.experts.{fc1,gate}"));
+    YOCO_ASSIGN_OR_RETURN(g.experts_down, matrix(static_cast<int64_t>(wd.experts) * dim, he, "ffn.experts.fc2"));
+    if (wd.shared_hidden == 0) return Status::Ok();
+    YOCO_ASSIGN_OR_RETURN(g.shared_up,
+                          matrix(2 * static_cast<int64_t>(wd.shared_hidden), dim, "ffn.shared.{fc1,gate}"));
+    YOCO_ASSIGN_OR_RETURN(g.shared_down, matrix(dim, wd.shared_hidden, "ffn.shared.fc2"));
+    return Status::Ok();
+  };
   const bool transformer = c.is_transformer();
   YOCO_ASSIGN_OR_RETURN(embed, matrix(vocab, dim, "embed_tokens"));
   if (!transformer) {
@@ -157,8 +204,7 @@ Status DeviceWeights::random(const ModelConfig& c, const EngineSizes& s, uint64_
     YOCO_ASSIGN_OR_RETURN(g.final_norm, norm("final_layer_norm"));
     YOCO_ASSIGN_OR_RETURN(g.mixer_in, matrix(s.mixer_in_width, dim, "mixer projections"));
     YOCO_ASSIGN_OR_RETURN(g.out, matrix(dim, dim, "mixer.out_proj"));
-    YOCO_ASSIGN_OR_RETURN(g.ffn_up, matrix(2 * hidden, dim, "ffn.{fc1,gate}"));
-    YOCO_ASSIGN_OR_RETURN(g.ffn_down, matrix(dim, hidden, "ffn.fc2"));
+    YOCO_RETURN_IF_ERROR(ffn(g));
     self_layers.push_back(g);
   }
   YOCO_ASSIGN_OR_RETURN(final_norm, norm("layer_norm"));
@@ -173,8 +219,7 @@ Status DeviceWeights::random(const ModelConfig& c, const EngineSizes& s, uint64_
     YOCO_ASSIGN_OR_RETURN(g.final_norm, norm("final_layer_norm"));
     YOCO_ASSIGN_OR_RETURN(g.mixer_in, matrix(attn_width, dim, "mixer.q_proj"));
     YOCO_ASSIGN_OR_RETURN(g.out, matrix(dim, attn_width, "mixer.out_proj"));
-    YOCO_ASSIGN_OR_RETURN(g.ffn_up, matrix(2 * hidden, dim, "ffn.{fc1,gate}"));
-    YOCO_ASSIGN_OR_RETURN(g.ffn_down, matrix(dim, hidden, "ffn.fc2"));
+    YOCO_RETURN_IF_ERROR(ffn(g));
     cross_layers.push_back(g);
   }
   return cuda_check(cudaStreamSynchronize(stream), "random weights");

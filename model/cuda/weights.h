@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -27,6 +26,15 @@ struct DeviceBlock {
   const uint16_t* out = nullptr;       // [dim, dim]
   const uint16_t* ffn_up = nullptr;    // fc1|gate [2·hidden, dim]
   const uint16_t* ffn_down = nullptr;  // fc2 [dim, hidden]
+  // An MoE FFN instead (docs/design.md §2.2): the router fp32 [n_experts, dim], every routed
+  // expert's fc1|gate [n_experts][2·expert_hidden, dim] and fc2 [n_experts][dim, expert_hidden]
+  // back to back (moe_grouped_gemm's w_stride apart), the shared expert's fc1|gate and fc2 (null
+  // without one).
+  const float* router = nullptr;
+  const uint16_t* experts_up = nullptr;
+  const uint16_t* experts_down = nullptr;
+  const uint16_t* shared_up = nullptr;
+  const uint16_t* shared_down = nullptr;
 };
 
 class DeviceWeights {
@@ -50,8 +58,11 @@ class DeviceWeights {
   Result<uint16_t*> new_bf16(int64_t n, const char* what);
   Result<float*> new_f32(int64_t n, const char* what);
   // Host fp32 parts, concatenated, rounded to bf16 (nearest even) and copied up.
-  Result<const uint16_t*> upload_bf16(std::initializer_list<std::pair<const std::vector<float>*, int64_t>> parts,
+  Result<const uint16_t*> upload_bf16(const std::vector<std::pair<const std::vector<float>*, int64_t>>& parts,
                                       const char* what);
+  // The block's FFN: the dense fc1|gate and fc2, or an MoE's router and experts.
+  Status upload_ffn(DeviceBlock& g, const std::vector<float>& w13, const std::vector<float>& w2, const MoeWeights& moe,
+                    const EngineSizes& s);
   Result<const float*> upload_f32(const std::vector<float>& x, const char* what);
   Status upload_output_head(const ModelWeights& w, int vocab, int dim);
   // docs/design.md §2.6: layer i is self_layers[i] of the host weights, q|k|v [dim + 2·kv_dim, dim].

@@ -89,7 +89,8 @@ TEST_P(CudaIntermediatesTest, PrefillAndDecodeStepsMatchReferenceStageByStage) {
 
 INSTANTIATE_TEST_SUITE_P(Configs, CudaIntermediatesTest,
                          ::testing::Values("gret_tied", "gret_gqa3_untied", "swa_w8", "yocou_swa_t3_nope",
-                                           "yocou_gret_t3", "gret_selflayers3", "transformer_gqa3"));
+                                           "yocou_gret_t3", "gret_selflayers3", "transformer_gqa3", "moe_gret_shared",
+                                           "moe_yocou_swa_t3_nope", "moe_swa_k1_shared_norm"));
 
 class CudaVsCpuIntermediatesTest : public ::testing::TestWithParam<std::string> {};
 

@@ -45,6 +45,21 @@ CONFIGS = [
     dict(name="gret_selflayers3", seed=606, n_tokens=17, tied=False, params=dict(
         dim=32, n_layers=5, n_self_layers=3, hidden_dim=64, n_self_heads=2, n_attn_heads=4,
         n_attn_kv_heads=4, vocab_size=41, sliding_window=None)),
+    # Mixtures of experts (docs/design.md §2.2): gRet with a shared expert and plain softmax
+    # weights; YOCO-U's shape (SWA, loops, NoPE) with renormalised top-k and no shared expert;
+    # SWA with k = 1, a shared expert and renormalisation (every weight is then 1).
+    dict(name="moe_gret_shared", seed=909, n_tokens=23, tied=False, params=dict(
+        dim=32, n_layers=4, n_self_heads=4, n_attn_heads=4, n_attn_kv_heads=2, vocab_size=53,
+        sliding_window=None, n_experts=8, n_experts_per_token=2, expert_hidden_dim=16,
+        shared_expert_hidden_dim=24)),
+    dict(name="moe_yocou_swa_t3_nope", seed=1090, n_tokens=21, tied=True, params=dict(
+        dim=32, n_layers=4, hidden_dim=64, n_self_heads=2, n_attn_heads=4, n_attn_kv_heads=1,
+        vocab_size=47, sliding_window=6, n_loops=3, cross_decoder_rope=False, n_experts=6,
+        n_experts_per_token=3, expert_hidden_dim=16, moe_norm_topk_prob=True)),
+    dict(name="moe_swa_k1_shared_norm", seed=1010, n_tokens=19, tied=False, params=dict(
+        dim=32, n_layers=4, n_self_heads=4, n_attn_heads=4, n_attn_kv_heads=4, vocab_size=41,
+        sliding_window=8, n_experts=4, n_experts_per_token=1, expert_hidden_dim=24,
+        shared_expert_hidden_dim=16, moe_norm_topk_prob=True)),
     dict(name="transformer_gqa3", seed=707, n_tokens=27, tied=False, params=dict(
         arch="transformer", dim=48, n_layers=3, hidden_dim=96, n_attn_heads=6, n_attn_kv_heads=2,
         vocab_size=50, rope_theta=500000.0)),
@@ -65,10 +80,22 @@ def make_weights(params, tied, rng):
     def norm(name):
         w[name] = 1.0 + 0.1 * rng.standard_normal(dim)
 
+    def swiglu(prefix, hidden):
+        mat(prefix + "fc1.weight", hidden, dim)
+        mat(prefix + "gate.weight", hidden, dim)
+        mat(prefix + "fc2.weight", dim, hidden)
+
     def ffn(prefix):
-        mat(prefix + "ffn.fc1.weight", hid, dim)
-        mat(prefix + "ffn.gate.weight", hid, dim)
-        mat(prefix + "ffn.fc2.weight", dim, hid)
+        if not cfg.n_experts:
+            swiglu(prefix + "ffn.", hid)
+            return
+        # The router ~ 3 N(0,1)/sqrt(dim): peaked enough that the choice of experts matters.
+        w[prefix + "ffn.router.weight"] = (
+            rng.standard_normal((cfg.n_experts, dim)) * 3.0 / math.sqrt(dim))
+        for e in range(cfg.n_experts):
+            swiglu(prefix + f"ffn.experts.{e}.", cfg.expert_hidden_dim)
+        if cfg.shared_expert_hidden_dim:
+            swiglu(prefix + "ffn.shared.", cfg.shared_expert_hidden_dim)
 
     w["embed_tokens.weight"] = rng.standard_normal((cfg.vocab_size, dim)) / math.sqrt(dim)
     if cfg.is_transformer:  # docs/design.md §2.6
@@ -152,6 +179,22 @@ def state_to_json(state):
     return out
 
 
+def check_routing_margin(model, trace, name, margin=5e-2):
+    """An MoE golden must not sit near a tie between the k-th and the (k+1)-th expert: the fp32
+    engine would then be free to choose the other one. Fails (pick another seed) if it does."""
+    k, E = model.cfg.n_experts_per_token, model.cfg.n_experts
+    if not E or k == E:
+        return
+    worst = math.inf
+    for key, p in trace.items():
+        if key.endswith(".router_probs"):
+            s = -np.sort(-p, axis=-1)
+            worst = min(worst, float(np.min((s[:, k - 1] - s[:, k]) / s[:, k - 1])))
+    print(f"{name}: smallest relative gap between the k-th and (k+1)-th expert {worst:.2e}")
+    if not worst > margin:
+        raise AssertionError(f"{name}: a routing near-tie ({worst:g} <= {margin:g}); change the seed")
+
+
 def build(conf):
     rng = np.random.default_rng(conf["seed"])
     params = dict(conf["params"])
@@ -173,6 +216,7 @@ def build(conf):
     yoco_ref.selftest_model(model, tokens, name=conf["name"])
     trace = {}
     logprobs, state = yoco_ref.forward(model, tokens, trace=trace)
+    check_routing_margin(model, trace, conf["name"])
 
     golden = {"name": conf["name"], "tokens": tokens, "logprobs": logprobs.tolist(),
               "state": state_to_json(state)}

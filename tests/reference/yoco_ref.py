@@ -82,13 +82,21 @@ class Config:
         assert self.arch in ("yoco", "transformer"), self.arch
         self.dim = int(p["dim"])
         self.n_layers = int(p["n_layers"])
-        self.hidden_dim = int(p["hidden_dim"])
+        self.hidden_dim = int(p.get("hidden_dim") or 0)  # unused by an MoE
         self.n_attn_heads = int(p["n_attn_heads"])
         self.n_attn_kv_heads = int(p.get("n_attn_kv_heads") or self.n_attn_heads)
         self.vocab_size = int(p["vocab_size"])
         self.rope_theta = float(p.get("rope_theta", 10000.0))
         self.norm_eps = float(p.get("norm_eps", 1e-5))
         self.max_seq_len = p.get("max_seq_len")
+        # Mixture of experts (2.2): n_experts = 0 is a dense FFN everywhere.
+        self.n_experts = int(p.get("n_experts") or 0)
+        self.n_experts_per_token = int(p.get("n_experts_per_token") or 0)
+        self.expert_hidden_dim = int(p.get("expert_hidden_dim") or 0)
+        self.shared_expert_hidden_dim = int(p.get("shared_expert_hidden_dim") or 0)
+        self.moe_norm_topk_prob = bool(p.get("moe_norm_topk_prob") or False)
+        if self.n_experts:
+            assert 1 <= self.n_experts_per_token <= self.n_experts and self.expert_hidden_dim > 0
         tie = p.get("tie_embeddings")
         self.tie_embeddings = (not has_output_projection) if tie is None else bool(tie)
         assert self.dim % self.n_attn_heads == 0 and self.n_attn_heads % self.n_attn_kv_heads == 0
@@ -189,11 +197,52 @@ def rope(x, positions, theta):
     return out
 
 
-def ffn(x, prefix, w):
-    """SwiGLU: fc2( silu(fc1 x) * (gate x) ); fc1 is the activated branch."""
-    a = silu(linear(x, w[prefix + "ffn.fc1.weight"]))
-    b = linear(x, w[prefix + "ffn.gate.weight"])
-    return linear(a * b, w[prefix + "ffn.fc2.weight"])
+def swiglu_act(x, prefix, w):
+    """silu(fc1 x) * (gate x): fc1 is the activated branch; prefix ends in "ffn." or an expert's "."."""
+    return silu(linear(x, w[prefix + "fc1.weight"])) * linear(x, w[prefix + "gate.weight"])
+
+
+def moe_route(x, prefix, w, cfg):
+    """2.2, mixture of experts: p = softmax(router x) over all E experts; the k largest p, ties to
+    the lower expert index (a stable sort); their weights p, divided by their sum when
+    moe_norm_topk_prob. Returns (logits [n, E], p [n, E], chosen [n, k], weights [n, k])."""
+    logits = linear(x, w[prefix + "ffn.router.weight"])
+    p = softmax(logits)
+    chosen = np.argsort(-p, axis=-1, kind="stable")[:, : cfg.n_experts_per_token]
+    weights = np.take_along_axis(p, chosen, axis=-1)
+    if cfg.moe_norm_topk_prob:
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+    return logits, p, chosen, weights
+
+
+def moe_routed(x, prefix, w, chosen, weights):
+    """sum over each row's chosen experts e of weight_e * SwiGLU_e(x)."""
+    out = np.zeros_like(x)
+    for r in range(x.shape[0]):
+        for e, wt in zip(chosen[r], weights[r]):
+            q = prefix + f"ffn.experts.{int(e)}."
+            out[r] += wt * linear(swiglu_act(x[r : r + 1], q, w), w[q + "fc2.weight"])[0]
+    return out
+
+
+def ffn_apply(h, x, prefix, model, trace=None, at=""):
+    """h + FFN(x) for the FFN at `prefix` (dense, or the MoE of 2.2), recording its intermediates."""
+    cfg, w = model.cfg, model.w
+    if not cfg.n_experts:
+        act = swiglu_act(x, prefix + "ffn.", w)
+        record(trace, at + "ffn_act", act)
+        return h + linear(act, w[prefix + "ffn.fc2.weight"])
+    logits, p, chosen, weights = moe_route(x, prefix, w, cfg)
+    record(trace, at + "router_logits", logits)
+    record(trace, at + "router_probs", p)
+    record(trace, at + "experts", chosen.astype(np.float64))
+    record(trace, at + "expert_weights", weights)
+    if cfg.shared_expert_hidden_dim:
+        act = swiglu_act(x, prefix + "ffn.shared.", w)
+        record(trace, at + "shared_act", act)
+        h = h + linear(act, w[prefix + "ffn.shared.fc2.weight"])
+        record(trace, at + "h_shared", h)
+    return h + moe_routed(x, prefix, w, chosen, weights)
 
 
 def split_heads(x, n_heads):
@@ -355,15 +404,13 @@ def global_kv(model, h_self, positions, trace=None):
     return K, V
 
 
-def ffn_block(h, prefix, w, eps, trace=None, at=""):
+def ffn_block(model, h, prefix, trace=None, at=""):
     """h + FFN(RMSNorm_final(h)) (the second half of a block, 2.2), recording the FFN's
     intermediates and the residual before and after it."""
     record(trace, at + "h_mixer", h)
-    x = rmsnorm(h, w[prefix + "final_layer_norm.weight"], eps)
+    x = rmsnorm(h, model.w[prefix + "final_layer_norm.weight"], model.cfg.norm_eps)
     record(trace, at + "ffn_norm", x)
-    act = silu(linear(x, w[prefix + "ffn.fc1.weight"])) * linear(x, w[prefix + "ffn.gate.weight"])
-    record(trace, at + "ffn_act", act)
-    h = h + linear(act, w[prefix + "ffn.fc2.weight"])
+    h = ffn_apply(h, x, prefix, model, trace, at)
     record(trace, at + "h_out", h)
     return h
 
@@ -381,7 +428,7 @@ def cross_block(model, layer, h, K, V, q_positions, allowed, trace=None):
     o = causal_attention(q, K, V, 1.0 / math.sqrt(cfg.hd_c), allowed).reshape(h.shape[0], cfg.dim)
     record(trace, at + "attention", o)
     h = h + linear(o, w[p + "mixer.out_proj.weight"])
-    return ffn_block(h, p, w, cfg.norm_eps, trace, at)
+    return ffn_block(model, h, p, trace, at)
 
 
 def logprobs_from_hidden(model, h, trace=None):
@@ -412,7 +459,7 @@ def transformer_block(model, layer, h, state, positions, allowed, trace=None):
     o = causal_attention(q, K, V, 1.0 / math.sqrt(cfg.hd_c), allowed).reshape(n, cfg.dim)
     record(trace, at + "attention", o)
     h = h + linear(o, w[p + "mixer.out_proj.weight"])
-    return ffn_block(h, p, w, cfg.norm_eps, trace, at)
+    return ffn_block(model, h, p, trace, at)
 
 
 def transformer_forward(model, tokens, state=None, trace=None):
@@ -457,7 +504,7 @@ def forward(model, tokens, form="parallel", chunk=4, trace=None):
             record(trace, at + "mixer_norm", x)
             out, st = self_mixer_full(model, layer, x, positions, form, chunk, trace, at)
             h = h + out
-            h = ffn_block(h, p, w, cfg.norm_eps, trace, at)
+            h = ffn_block(model, h, p, trace, at)
             self_states.append(dict(loop=loop, layer=layer, **st))
     K, V = global_kv(model, h, positions, trace)
     allowed = np.tril(np.ones((n, n), dtype=bool))
@@ -536,7 +583,7 @@ def step(model, state, token):
             new_st = {"k": keys[keys.shape[0] - min(keep, keys.shape[0]):],
                       "v": vals[vals.shape[0] - min(keep, vals.shape[0]):]}
         h = h + linear(o, w[m + "out_proj.weight"])
-        h = h + ffn(rmsnorm(h, w[p + "final_layer_norm.weight"], cfg.norm_eps), p, w)
+        h = ffn_block(model, h, p)
         new_selfs.append(dict(loop=st["loop"], layer=layer, **new_st))
     K1, V1 = global_kv(model, h, posv)
     Kall = np.concatenate([state["global_k"], K1.reshape(1, -1)])

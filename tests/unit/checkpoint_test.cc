@@ -182,6 +182,66 @@ TEST_F(CheckpointTest, BadParamsAreNamed) {
                     "ffn.fc1.weight\" has shape");
 }
 
+// docs/design.md §2.1: an MoE's keys are validated and named, and so is a missing expert tensor.
+TEST(CheckpointMoe, BadKeysAndMissingExpertTensorsAreNamed) {
+  test::TempDir dir;
+  ASSERT_TRUE(write_random_model(dir.sub("good"), find_preset("tiny-moe-gret").value(), 1, DType::kF32).ok());
+  const std::string params = test::read_file(dir.sub("good/params.json"));
+  const std::string weights = test::read_file(dir.sub("good/model.safetensors"));
+  auto header = parse(weights);
+  ASSERT_TRUE(header.ok());
+  int n = 0;
+  auto load_with = [&](const std::string& p, const std::string& w) {
+    const std::string d = dir.sub("case" + std::to_string(n++));
+    std::filesystem::create_directories(d);
+    test::write_file(d + "/params.json", p);
+    test::write_file(d + "/model.safetensors", w);
+    auto m = Model::load(d);
+    return m.ok() ? Status::Ok() : m.status();
+  };
+  auto expect_named = [](const Status& s, const std::string& needle) {
+    ASSERT_FALSE(s.ok()) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  ASSERT_TRUE(load_with(params, weights).ok());
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string p = params;
+    const size_t at = p.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    p.replace(at, from.size(), to);
+    return p;
+  };
+  expect_named(load_with(edit("\"n_experts_per_token\":2", "\"n_experts_per_token\":9"), weights),
+               "\"n_experts_per_token\" must be in [1, n_experts] = [1, 8], got 9");
+  expect_named(load_with(edit("\"n_experts_per_token\":2", "\"n_experts_per_token\":0"), weights),
+               "\"n_experts_per_token\"");
+  expect_named(load_with(edit("\"expert_hidden_dim\":32", "\"expert_hidden_dim\":0"), weights),
+               "\"expert_hidden_dim\" must be > 0");
+  expect_named(load_with(edit("\"shared_expert_hidden_dim\":64", "\"shared_expert_hidden_dim\":-1"), weights),
+               "\"shared_expert_hidden_dim\" must be >= 0");
+  expect_named(load_with(edit("\"n_experts\":8", "\"n_experts\":-8"), weights), "\"n_experts\" must be >= 0");
+  expect_named(load_with(edit("\"moe_norm_topk_prob\":false", "\"moe_norm_topk_prob\":1"), weights),
+               "\"moe_norm_topk_prob\" must be true or false");
+  // Dense with an MoE key left over.
+  expect_named(load_with(edit("\"n_experts\":8", "\"n_experts\":0"), weights),
+               "\"n_experts_per_token\" needs \"n_experts\" > 0");
+  // A consistent config the tensors do not match: fewer experts than stored is fine (extra
+  // tensors are ignored), a larger expert is named by its first tensor.
+  expect_named(load_with(edit("\"expert_hidden_dim\":32", "\"expert_hidden_dim\":16"), weights),
+               "tensor \"self_decoder.layers.0.ffn.experts.0.fc1.weight\" has shape [32, 64], expected [16, 64]");
+  // A missing routed expert, router or shared expert tensor is named.
+  const std::string h = weights.substr(8, header->data_offset - 8), data = weights.substr(header->data_offset);
+  for (const std::string name :
+       {"self_decoder.layers.1.ffn.experts.5.gate.weight", "cross_decoder.layers.0.ffn.router.weight",
+        "cross_decoder.layers.1.ffn.shared.fc2.weight"}) {
+    std::string edited = h;
+    const size_t at = edited.find("\"" + name + "\"");
+    ASSERT_NE(at, std::string::npos) << name;
+    edited.replace(at + 1, name.size(), std::string(name.size(), 'x'));
+    expect_named(load_with(params, raw_file(edited, data)), "missing tensor \"" + name + "\"");
+  }
+}
+
 TEST_F(CheckpointTest, ShardedCheckpointLoadsAndMatches) {
   // Split the good model into two shards with an index.
   auto good = Model::load(dir_.sub("good"));

@@ -1,4 +1,5 @@
-// The equivalences of docs/design.md §2.5 on random models (gRet, SWA, YOCO-U with 3 loops and NoPE):
+// The equivalences of docs/design.md §2.5 on random models (gRet, SWA, YOCO-U with 3 loops and NoPE,
+// and mixtures of experts of both):
 // prefill + decode = full forward; chunked, serialized and resumed prefill = one-shot;
 // batched decode = one at a time; looping = unrolling; prefill-only weights = full weights.
 #include "model/engine.h"
@@ -20,7 +21,7 @@ class EngineTest : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    for (const char* preset : {"tiny-gret", "tiny-swa", "tiny-yocou"}) {
+    for (const char* preset : {"tiny-gret", "tiny-swa", "tiny-yocou", "tiny-moe-gret", "tiny-moe-yocou"}) {
       auto cfg = find_preset(preset);
       ASSERT_TRUE(cfg.ok());
       ASSERT_TRUE(write_random_model(dir_->sub(preset), cfg.value(), 42, DType::kF32).ok());
@@ -241,7 +242,8 @@ TEST_P(EngineTest, BadTokensAreRejectedWithTheFieldNamed) {
   EXPECT_FALSE(m->score(std::vector<int32_t>{1}).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, EngineTest, ::testing::Values("tiny-gret", "tiny-swa", "tiny-yocou"),
+INSTANTIATE_TEST_SUITE_P(Presets, EngineTest,
+                         ::testing::Values("tiny-gret", "tiny-swa", "tiny-yocou", "tiny-moe-gret", "tiny-moe-yocou"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& ch : n) ch = ch == '-' ? '_' : ch;

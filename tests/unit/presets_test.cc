@@ -47,5 +47,40 @@ TEST(Presets, PaperSizes) {
   std::printf("yoco-3b %.2fB parameters, yoco-u-1.3b %.2fB\n", b3, b13);
 }
 
+// Parameters a token reads: all but the routed experts it was not sent to.
+int64_t active_parameter_count(const ModelConfig& c) {
+  const int64_t per_expert = 3LL * c.expert_hidden_dim * c.dim;
+  return parameter_count(c) - static_cast<int64_t>(c.n_layers) * (c.n_experts - c.n_experts_per_token) * per_expert;
+}
+
+TEST(Presets, YocoUMoeIsTheTable6Model) {
+  const ModelConfig m = find_preset("yoco-u-moe").value();
+  EXPECT_EQ(m.dim, 2560);
+  EXPECT_EQ(m.n_layers, 20);
+  EXPECT_EQ(m.n_self_layers, 10);
+  EXPECT_EQ(m.sliding_window, 512);
+  EXPECT_EQ(m.n_loops, 3);
+  EXPECT_FALSE(m.cross_decoder_rope);
+  EXPECT_EQ(m.n_attn_heads, 20);
+  EXPECT_EQ(m.n_attn_kv_heads, 4);
+  EXPECT_EQ(m.n_experts, 64);
+  EXPECT_EQ(m.n_experts_per_token, 8);
+  EXPECT_EQ(m.expert_hidden_dim, 1024);
+  EXPECT_EQ(m.shared_expert_hidden_dim, 1024);
+  EXPECT_EQ(m.vocab_size, 151936);
+  // Seed 003: "the total parameter is 10B and the activated parameter is 1.3B".
+  const double total = parameter_count(m) / 1e9, active = active_parameter_count(m) / 1e9;
+  std::printf("yoco-u-moe %.2fB parameters, %.2fB active\n", total, active);
+  EXPECT_GT(total, 9.5);
+  EXPECT_LT(total, 11.5);
+  EXPECT_GT(active, 1.2);
+  EXPECT_LT(active, 2.3);  // the paper's 1.3B leaves out the 0.4B embedding and attention
+  // The dense model of the same active FFN size: 8 · 1024 + 1024 hidden units.
+  const ModelConfig d = find_preset("yoco-u-dense-active").value();
+  EXPECT_EQ(d.hidden_dim, m.n_experts_per_token * m.expert_hidden_dim + m.shared_expert_hidden_dim);
+  const int64_t routers = static_cast<int64_t>(m.n_layers) * m.n_experts * m.dim;
+  EXPECT_EQ(active_parameter_count(m) - routers, parameter_count(d));
+}
+
 }  // namespace
 }  // namespace yoco

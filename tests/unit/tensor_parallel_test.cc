@@ -217,7 +217,11 @@ INSTANTIATE_TEST_SUITE_P(Splits, TensorParallelTest,
                              // World 4 needs 4 KV heads; YOCO-U's preset has a single one.
                              SplitCase{"tiny-gret", 4, 0, 4}, SplitCase{"tiny-swa", 4, 0, 4},
                              SplitCase{"tiny-gret", 4, 8, 4},  // GQA ratio 2 at world 4
-                             SplitCase{"tiny-yocou", 2, 0, 2}, SplitCase{"tiny-yocou", 4, 0, 4}),
+                             SplitCase{"tiny-yocou", 2, 0, 2}, SplitCase{"tiny-yocou", 4, 0, 4},
+                             // MoE: every expert's hidden units (and the shared expert's) split,
+                             // the router replicated (docs/design.md §2.8).
+                             SplitCase{"tiny-moe-gret", 2}, SplitCase{"tiny-moe-gret", 4, 0, 4},
+                             SplitCase{"tiny-moe-yocou", 2, 0, 2}),
                          [](const auto& info) { return case_name(info.param); });
 
 // --- bad splits -------------------------------------------------------------------------
@@ -257,6 +261,15 @@ TEST(TensorParallelSplit, BadWorldSizesAreRejectedNamingTheField) {
   odd_hidden.hidden_dim = 162;
   odd_hidden.n_attn_kv_heads = 4;
   expect_invalid(split_status(write("hidden", odd_hidden), 4), "hidden_dim");
+  // An MoE splits every expert's hidden units and the shared expert's (docs/design.md §2.8).
+  ModelConfig odd_expert = find_preset("tiny-moe-gret").value();
+  odd_expert.n_attn_kv_heads = 4;
+  odd_expert.expert_hidden_dim = 42;
+  expect_invalid(split_status(write("expert", odd_expert), 4), "expert_hidden_dim");
+  ModelConfig odd_shared = find_preset("tiny-moe-gret").value();
+  odd_shared.n_attn_kv_heads = 4;
+  odd_shared.shared_expert_hidden_dim = 66;
+  expect_invalid(split_status(write("shared", odd_shared), 4), "shared_expert_hidden_dim");
   ModelConfig six_heads = find_preset("tiny-gret").value();
   six_heads.dim = 96;  // 4 self heads of 24, 6 attention heads of 16 over 2 KV heads
   six_heads.n_attn_heads = 6;
