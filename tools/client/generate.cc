@@ -17,7 +17,7 @@
 namespace yoco::cli {
 namespace {
 
-const std::set<std::string> kBooleans = {"json", "ignore-eos"};
+const std::set<std::string> kBooleans = {"json", "ignore-eos", "json-object"};
 
 // The request the flags describe; errors go into `f`.
 v1::GenerateRequest generate_request(ServerFlags& f, int argc, char** argv) {
@@ -63,6 +63,17 @@ v1::GenerateRequest generate_request(ServerFlags& f, int argc, char** argv) {
   if (f.has("logprobs")) req.set_logprobs(static_cast<uint32_t>(f.int_in("logprobs", 0, 0, UINT32_MAX)));
   if (f.has("priority")) req.set_priority(static_cast<int32_t>(f.int_in("priority", 0, INT32_MIN, INT32_MAX)));
   req.set_request_id(f.str("request-id"));
+  // Structured output (docs/design.md §3.2c): one of these; the router refuses several at once.
+  v1::StructuredOutput* so = req.mutable_structured_output();
+  if (f.has("json-schema")) so->set_json_schema(f.str("json-schema"));
+  if (f.boolean("json-object")) so->set_json_object(true);
+  if (f.has("regex")) so->set_regex(f.str("regex"));
+  if (f.has("grammar")) so->set_grammar(f.str("grammar"));
+  for (const std::string& c : repeated_flag(argc, argv, "choice", kBooleans)) so->mutable_choice()->add_values(c);
+  const int given = f.has("json-schema") + f.boolean("json-object") + f.has("regex") + f.has("grammar") +
+                    (so->has_choice() ? 1 : 0);
+  if (given > 1) f.fail("--json-schema, --json-object, --regex, --grammar and --choice are alternatives; give one");
+  if (given == 0) req.clear_structured_output();
   return req;
 }
 
@@ -95,7 +106,8 @@ int cmd_generate(int argc, char** argv) {
       command_flags(argc, argv,
                     {"prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p", "repetition-penalty",
                      "presence-penalty", "frequency-penalty", "seed", "stop", "stop-token-ids", "ignore-eos",
-                     "logprobs", "json", "request-id", "priority", "document-ids"},
+                     "logprobs", "json", "request-id", "priority", "document-ids", "json-schema", "json-object", "regex",
+                     "grammar", "choice"},
                     kBooleans);
   if (!f.ok()) return flag_fail(f);
   const v1::GenerateRequest req = generate_request(f, argc, argv);
