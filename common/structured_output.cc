@@ -4,12 +4,18 @@ namespace yoco {
 
 const char* StructuredOutput::kind_name() const {
   switch (kind) {
-    case Kind::kNone: return "none";
-    case Kind::kJsonObject: return "json_object";
-    case Kind::kJsonSchema: return "json_schema";
-    case Kind::kRegex: return "regex";
-    case Kind::kChoice: return "choice";
-    case Kind::kGrammar: return "grammar";
+    case Kind::kNone:
+      return "none";
+    case Kind::kJsonObject:
+      return "json_object";
+    case Kind::kJsonSchema:
+      return "json_schema";
+    case Kind::kRegex:
+      return "regex";
+    case Kind::kChoice:
+      return "choice";
+    case Kind::kGrammar:
+      return "grammar";
   }
   return "none";
 }

@@ -13,7 +13,8 @@ inline Result<StructuredOutput> structured_from_proto(const v1::StructuredOutput
   using K = StructuredOutput::Kind;
   StructuredOutput s;
   switch (p.kind_case()) {
-    case v1::StructuredOutput::KIND_NOT_SET: break;
+    case v1::StructuredOutput::KIND_NOT_SET:
+      break;
     case v1::StructuredOutput::kJsonSchema:
       s.kind = K::kJsonSchema;
       s.text = p.json_schema();
@@ -42,14 +43,23 @@ inline v1::StructuredOutput structured_to_proto(const StructuredOutput& s) {
   using K = StructuredOutput::Kind;
   v1::StructuredOutput p;
   switch (s.kind) {
-    case K::kNone: break;
-    case K::kJsonObject: p.set_json_object(true); break;
-    case K::kJsonSchema: p.set_json_schema(s.text); break;
-    case K::kRegex: p.set_regex(s.text); break;
+    case K::kNone:
+      break;
+    case K::kJsonObject:
+      p.set_json_object(true);
+      break;
+    case K::kJsonSchema:
+      p.set_json_schema(s.text);
+      break;
+    case K::kRegex:
+      p.set_regex(s.text);
+      break;
     case K::kChoice:
       for (const std::string& c : s.choices) p.mutable_choice()->add_values(c);
       break;
-    case K::kGrammar: p.set_grammar(s.text); break;
+    case K::kGrammar:
+      p.set_grammar(s.text);
+      break;
   }
   return p;
 }

@@ -1,8 +1,7 @@
 #include "router/openai_structured.h"
 
-#include <nlohmann/json.hpp>
-
 #include <initializer_list>
+#include <nlohmann/json.hpp>
 #include <variant>
 
 #include "structured/check.h"
@@ -69,7 +68,8 @@ std::optional<ApiError> read_response_format(const Json& rf, std::string_view ra
     f.so.kind = Kind::kJsonObject;
   } else if (t == "json_schema") {
     const Json* js = rf.find("json_schema");
-    if (!js || !js->is_object()) return bad_param("response_format.json_schema", "required: an object with a \"schema\"");
+    if (!js || !js->is_object())
+      return bad_param("response_format.json_schema", "required: an object with a \"schema\"");
     const Json* schema = js->find("schema");
     if (!schema || !schema->is_object())
       return bad_param("response_format.json_schema.schema", "required: a JSON schema object");
@@ -90,8 +90,7 @@ std::variant<StructuredOutput, ApiError> read_structured_output(const Json& body
   std::optional<Found> found;
   auto take = [&](Found f) -> std::optional<ApiError> {
     if (!f.so.constrained()) return std::nullopt;
-    if (found)
-      return bad_param(f.field, "only one output constraint per request (" + found->field + " is given too)");
+    if (found) return bad_param(f.field, "only one output constraint per request (" + found->field + " is given too)");
     found = std::move(f);
     return std::nullopt;
   };
@@ -104,13 +103,14 @@ std::variant<StructuredOutput, ApiError> read_structured_output(const Json& body
   if (const Json* so = body.find("structured_outputs"); so && !so->is_null()) {
     if (!so->is_object()) return bad_param("structured_outputs", "must be an object");
     if (const Json* st = so->find("structural_tag"); st && !st->is_null())
-      return bad_param("structured_outputs.structural_tag", "not supported (json, regex, choice, grammar or json_object)");
+      return bad_param("structured_outputs.structural_tag",
+                       "not supported (json, regex, choice, grammar or json_object)");
     for (const char* name : {"json", "regex", "choice", "grammar", "json_object"}) {
       const Json* v = so->find(name);
       if (!v || v->is_null()) continue;
       Found f;
-      if (auto e = read_member(std::string("structured_outputs.") + name, name, *v, raw, {"structured_outputs", name},
-                               f))
+      if (auto e =
+              read_member(std::string("structured_outputs.") + name, name, *v, raw, {"structured_outputs", name}, f))
         return *e;
       if (auto e = take(std::move(f))) return *e;
     }

@@ -63,14 +63,17 @@ xgrammar::Grammar to_grammar(const StructuredOutput& s) {
     case K::kJsonSchema:
       return xgrammar::Grammar::FromJSONSchema(s.text, /*any_whitespace=*/false, std::nullopt, separators,
                                                /*strict_mode=*/true);
-    case K::kRegex: return xgrammar::Grammar::FromRegex(s.text);
-    case K::kGrammar: return xgrammar::Grammar::FromEBNF(s.text, "root");
+    case K::kRegex:
+      return xgrammar::Grammar::FromRegex(s.text);
+    case K::kGrammar:
+      return xgrammar::Grammar::FromEBNF(s.text, "root");
     case K::kChoice: {
       std::string ebnf = "root ::= ";
       for (size_t i = 0; i < s.choices.size(); ++i) ebnf += (i ? " | " : "") + ebnf_literal(s.choices[i]);
       return xgrammar::Grammar::FromEBNF(ebnf, "root");
     }
-    case K::kNone: break;
+    case K::kNone:
+      break;
   }
   throw std::logic_error("no constraint");
 }
@@ -87,8 +90,8 @@ Status check_sizes(const StructuredOutput& s, std::string_view field, const Stru
     for (size_t i = 0; i < s.choices.size(); ++i) {
       if (s.choices[i].empty()) return invalid_argument(f + "[" + std::to_string(i) + "]: empty");
       if (s.choices[i].size() > lim.max_choice_bytes)
-        return invalid_argument(f + "[" + std::to_string(i) + "]: longer than " +
-                                std::to_string(lim.max_choice_bytes) + " bytes");
+        return invalid_argument(f + "[" + std::to_string(i) + "]: longer than " + std::to_string(lim.max_choice_bytes) +
+                                " bytes");
     }
   }
   if ((s.kind == StructuredOutput::Kind::kJsonSchema || s.kind == StructuredOutput::Kind::kRegex ||

@@ -43,8 +43,8 @@ TokenMask::TokenMask(std::shared_ptr<const CompiledConstraint> c, std::span<cons
   for (int32_t id : stop_ids)
     if (id >= 0 && id < vocab) stops.push_back(id);
   const bool end_when_complete = stops.empty();
-  impl_ = std::make_unique<Impl>(c->grammar, end_when_complete ? std::nullopt : std::optional(stops),
-                                 end_when_complete);
+  impl_ =
+      std::make_unique<Impl>(c->grammar, end_when_complete ? std::nullopt : std::optional(stops), end_when_complete);
   impl_->stop_ids = std::move(stops);
 }
 

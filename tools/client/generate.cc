@@ -70,8 +70,8 @@ v1::GenerateRequest generate_request(ServerFlags& f, int argc, char** argv) {
   if (f.has("regex")) so->set_regex(f.str("regex"));
   if (f.has("grammar")) so->set_grammar(f.str("grammar"));
   for (const std::string& c : repeated_flag(argc, argv, "choice", kBooleans)) so->mutable_choice()->add_values(c);
-  const int given = f.has("json-schema") + f.boolean("json-object") + f.has("regex") + f.has("grammar") +
-                    (so->has_choice() ? 1 : 0);
+  const int given =
+      f.has("json-schema") + f.boolean("json-object") + f.has("regex") + f.has("grammar") + (so->has_choice() ? 1 : 0);
   if (given > 1) f.fail("--json-schema, --json-object, --regex, --grammar and --choice are alternatives; give one");
   if (given == 0) req.clear_structured_output();
   return req;
@@ -102,13 +102,32 @@ int print_json(const v1::Final& fin, const std::vector<int32_t>& ids, const std:
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
-  ServerFlags f =
-      command_flags(argc, argv,
-                    {"prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p", "repetition-penalty",
-                     "presence-penalty", "frequency-penalty", "seed", "stop", "stop-token-ids", "ignore-eos",
-                     "logprobs", "json", "request-id", "priority", "document-ids", "json-schema", "json-object", "regex",
-                     "grammar", "choice"},
-                    kBooleans);
+  ServerFlags f = command_flags(argc, argv,
+                                {"prompt",
+                                 "tokens",
+                                 "max-tokens",
+                                 "temperature",
+                                 "top-k",
+                                 "top-p",
+                                 "min-p",
+                                 "repetition-penalty",
+                                 "presence-penalty",
+                                 "frequency-penalty",
+                                 "seed",
+                                 "stop",
+                                 "stop-token-ids",
+                                 "ignore-eos",
+                                 "logprobs",
+                                 "json",
+                                 "request-id",
+                                 "priority",
+                                 "document-ids",
+                                 "json-schema",
+                                 "json-object",
+                                 "regex",
+                                 "grammar",
+                                 "choice"},
+                                kBooleans);
   if (!f.ok()) return flag_fail(f);
   const v1::GenerateRequest req = generate_request(f, argc, argv);
   auto conn = connect(f);

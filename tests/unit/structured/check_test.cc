@@ -35,9 +35,9 @@ class StructuredCheck : public ::testing::Test {
 TEST_F(StructuredCheck, WellFormedConstraintsPass) {
   EXPECT_TRUE(check_structured_output(make(Kind::kNone, ""), "f").ok());
   EXPECT_TRUE(check_structured_output(make(Kind::kJsonObject, ""), "f").ok());
-  EXPECT_TRUE(
-      check_structured_output(make(Kind::kJsonSchema, R"({"type":"object","properties":{"a":{"type":"integer"}}})"), "f")
-          .ok());
+  EXPECT_TRUE(check_structured_output(
+                  make(Kind::kJsonSchema, R"({"type":"object","properties":{"a":{"type":"integer"}}})"), "f")
+                  .ok());
   EXPECT_TRUE(check_structured_output(make(Kind::kRegex, "[a-z]+@[a-z]+\\.com"), "f").ok());
   EXPECT_TRUE(check_structured_output(make(Kind::kGrammar, "root ::= \"a\" | \"b\" root"), "f").ok());
   StructuredOutput c = make(Kind::kChoice, "");

@@ -164,8 +164,8 @@ TEST_F(TokenMaskTest, QwenStyleVocabularyMasksBytesOfSplitCharacters) {
   EXPECT_TRUE(m.accept(0xA9));
   const std::vector<int32_t> next = m.allowed();
   EXPECT_NE(std::find(next.begin(), next.end(), 257), next.end());
-  EXPECT_NE(std::find(next.begin(), next.end(), 256), next.end());   // " t" ends it
-  EXPECT_EQ(std::find(next.begin(), next.end(), 300), next.end());   // not complete: no stop
+  EXPECT_NE(std::find(next.begin(), next.end(), 256), next.end());  // " t" ends it
+  EXPECT_EQ(std::find(next.begin(), next.end(), 300), next.end());  // not complete: no stop
   EXPECT_TRUE(m.accept(256));
   EXPECT_EQ(m.allowed(), (std::vector<int32_t>{300}));
   std::vector<float> logits(model_vocab, 0.5f);
