@@ -42,6 +42,15 @@ Status ContinuousBatcher::validate(const DecodeRequest& req) const {
     if (!req.generated_before.empty()) return invalid_argument("generated: a score takes no generated tokens");
     if (req.state) return invalid_argument("state: a score is computed here, never shipped");
   }
+  if (req.constraint) {
+    if (!req.forced.empty()) return invalid_argument("structured_output: not with forced tokens (scoring)");
+    TokenMask mask(req.constraint, req.stop_token_ids);
+    for (size_t i = 0; i < req.generated_before.size(); ++i)
+      if (!mask.accept(req.generated_before[i]))
+        return invalid_argument("generated[" + std::to_string(i) + "]: outside the structured output constraint");
+    if (!req.generated_before.empty() && mask.terminated())
+      return invalid_argument("generated: already completes the structured output constraint");
+  }
   if (req.state && (!req.state->pages || req.state->pages->k_pool != pool_.k_data()))
     return invalid_argument("state: a shipped state must hold its K/V rows in this worker's pool");
   if (req.state && req.state->position != static_cast<int64_t>(req.prompt.size() + req.generated_before.size()))
@@ -58,6 +67,10 @@ Result<uint64_t> ContinuousBatcher::submit(DecodeRequest req) {
   s->sampler = std::make_unique<Sampler>(req.sampling, model_.config().vocab_size, req.prompt);
   s->sampler->replay(req.generated_before);
   s->forward_score = !req.forced.empty() && !limits_.score_per_token;
+  if (req.constraint) {  // validate() saw every token of generated_before accepted
+    s->mask.emplace(req.constraint, req.stop_token_ids);
+    for (int32_t t : req.generated_before) (void)s->mask->accept(t);
+  }
   s->submitted = Clock::now();
   s->req = std::move(req);
   std::lock_guard<std::mutex> lock(mu_);
@@ -169,17 +182,29 @@ bool ContinuousBatcher::sample_and_emit(Seq& s, const float* logits) {
     tok = s.req.forced[s.generated.size()];
   } else {
     std::vector<float> row(logits, logits + V);
+    if (s.mask) s.mask->apply(row.data(), V);
     tok = s.sampler->sample(row.data());
   }
+  // The mask allowed it, so the constraint takes it (a stop token too, once complete).
+  const bool constraint_done = s.mask && (!s.mask->accept(tok) || s.mask->terminated());
   s.generated.push_back(tok);
   if ((forced || s.req.logprobs > 0) && s.req.on_logprobs)
     s.req.on_logprobs(token_logprobs(logits, V, tok, s.req.logprobs));
   if (s.req.on_token) s.req.on_token(tok);
   const auto& stops = s.req.stop_token_ids;
   if (!forced && std::find(stops.begin(), stops.end(), tok) != stops.end()) return true;
+  if (constraint_done) return true;
   if (static_cast<int>(s.req.generated_before.size() + s.generated.size()) >= s.req.max_tokens) return true;
   s.next_input = tok;
   return false;
+}
+
+const char* ContinuousBatcher::finish_reason(const Seq& s) {
+  const auto& stops = s.req.stop_token_ids;
+  const bool stop_token = s.req.forced.empty() && !s.generated.empty() &&
+                          std::find(stops.begin(), stops.end(), s.generated.back()) != stops.end();
+  if (stop_token || (s.mask && s.mask->terminated())) return "stop";
+  return "length";
 }
 
 bool ContinuousBatcher::admit(Seq& s) {
@@ -471,9 +496,8 @@ void ContinuousBatcher::step(const std::vector<Seq*>& batch, std::vector<float>&
       finish(std::move(s), "error", st);
       continue;
     }
-    const bool stop = !s->generated.empty() && std::find(s->req.stop_token_ids.begin(), s->req.stop_token_ids.end(),
-                                                         s->generated.back()) != s->req.stop_token_ids.end();
-    finish(std::move(s), stop ? "stop" : "length", Status::Ok());
+    const char* reason = finish_reason(*s);
+    finish(std::move(s), reason, Status::Ok());
   }
 }
 

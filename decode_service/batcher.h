@@ -28,6 +28,8 @@
 #include "model/kv_pool.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "structured/compiler.h"
+#include "structured/token_mask.h"
 
 namespace yoco {
 
@@ -71,6 +73,10 @@ struct DecodeRequest {
   // The batcher computes them in forward slices of prompt + forced (Engine::forward: every row's
   // logits at once), between decode steps; BatcherLimits::score_per_token forces one per step.
   std::vector<int32_t> forced;
+  // Structured output (docs/design.md §3.2c): every sampled step is masked to the tokens the
+  // constraint allows, a stop token only once it is complete, and the sequence ends ("stop") when
+  // it terminates. The mask is re-advanced over generated_before (migration), which must lie in it.
+  std::shared_ptr<const CompiledConstraint> constraint;
   std::function<void(const TokenLogprobs&)> on_logprobs;
   std::function<void(int32_t token)> on_token;       // called from the batcher thread
   std::function<void(const FinishInfo&)> on_finish;  // exactly once
@@ -118,6 +124,7 @@ class ContinuousBatcher {
     uint64_t id;
     DecodeRequest req;
     std::unique_ptr<Sampler> sampler;
+    std::optional<TokenMask> mask;  // with a constraint
     std::vector<int32_t> generated;
     Engine::SeqId seq = -1;     // the engine's sequence while admitted (≥ 0)
     int32_t next_input = -1;    // the sampled token the next step consumes
@@ -145,6 +152,7 @@ class ContinuousBatcher {
   void finish(SeqPtr s, std::string reason, Status status);
   void preempt_newest();
   bool sample_and_emit(Seq& s, const float* logits);  // true: the sequence is done
+  static const char* finish_reason(const Seq& s);     // of a sequence done without error
 
   const Model& model_;
   KvPool& pool_;

@@ -6,6 +6,8 @@
 #include "decode_service/metrics.h"
 #include "decode_service/worker_service.h"
 #include "server/server.h"
+#include "structured/vocab.h"
+#include "tokenizer/tokenizer.h"
 #include "transfer/ucx_transport.h"
 
 namespace yoco {
@@ -78,6 +80,24 @@ EngineOptions read_engine_options(ServerFlags& f, const BatcherLimits& lim) {
   return eo;
 }
 
+// Null (constraints refused, one warn line) when the model has no tokenizer or the build no xgrammar.
+std::unique_ptr<ConstraintCompiler> make_compiler(const std::string& model_dir, int vocab_size) {
+  if (!structured_outputs_enabled()) return nullptr;
+  auto tok = Tokenizer::load(model_dir);
+  if (!tok.ok()) {
+    YOCO_LOG(LogLevel::kWarn, "structured outputs off: no tokenizer", LogFields().kv("error", tok.status().message()));
+    return nullptr;
+  }
+  std::vector<int32_t> stops;
+  if (auto eos = (*tok)->eos_id(); eos && *eos < vocab_size) stops.push_back(*eos);
+  auto c = ConstraintCompiler::create(token_vocab(**tok, vocab_size), stops);
+  if (!c.ok()) {
+    YOCO_LOG(LogLevel::kWarn, "structured outputs off", LogFields().kv("error", c.status().message()));
+    return nullptr;
+  }
+  return std::move(c).value();
+}
+
 int run(int argc, char** argv) {
   ServerFlags f(kProgram, "a decode worker (yoco.internal.v1.DecodeWorker; K/V arrives over UCX)", argc, argv,
                 decode_flags());
@@ -122,6 +142,9 @@ int run(int argc, char** argv) {
   if (!receiver.ok()) return exit_with(kProgram, "UCX receiver: " + receiver.status().message(), 1);
   batcher.start();
 
+  // Structured outputs: the model's vocabulary read once from its tokenizer (docs/design.md §3.2c).
+  std::unique_ptr<ConstraintCompiler> compiler = make_compiler(model_dir, (*model)->config().vocab_size);
+
   MetricsRegistry registry;
   DecodeMetrics metrics(registry);
   DecodeWorkerService worker(**model, **pool, **receiver, batcher, metrics);
@@ -129,6 +152,7 @@ int run(int argc, char** argv) {
   if (!retain) (*pool)->set_keep_released(false);  // after set_share_prefixes, which turns keeping on
   worker.set_max_lease(std::chrono::milliseconds(max_lease_ms));
   worker.set_residency_keys(static_cast<size_t>(residency_keys));
+  worker.set_constraint_compiler(compiler.get());
   auto server = Server::start(so, {&worker}, registry, [&] { worker.refresh_metrics(); },
                               {{"ucx_address", Json((*receiver)->address())}});
   if (!server.ok()) return exit_with(kProgram, server.status().message(), 1);

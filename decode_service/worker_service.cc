@@ -8,6 +8,7 @@
 #include "decode_service/stream_pump.h"
 #include "handoff/prefix_chain.h"
 #include "proto/grpc_util.h"
+#include "proto/structured_convert.h"
 #include "server/call.h"
 
 namespace yoco {
@@ -60,6 +61,15 @@ Result<DecodeRequest> DecodeWorkerService::to_request(const grpc::ServerContext&
   dr.logprobs = static_cast<int>(std::min<uint32_t>(req.logprobs(), 1000));
   dr.priority = req.priority();
   dr.deadline = steady_deadline(ctx).value_or(Clock::time_point::max());
+  if (req.has_structured_output()) {  // compiled here, on the handler's thread, never in the batcher's
+    YOCO_ASSIGN_OR_RETURN(StructuredOutput so, structured_from_proto(req.structured_output()));
+    const std::string field = std::string("structured_output.") + so.kind_name();
+    if (so.constrained() && !compiler_)
+      return Status(StatusCode::kUnimplemented, field + ": this decode worker has no vocabulary to compile it against");
+    if (so.constrained()) {
+      YOCO_ASSIGN_OR_RETURN(dr.constraint, compiler_->compile(so, field));
+    }
+  }
   YOCO_RETURN_IF_ERROR(batcher_.validate(dr));
   return dr;
 }

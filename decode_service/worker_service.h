@@ -11,6 +11,7 @@
 #include "decode_service/metrics.h"
 #include "model/kv_pool.h"
 #include "proto/sampling_convert.h"
+#include "structured/compiler.h"
 #include "transfer/transport.h"
 #include "yoco/internal/v1/worker.grpc.pb.h"
 
@@ -47,6 +48,9 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
   void set_residency_keys(size_t n) { residency_keys_ = n; }
   // The longest lease a reservation gets; DecodeRequest.lease_ms above it (or 0) is clamped to it.
   void set_max_lease(std::chrono::milliseconds max_lease) { max_lease_ = max_lease; }
+  // Compiles DecodeRequest.structured_output against the model's vocabulary (null: constraints
+  // are refused with UNIMPLEMENTED). Must outlive the service.
+  void set_constraint_compiler(ConstraintCompiler* c) { compiler_ = c; }
   // The gauges a /metrics scrape shows (batcher, pool, receiver), read now.
   void refresh_metrics();
 
@@ -79,6 +83,7 @@ class DecodeWorkerService final : public internal::v1::DecodeWorker::Service {
   bool share_prefixes_ = true;
   size_t residency_keys_ = 4096;
   std::chrono::milliseconds max_lease_{30000};
+  ConstraintCompiler* compiler_ = nullptr;
 };
 
 }  // namespace yoco

@@ -7,9 +7,11 @@
 #include "common/log.h"
 #include "proto/grpc_util.h"
 #include "proto/sampling_convert.h"
+#include "proto/structured_convert.h"
 #include "router/call_util.h"
 #include "router/documents.h"
 #include "router/stall_watch.h"
+#include "structured/check.h"
 #include "tokenizer/utf8.h"
 
 namespace yoco {
@@ -102,7 +104,16 @@ grpc::Status GenerateCall::validate_options(const v1::ModelInfo& model) {
   if (grpc::Status st = check_token_ids(stop_ids, model.vocab_size(), "stop_token_ids"); !st.ok()) return st;
   if (req_.logprobs() > static_cast<uint32_t>(lim.max_logprobs))
     return invalid("logprobs: at most " + std::to_string(lim.max_logprobs));
-  return grpc::Status::OK;
+  return validate_structured_output();
+}
+
+// Parsed here, compiled on the decode worker: a schema, regex or grammar that cannot work is
+// refused before anything is reserved (docs/design.md §3.2c).
+grpc::Status GenerateCall::validate_structured_output() const {
+  if (!req_.has_structured_output()) return grpc::Status::OK;
+  auto so = structured_from_proto(req_.structured_output());
+  if (!so.ok()) return to_grpc(so.status());
+  return to_grpc(check_structured_output(*so, std::string("structured_output.") + so->kind_name()));
 }
 
 // ---- admit: the request holds a place from here until the destructor ----
@@ -232,6 +243,7 @@ std::unique_ptr<DecodeCall> GenerateCall::open_decode(const DecodePick& pick) {
   dreq.set_lease_ms(core_.limits().lease_ms);
   dreq.set_priority(req_.priority());
   dreq.set_local_prefill(core_.colocated());  // no prefill workers: the decode worker prefills itself
+  if (req_.has_structured_output()) *dreq.mutable_structured_output() = req_.structured_output();
   return core_.calls().open_decode(pick.address, dreq, client_);
 }
 

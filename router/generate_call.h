@@ -89,6 +89,7 @@ class GenerateCall {
   grpc::Status validate_prompt(const v1::ModelInfo& model);
   grpc::Status resolve_documents();
   grpc::Status validate_options(const v1::ModelInfo& model);
+  grpc::Status validate_structured_output() const;
   grpc::Status admit();
   void prepare_stream();
 

@@ -225,19 +225,11 @@ std::variant<OpenAiRequest, ApiError> parse_completion_request(const Json& body)
 
 namespace {
 
-// Structured output and tool calls are refused rather than ignored: a client asking for JSON or a
-// tool call would otherwise get plain text it cannot tell apart from an answer. The tools still reach
-// the template with tool_choice "none" (OpenAI's default with tools is "auto"), as vLLM does without
-// a tool-call parser.
+// Tool calls are refused rather than ignored: a client asking for a tool call would otherwise get
+// plain text it cannot tell apart from an answer. The tools still reach the template with
+// tool_choice "none" (OpenAI's default with tools is "auto"), as vLLM does without a tool-call
+// parser. response_format is read with the other output constraints (router/openai_structured.h).
 void read_unsupported_chat_fields(Fields& f, const Json& body) {
-  if (const Json* rf = body.find("response_format"); rf && !rf->is_null()) {
-    const Json* type = rf->is_object() ? rf->find("type") : nullptr;
-    if (!type || !type->is_string()) {
-      f.fail("response_format", "must be an object with a string \"type\"");
-    } else if (type->as_string() != "text") {
-      f.fail("response_format", "type \"" + type->as_string() + "\" is not supported (only \"text\")");
-    }
-  }
   const Json* tools = body.find("tools");
   const bool has_tools = tools && tools->is_array() && !tools->as_array().empty();
   const Json* choice = body.find("tool_choice");

@@ -6,6 +6,8 @@
 
 #include "common/checksum.h"
 #include "common/log.h"
+#include "proto/structured_convert.h"
+#include "router/openai_structured.h"
 
 namespace yoco {
 namespace {
@@ -153,6 +155,9 @@ int OpenAiServer::completions(HttpExchange& ex, bool chat) {
   if (auto e = take(parse_body(ex.request().body), &body)) return respond_error(ex, *e);
   OpenAiRequest r;
   if (auto e = take(chat ? parse_chat_request(body) : parse_completion_request(body), &r)) return respond_error(ex, *e);
+  StructuredOutput constraint;
+  if (auto e = take(read_structured_output(body, ex.request().body), &constraint)) return respond_error(ex, *e);
+  if (constraint.constrained()) *r.base.mutable_structured_output() = structured_to_proto(constraint);
   if (!r.model.empty() && r.model != config_.served_model_name)
     return respond_error(ex, not_found_error("the model \"" + r.model + "\" does not exist (this router serves \"" +
                                                  config_.served_model_name + "\")",

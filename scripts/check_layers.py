@@ -27,12 +27,13 @@ ALLOWED = {
     "handoff": {"common"},
     "model": {"common", "kernels", "handoff"},
     "tokenizer": {"common"},
+    "structured": {"common", "tokenizer"},
     "transfer": {"common", "handoff"},
     "kv_store": {"common", "handoff"},
     "proto": {"common", "yoco"},
     "server": {"common", "proto", "yoco"},
-    "router": {"common", "proto", "yoco", "server", "tokenizer", "handoff"},
-    "decode_service": {"common", "model", "handoff", "transfer", "proto", "yoco", "server"},
+    "router": {"common", "proto", "yoco", "server", "tokenizer", "handoff", "structured"},
+    "decode_service": {"common", "model", "handoff", "transfer", "proto", "yoco", "server", "structured", "tokenizer"},
     "prefill_service": {"common", "model", "handoff", "transfer", "kv_store", "proto", "yoco", "server"},
 }
 # Headers that are not allowed even where their folder is: CLI parsing stays out of the engine.

@@ -26,7 +26,8 @@ supp=$root/tests/sanitizers
 # The concurrent parts (TSan) and, for ASan, every test executable of labels unit, integration and
 # cluster plus the binaries the cluster suite starts.
 concurrent=(batcher_test prefill_scheduler_test transfer_test transfer_peer transfer_unit_test kv_store_test
-            router_policy_test router_test api_keys_test server_kit_test metrics_test http_listener_test)
+            router_policy_test router_test api_keys_test server_kit_test metrics_test http_listener_test
+            structured_test)
 servers=(yoco-router yoco-prefill yoco-decode)
 case "$stage" in
   asan)

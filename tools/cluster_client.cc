@@ -38,6 +38,7 @@ void cluster_usage() {
       "           [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--presence-penalty P]\n"
       "           [--frequency-penalty F] [--seed S] [--stop STR]... [--stop-token-ids 1,2] [--ignore-eos]\n"
       "           [--logprobs N] [--request-id ID] [--priority P] [--document-ids ID,ID] [--json]\n"
+      "           [--json-schema SCHEMA | --json-object | --regex RE | --choice STR... | --grammar EBNF]\n"
       "  cache-doc --router HOST:PORT (--text TEXT | --file PATH | --tokens 1,2,3) [--ttl-seconds S]\n"
       "  get-doc --router HOST:PORT --id ID;  list-docs --router HOST:PORT;  delete-doc --router HOST:PORT --id ID\n"
       "  score --router HOST:PORT (--text TEXT | --tokens 1,2,3) [--top-logprobs N] [--json]\n"

@@ -45,8 +45,8 @@ struct Workspace {
   DeviceMem moe_logits, moe_probs, moe_experts, moe_experts_f, moe_weights;
   DeviceMem moe_offsets, moe_tile_offsets, moe_src_rows, moe_slot_rows;
   DeviceMem moe_up, moe_act, moe_y;
-  DeviceMem global_kv;       // [rows, 2·kv_dim] fp32: K|V before they go into the pool
-  DeviceMem logits;          // [logits_rows, vocab] fp32 (models with a head)
+  DeviceMem global_kv;  // [rows, 2·kv_dim] fp32: K|V before they go into the pool
+  DeviceMem logits;     // [logits_rows, vocab] fp32 (models with a head)
 
   // table_width: block-table entries per sequence (SequenceSlots::table_width).
   Status alloc(const EngineSizes& s, int max_batch, int table_width, bool head, cudaStream_t stream);

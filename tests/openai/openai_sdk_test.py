@@ -477,6 +477,114 @@ class Errors(unittest.TestCase):
         self.assertEqual(len({o.choices[0].text for o in out}), 1)
 
 
+SCHEMA = {"type": "object", "properties": {
+    "book": {"type": "string", "maxLength": 12},
+    "chapter": {"type": "integer", "minimum": 1, "maximum": 150},
+    "holy": {"type": "boolean"},
+    "tribe": {"enum": ["Judah", "Levi", "Dan"]}},
+    "required": ["book", "chapter", "holy", "tribe"], "additionalProperties": False}
+RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "verse", "schema": SCHEMA}}
+
+
+class StructuredOutputs(unittest.TestCase):
+    """response_format and structured_outputs (docs/design.md §3.2c): greedy output always parses as
+    its constraint, on both endpoints, streamed and not, and equals the gRPC Generate's; a bad
+    constraint is a 400 naming its field, and the cluster serves on afterwards."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.model = model_id()
+
+    def check_schema(self, text):
+        doc = json.loads(text)
+        self.assertEqual(list(doc), ["book", "chapter", "holy", "tribe"], text)  # the schema's order
+        self.assertIsInstance(doc["book"], str)
+        self.assertLessEqual(len(doc["book"]), 12)
+        self.assertIsInstance(doc["chapter"], int)
+        self.assertTrue(1 <= doc["chapter"] <= 150, text)
+        self.assertIsInstance(doc["holy"], bool)
+        self.assertIn(doc["tribe"], ("Judah", "Levi", "Dan"))
+
+    def test_json_schema_on_completions_equals_grpc(self):
+        r = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=96, temperature=0,
+                                        extra_body={"response_format": RESPONSE_FORMAT})
+        self.check_schema(r.choices[0].text)
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        g = grpc_generate("--prompt", PROMPT, "--max-tokens", "96", "--temperature", "0", "--json-schema",
+                          json.dumps(SCHEMA))
+        self.assertEqual(g["text"], r.choices[0].text)
+        self.assertEqual(g["finish_reason"], "eos")
+
+    def test_json_schema_and_json_object_on_chat_streamed_and_not(self):
+        msgs = [{"role": "user", "content": "Name a book of the law."}]
+        full = client().chat.completions.create(model=self.model, messages=msgs, max_tokens=96, temperature=0,
+                                                response_format=RESPONSE_FORMAT)
+        self.check_schema(full.choices[0].message.content)
+        self.assertEqual(full.choices[0].finish_reason, "stop")
+        chunks = list(client().chat.completions.create(model=self.model, messages=msgs, max_tokens=96,
+                                                       temperature=0, response_format=RESPONSE_FORMAT, stream=True))
+        self.assertEqual("".join(c.choices[0].delta.content or "" for c in chunks if c.choices),
+                         full.choices[0].message.content)
+        obj = client().chat.completions.create(model=self.model, messages=msgs, max_tokens=48, temperature=0,
+                                               response_format={"type": "json_object"})
+        content = obj.choices[0].message.content
+        self.assertTrue(content.startswith("{"), content)
+        if obj.choices[0].finish_reason == "stop":  # complete: it parses (else max_tokens cut it)
+            self.assertIsInstance(json.loads(content), dict)
+
+    def test_structured_outputs_regex_choice_and_grammar(self):
+        def complete(so, **kw):
+            return client().completions.create(model=self.model, prompt=PROMPT, max_tokens=32, temperature=0,
+                                               extra_body={"structured_outputs": so}, **kw).choices[0]
+        c = complete({"regex": "(light|darkness|water)-[0-9]{2}"})
+        self.assertRegex(c.text, r"^(light|darkness|water)-[0-9]{2}$")
+        self.assertEqual(c.finish_reason, "stop")
+        self.assertIn(complete({"choice": ["Genesis", "Exodus", "Leviticus"]}).text, ("Genesis", "Exodus", "Leviticus"))
+        g = complete({"grammar": 'root ::= word " and " word\nword ::= "heaven" | "earth" | "sea"'})
+        self.assertRegex(g.text, r"^(heaven|earth|sea) and (heaven|earth|sea)$")
+        streamed = "".join(x.choices[0].text for x in client().completions.create(
+            model=self.model, prompt=PROMPT, max_tokens=32, temperature=0, stream=True,
+            extra_body={"structured_outputs": {"choice": ["Genesis", "Exodus", "Leviticus"]}}) if x.choices)
+        self.assertIn(streamed, ("Genesis", "Exodus", "Leviticus"))
+        grpc_choice = grpc_generate("--prompt", PROMPT, "--max-tokens", "32", "--temperature", "0", "--choice",
+                                    "Genesis", "--choice", "Exodus", "--choice", "Leviticus")
+        self.assertEqual(grpc_choice["text"], streamed)
+
+    def bad(self, param, chat=False, **extra):
+        with self.assertRaises(openai.BadRequestError) as cm:
+            if chat:
+                client().chat.completions.create(model=self.model, messages=[{"role": "user", "content": "Hi"}],
+                                                 max_tokens=8, extra_body=extra)
+            else:
+                client().completions.create(model=self.model, prompt=PROMPT, max_tokens=8, extra_body=extra)
+        self.assertEqual(cm.exception.status_code, 400)
+        self.assertEqual(cm.exception.param, param, cm.exception.body)
+        self.assertIn(param, cm.exception.message)
+
+    def test_bad_constraints_are_400s_naming_the_field_and_everything_stays_up(self):
+        self.bad("response_format.json_schema.schema",
+                 response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}})
+        self.bad("response_format.json_schema.schema", chat=True,
+                 response_format={"type": "json_schema", "json_schema": {"name": "x"}})
+        self.bad("response_format.type", response_format={"type": "yaml"})
+        self.bad("structured_outputs.regex", structured_outputs={"regex": "(unclosed"})
+        self.bad("structured_outputs.grammar", structured_outputs={"grammar": "root ::= missing_rule"})
+        self.bad("structured_outputs.choice", structured_outputs={"choice": []})
+        self.bad("structured_outputs.json", structured_outputs={"json": "{not json"})
+        self.bad("structured_outputs.regex", response_format={"type": "json_object"},
+                 structured_outputs={"regex": "a+"})  # two constraints
+        huge = {"type": "object", "properties": {"p%d" % i: {"type": "string", "pattern": "[a-z]{1,%d}" % (i + 2)}
+                                                 for i in range(4000)}}
+        self.bad("structured_outputs.json", structured_outputs={"json": huge})  # past the size bound
+        with self.assertRaises(RuntimeError) as cm:  # the gRPC API: INVALID_ARGUMENT naming the field
+            grpc_generate("--prompt", PROMPT, "--max-tokens", "4", "--regex", "(unclosed")
+        self.assertIn("INVALID_ARGUMENT", str(cm.exception))
+        self.assertIn("structured_output.regex", str(cm.exception))
+        r = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=4, temperature=0)
+        self.assertEqual(r.usage.completion_tokens, 4)
+        self.assertIsNone(C.launcher.poll(), "the cluster launcher exited")
+
+
 class Secure(unittest.TestCase):
     """A --secure cluster (deploy/local/cluster.py): the SDK over HTTPS, checking the router's certificate."""
 

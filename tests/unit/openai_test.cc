@@ -8,6 +8,8 @@
 #include "router/openai_errors.h"
 #include "router/openai_request.h"
 #include "router/openai_response.h"
+#include "router/openai_structured.h"
+#include "structured/check.h"
 
 namespace yoco {
 namespace {
@@ -142,12 +144,9 @@ TEST(OpenAiRequest, Chat) {
                                    R"("tool_choice":"none","chat_template_kwargs":{"enable_thinking":false}})"));
   EXPECT_EQ(with_extra.template_extra.dump(), R"({"enable_thinking":false,"tools":[{"type":"function"}]})");
   EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"tools":{}})")), "tools");
-  // Tool calls and structured output are refused, not silently ignored.
+  // Tool calls are refused, not silently ignored; response_format is read by read_structured_output.
   EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})")), "tool_choice");
   EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"auto"})")), "tool_choice");
-  EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})")),
-            "response_format");
-  EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"response_format":"json"})")), "response_format");
   EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(
       chat(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})")));
   EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[]})")),
@@ -350,6 +349,46 @@ TEST(OpenAiResponse, InvalidUtf8IsReplaced) {
             "b");
   EXPECT_EQ(finite_logprob(-INFINITY), -9999.0);
   EXPECT_EQ(finite_logprob(-1.5), -1.5);
+}
+
+// response_format / structured_outputs / guided_* → one StructuredOutput, or a 400 naming the field.
+TEST(OpenAiRequest, StructuredOutputFields) {
+  using Kind = StructuredOutput::Kind;
+  auto read = [](const std::string& text) { return read_structured_output(body_of(text), text); };
+  auto param = [&](const std::string& text) {
+    auto r = read(text);
+    const auto* e = std::get_if<ApiError>(&r);
+    if (!e) return std::string();
+    EXPECT_EQ(e->http_status, 400);
+    EXPECT_EQ(e->message.rfind(e->param + ": ", 0), 0u) << e->message;
+    return e->param;
+  };
+  EXPECT_EQ(std::get<StructuredOutput>(read(R"({"response_format":{"type":"text"}})")).kind, Kind::kNone);
+  EXPECT_EQ(std::get<StructuredOutput>(read(R"({"prompt":"x"})")).kind, Kind::kNone);
+  EXPECT_EQ(param(R"({"response_format":"json"})"), "response_format");
+  EXPECT_EQ(param(R"({"response_format":{"type":"yaml"}})"), "response_format.type");
+  EXPECT_EQ(param(R"({"response_format":{"type":"json_schema"}})"), "response_format.json_schema");
+  EXPECT_EQ(param(R"({"response_format":{"type":"json_schema","json_schema":{"name":"n"}}})"),
+            "response_format.json_schema.schema");
+  EXPECT_EQ(param(R"({"structured_outputs":[]})"), "structured_outputs");
+  EXPECT_EQ(param(R"({"structured_outputs":{"choice":"a"}})"), "structured_outputs.choice");
+  EXPECT_EQ(param(R"({"structured_outputs":{"regex":5}})"), "structured_outputs.regex");
+  EXPECT_EQ(param(R"({"response_format":{"type":"json_object"},"guided_regex":"a+"})"), "guided_regex");
+  if (!structured_outputs_enabled()) return;  // the rest compiles constraints
+  // The schema keeps the client's key order (objects are generated in property order).
+  const std::string schema = R"({"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"string"}}})";
+  auto s = read(R"({"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":)" + schema + "}}}");
+  ASSERT_TRUE(std::holds_alternative<StructuredOutput>(s)) << std::get<ApiError>(s).message;
+  EXPECT_EQ(std::get<StructuredOutput>(s).kind, Kind::kJsonSchema);
+  EXPECT_EQ(std::get<StructuredOutput>(s).text, schema);
+  auto j = read(R"({"response_format":{"type":"json_object"}})");
+  EXPECT_EQ(std::get<StructuredOutput>(j).kind, Kind::kJsonObject);
+  auto c = read(R"({"structured_outputs":{"choice":["a","b"]}})");
+  EXPECT_EQ(std::get<StructuredOutput>(c).choices, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(std::get<StructuredOutput>(read(R"({"guided_grammar":"root ::= \"a\""})")).kind, Kind::kGrammar);
+  EXPECT_EQ(param(R"({"structured_outputs":{"regex":"(unclosed"}})"), "structured_outputs.regex");
+  EXPECT_EQ(param(R"({"structured_outputs":{"json":"{not json"}})"), "structured_outputs.json");
+  EXPECT_EQ(param(R"({"structured_outputs":{"grammar":"root ::= nothing_defined"}})"), "structured_outputs.grammar");
 }
 
 }  // namespace

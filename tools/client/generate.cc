@@ -38,6 +38,12 @@ FlagTable generate_flags() {
       flag::str("request-id", "the request's id in the cluster's logs (default: one is made)"),
       flag::optional_integer("priority", "the request's priority", INT32_MIN, INT32_MAX),
       flag::str("document-ids", "cached documents put before the prompt, comma-separated ids"),
+      flag::str("json-schema",
+                "structured output: a JSON schema the answer follows (docs: README, structured outputs)"),
+      flag::boolean("json-object", "structured output: any JSON object"),
+      flag::str("regex", "structured output: a regular expression the answer matches"),
+      flag::str("grammar", "structured output: an EBNF grammar (xgrammar's GBNF dialect)"),
+      flag::repeated("choice", "structured output: one of these strings (repeat the flag for each)"),
   };
 }
 
@@ -84,6 +90,17 @@ v1::GenerateRequest generate_request(ServerFlags& f) {
   if (f.has("logprobs")) req.set_logprobs(static_cast<uint32_t>(f.integer("logprobs")));
   if (f.has("priority")) req.set_priority(static_cast<int32_t>(f.integer("priority")));
   req.set_request_id(f.str("request-id"));
+  // Structured output (docs/design.md §3.2c): one of these; the router refuses several at once.
+  v1::StructuredOutput* so = req.mutable_structured_output();
+  if (f.has("json-schema")) so->set_json_schema(f.str("json-schema"));
+  if (f.boolean("json-object")) so->set_json_object(true);
+  if (f.has("regex")) so->set_regex(f.str("regex"));
+  if (f.has("grammar")) so->set_grammar(f.str("grammar"));
+  for (const std::string& c : f.all("choice")) so->mutable_choice()->add_values(c);
+  const int given =
+      f.has("json-schema") + f.boolean("json-object") + f.has("regex") + f.has("grammar") + (so->has_choice() ? 1 : 0);
+  if (given > 1) f.fail("--json-schema, --json-object, --regex, --grammar and --choice are alternatives; give one");
+  if (given == 0) req.clear_structured_output();
   return req;
 }
 
