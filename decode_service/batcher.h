@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -71,6 +72,15 @@ struct DecodeRequest {
   // The batcher computes them in forward slices of prompt + forced (Engine::forward: every row's
   // logits at once), between decode steps; BatcherLimits::score_per_token forces one per step.
   std::vector<int32_t> forced;
+  // n choices of one prompt share its prefill (docs/design.md §3.3, n choices): a request with
+  // fork_siblings > 0, once admitted, leaves a fork source for its group (Engine::fork of its
+  // prefilled state, and its first logits) that that many more requests of the group take; a
+  // request of the group whose prompt equals the source's forks it instead of prefilling or
+  // adopting (a shipped state it brought goes back to the pool). A request that finds no source
+  // runs as any other. Its own sampling (seed) applies either way, so the stream is the one a
+  // separately prefilled request gives. Empty group: no sharing.
+  std::string fork_group;
+  int fork_siblings = 0;
   std::function<void(const TokenLogprobs&)> on_logprobs;
   std::function<void(int32_t token)> on_token;       // called from the batcher thread
   std::function<void(const FinishInfo&)> on_finish;  // exactly once
@@ -87,6 +97,8 @@ struct BatcherLimits {
   // The plain reference of scoring (docs/design.md §3.3): each forced token one decode step, as
   // a sampled sequence runs. Off: forward slices (Engine::forward).
   bool score_per_token = false;
+  // How long a fork source waits for the rest of its group; it also goes when the pool runs short.
+  int fork_source_ms = 30000;
 };
 
 class ContinuousBatcher {
@@ -112,6 +124,8 @@ class ContinuousBatcher {
   int running() const;
   int waiting() const;
   int64_t preemptions() const;
+  // Requests admitted by forking a group's source instead of a prefill or a shipped state.
+  int64_t forks() const;
 
  private:
   struct Seq {
@@ -145,6 +159,11 @@ class ContinuousBatcher {
   void finish(SeqPtr s, std::string reason, Status status);
   void preempt_newest();
   bool sample_and_emit(Seq& s, const float* logits);  // true: the sequence is done
+  // Fork groups (DecodeRequest::fork_group), batcher thread only.
+  bool admit_fork(Seq& s);         // true: forked from its group's source
+  void leave_fork_source(Seq& s);  // after s's prefill: the source its siblings fork
+  // Releases the sources past their time (all of them unless expired_only); true if any went.
+  bool drop_fork_sources(bool expired_only);
 
   const Model& model_;
   KvPool& pool_;
@@ -160,6 +179,15 @@ class ContinuousBatcher {
   uint64_t next_id_ = 1;
   bool stopping_ = false, drain_ = false;
   int64_t preemptions_ = 0;
+  int64_t forks_ = 0;
+  struct ForkSource {
+    Engine::SeqId seq = -1;
+    std::vector<int32_t> prompt;
+    std::vector<float> logits;  // the next-token logits after the prompt
+    int left = 0;               // siblings still to fork it
+    Clock::time_point expires;
+  };
+  std::map<std::string, ForkSource> fork_sources_;  // batcher thread only
   std::thread thread_;
 };
 
