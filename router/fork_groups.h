@@ -38,16 +38,17 @@ class ForkGroups {
     it->second.address = std::move(address);
     cv_.notify_all();
   }
-  // A follower: the leader's answer, waiting at most `limit`; nullopt on a failure or timeout.
-  std::optional<std::string> wait(const std::string& group, std::chrono::milliseconds limit) {
+  // A follower: waits at most `limit` for the leader's answer. False: no answer yet; true with
+  // *address set (the leader's worker) or empty (it failed first, or the group is gone).
+  bool wait(const std::string& group, std::chrono::milliseconds limit, std::optional<std::string>* address) {
     std::unique_lock<std::mutex> lock(mu_);
     const bool answered = cv_.wait_for(lock, limit, [&] {
       auto it = groups_.find(group);
       return it == groups_.end() || it->second.published;
     });
     auto it = groups_.find(group);
-    if (!answered || it == groups_.end()) return std::nullopt;
-    return it->second.address;
+    *address = answered && it != groups_.end() ? it->second.address : std::nullopt;
+    return answered;
   }
 
  private:

@@ -163,7 +163,12 @@ GenerateCall::Step GenerateCall::attempt() {
   bool follow = false;
   if (fork_joined_ && fork_.index > 0 && !fork_tried_ && generated_.empty()) {
     fork_tried_ = true;
-    if (auto address = core_.forks().wait(fork_.group, std::chrono::milliseconds(core_.limits().lease_ms))) {
+    // At most a lease for the leader, in slices, so that the client's end is heard.
+    std::optional<std::string> address;
+    const auto until = Clock::now() + std::chrono::milliseconds(core_.limits().lease_ms);
+    while (!core_.forks().wait(fork_.group, std::chrono::milliseconds(100), &address) && Clock::now() < until)
+      if (auto end = client_end()) return Step::end(*end);
+    if (address) {
       pick = {*address, "", 1};
       follow = true;
     }
