@@ -134,6 +134,58 @@ int64_t ContinuousBatcher::preemptions() const {
   return preemptions_;
 }
 
+int64_t ContinuousBatcher::forks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return forks_;
+}
+
+bool ContinuousBatcher::admit_fork(Seq& s) {
+  if (s.req.fork_group.empty() || !s.generated.empty() || !s.req.generated_before.empty()) return false;
+  auto it = fork_sources_.find(s.req.fork_group);
+  if (it == fork_sources_.end() || it->second.prompt != s.req.prompt || Clock::now() >= it->second.expires)
+    return false;
+  auto id = engine_.fork(it->second.seq);
+  if (!id.ok()) return false;  // no slot or block: prefilled as any other request
+  s.seq = *id;
+  s.logits = it->second.logits;
+  if (s.req.state) {  // shipped anyway (the router did not know): its blocks go back
+    if (s.req.state->pages) pool_.release(*s.req.state->pages);
+    s.req.state.reset();
+  }
+  if (--it->second.left == 0) {
+    (void)engine_.release(it->second.seq);
+    fork_sources_.erase(it);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++forks_;
+  return true;
+}
+
+void ContinuousBatcher::leave_fork_source(Seq& s) {
+  if (s.req.fork_group.empty() || s.req.fork_siblings <= 0 || s.cancelled || !s.generated.empty() ||
+      !s.req.generated_before.empty() || fork_sources_.count(s.req.fork_group))
+    return;
+  auto id = engine_.fork(s.seq);
+  if (!id.ok()) return;  // no room: the siblings prefill
+  fork_sources_[s.req.fork_group] = ForkSource{*id, s.req.prompt, s.logits, s.req.fork_siblings,
+                                               Clock::now() + std::chrono::milliseconds(limits_.fork_source_ms)};
+}
+
+bool ContinuousBatcher::drop_fork_sources(bool expired_only) {
+  const auto now = Clock::now();
+  bool any = false;
+  for (auto it = fork_sources_.begin(); it != fork_sources_.end();) {
+    if (expired_only && now < it->second.expires) {
+      ++it;
+      continue;
+    }
+    (void)engine_.release(it->second.seq);
+    it = fork_sources_.erase(it);
+    any = true;
+  }
+  return any;
+}
+
 void ContinuousBatcher::finish(SeqPtr s, std::string reason, Status status) {
   if (s->seq >= 0) (void)engine_.release(s->seq);  // ours and valid: cannot fail
   s->seq = -1;
@@ -211,6 +263,7 @@ bool ContinuousBatcher::admit(Seq& s) {
   const int V = model_.config().vocab_size;
   if (!s.queue_seconds) s.queue_seconds = std::chrono::duration<double>(Clock::now() - s.submitted).count();
   if (s.forward_score) return admit_score(s);
+  if (admit_fork(s)) return true;
   s.logits.assign(V, 0.0f);
   if (s.req.state && s.generated.empty()) {
     // Shipped state: the prompt was prefilled elsewhere; its rows are already in our blocks
@@ -251,6 +304,7 @@ bool ContinuousBatcher::admit(Seq& s) {
   const Engine::SeqId one[1] = {s.seq};
   Status ls = engine_.logits(one, s.logits.data());
   if (!ls.ok()) s.cancelled = true;
+  leave_fork_source(s);
   return true;
 }
 
@@ -353,12 +407,14 @@ void ContinuousBatcher::loop() {
   while (true) {
     const Sweep sw = sweep();
     if (sw == Sweep::kExit) break;
+    drop_fork_sources(/*expired_only=*/true);
     admit_waiting();
     const std::vector<Seq*> batch = make_room();
     score_slices(score_logits);
     if (!batch.empty()) step(batch, logits);
   }
   // Drained or aborted: nothing may keep blocks.
+  drop_fork_sources(/*expired_only=*/false);
   std::lock_guard<std::mutex> lock(mu_);
   YOCO_CHECK(running_.empty() || !drain_);
 }
@@ -416,7 +472,8 @@ void ContinuousBatcher::admit_waiting() {
       else finish(std::move(s), "deadline", Status(StatusCode::kDeadlineExceeded, "deadline exceeded"));
       continue;
     }
-    if (!admit(*s)) {
+    // Fork sources hold blocks and a slot nobody runs on: they go before a request waits.
+    if (!admit(*s) && !(drop_fork_sources(/*expired_only=*/false) && admit(*s))) {
       std::lock_guard<std::mutex> lock(mu_);
       if (running_.empty()) {
         // Nothing will free blocks: this request can never fit.
@@ -453,6 +510,8 @@ std::vector<ContinuousBatcher::Seq*> ContinuousBatcher::make_room() {
     const int64_t pos = engine_.position(s.seq);
     bool ok = engine_.capacity(s.seq) > pos || engine_.reserve(s.seq, pos + 1 + limits_.reserve_ahead_rows).ok() ||
               engine_.reserve(s.seq, pos + 1).ok();
+    // Fork sources go before any running sequence is preempted.
+    if (!ok && drop_fork_sources(/*expired_only=*/false)) ok = engine_.reserve(s.seq, pos + 1).ok();
     while (!ok && running_.back().get() != &s) {
       preempt_newest();
       ok = engine_.reserve(s.seq, pos + 1).ok();

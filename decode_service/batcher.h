@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -77,6 +78,15 @@ struct DecodeRequest {
   // constraint allows, a stop token only once it is complete, and the sequence ends ("stop") when
   // it terminates. The mask is re-advanced over generated_before (migration), which must lie in it.
   std::shared_ptr<const CompiledConstraint> constraint;
+  // n choices of one prompt share its prefill (docs/design.md §3.3, n choices): a request with
+  // fork_siblings > 0, once admitted, leaves a fork source for its group (Engine::fork of its
+  // prefilled state, and its first logits) that that many more requests of the group take; a
+  // request of the group whose prompt equals the source's forks it instead of prefilling or
+  // adopting (a shipped state it brought goes back to the pool). A request that finds no source
+  // runs as any other. Its own sampling (seed) applies either way, so the stream is the one a
+  // separately prefilled request gives. Empty group: no sharing.
+  std::string fork_group;
+  int fork_siblings = 0;
   std::function<void(const TokenLogprobs&)> on_logprobs;
   std::function<void(int32_t token)> on_token;       // called from the batcher thread
   std::function<void(const FinishInfo&)> on_finish;  // exactly once
@@ -93,6 +103,8 @@ struct BatcherLimits {
   // The plain reference of scoring (docs/design.md §3.3): each forced token one decode step, as
   // a sampled sequence runs. Off: forward slices (Engine::forward).
   bool score_per_token = false;
+  // How long a fork source waits for the rest of its group; it also goes when the pool runs short.
+  int fork_source_ms = 30000;
 };
 
 class ContinuousBatcher {
@@ -118,6 +130,8 @@ class ContinuousBatcher {
   int running() const;
   int waiting() const;
   int64_t preemptions() const;
+  // Requests admitted by forking a group's source instead of a prefill or a shipped state.
+  int64_t forks() const;
 
  private:
   struct Seq {
@@ -153,6 +167,11 @@ class ContinuousBatcher {
   void preempt_newest();
   bool sample_and_emit(Seq& s, const float* logits);  // true: the sequence is done
   static const char* finish_reason(const Seq& s);     // of a sequence done without error
+  // Fork groups (DecodeRequest::fork_group), batcher thread only.
+  bool admit_fork(Seq& s);         // true: forked from its group's source
+  void leave_fork_source(Seq& s);  // after s's prefill: the source its siblings fork
+  // Releases the sources past their time (all of them unless expired_only); true if any went.
+  bool drop_fork_sources(bool expired_only);
 
   const Model& model_;
   KvPool& pool_;
@@ -168,6 +187,15 @@ class ContinuousBatcher {
   uint64_t next_id_ = 1;
   bool stopping_ = false, drain_ = false;
   int64_t preemptions_ = 0;
+  int64_t forks_ = 0;
+  struct ForkSource {
+    Engine::SeqId seq = -1;
+    std::vector<int32_t> prompt;
+    std::vector<float> logits;  // the next-token logits after the prompt
+    int left = 0;               // siblings still to fork it
+    Clock::time_point expires;
+  };
+  std::map<std::string, ForkSource> fork_sources_;  // batcher thread only
   std::thread thread_;
 };
 

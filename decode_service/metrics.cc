@@ -40,6 +40,8 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
       residency_blocks(r.counter(metric_name("yoco_kv_residency_blocks_total"),
                                  "Leading whole blocks of arriving sequences looked up in the pool (the hits are "
                                  "yoco_kv_resident_blocks_total).")),
+      forks(r.counter(metric_name("yoco_decode_forks_total"),
+                      "Requests admitted by forking another choice's prefilled state (n choices).")),
       requests(*r.counter_family(metric_name("yoco_requests_total"), "Finished requests by gRPC status.", {"status"})
                     .value()),
       transfer_refused(*r.counter_family(metric_name("yoco_transfer_refused_total"),

@@ -9,7 +9,7 @@ struct DecodeMetrics {
   explicit DecodeMetrics(MetricsRegistry &r);
   Histogram &ttft, &itl, &e2e, &queue, &transfer;
   Counter &prompt_tokens, &generation_tokens, &cached_tokens, &transfer_bytes, &transfer_failures, &migrated_in,
-      &shared_blocks, &residency_blocks;
+      &shared_blocks, &residency_blocks, &forks;
   Family<Counter> &requests, &transfer_refused;
   Gauge &running, &waiting, &kv_usage, &kv_free, &transfer_in_flight, &kv_shared;
   // Resident prefixes (docs/design.md, resident prefixes): bytes each request received, blocks

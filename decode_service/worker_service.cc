@@ -60,6 +60,8 @@ Result<DecodeRequest> DecodeWorkerService::to_request(const grpc::ServerContext&
   dr.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
   dr.logprobs = static_cast<int>(std::min<uint32_t>(req.logprobs(), 1000));
   dr.priority = req.priority();
+  dr.fork_group = req.fork_group();
+  dr.fork_siblings = static_cast<int>(std::min<uint32_t>(req.fork_siblings(), 64));  // the router's n limit
   dr.deadline = steady_deadline(ctx).value_or(Clock::time_point::max());
   if (req.has_structured_output()) {  // compiled here, on the handler's thread, never in the batcher's
     YOCO_ASSIGN_OR_RETURN(StructuredOutput so, structured_from_proto(req.structured_output()));
@@ -225,6 +227,7 @@ void DecodeWorkerService::refresh_metrics() {
     c.inc(std::max(0.0, static_cast<double>(t.refused[i]) - c.value()));
   }
   m_.kv_shared.set(pool_.shared_blocks());
+  m_.forks.inc(std::max(0.0, static_cast<double>(batcher_.forks()) - m_.forks.value()));
   m_.kv_kept.set(pool_.kept_blocks());
   m_.running.set(batcher_.running());
   m_.waiting.set(batcher_.waiting());

@@ -120,6 +120,42 @@ Status CpuEngine::snapshot(SeqId id, SequenceState& out) const {
   return Status::Ok();
 }
 
+Result<Engine::SeqId> CpuEngine::fork(SeqId id) {
+  const SequenceState* s = find(id);
+  if (!s) return unknown(id);
+  SequenceState c;
+  c.position = s->position;
+  c.self = s->self;
+  c.last_hidden = s->last_hidden;
+  if (!s->pages) {
+    c.k = s->k;
+    c.v = s->v;
+    return adopt(c);
+  }
+  // Whole blocks below the position are never written again: shared. The block the next row
+  // lands in (partly written, or reserved ahead) is the fork's own; blocks reserved beyond it
+  // are not carried (the fork reserves its own). A transformer's chunks never straddle blocks.
+  const KvPages& p = *s->pages;
+  const int64_t whole = s->position / p.block_size;
+  const bool partial = s->position % p.block_size != 0;
+  KvPages pages = pool_->new_pages(std::vector<int32_t>(p.blocks.begin(), p.blocks.begin() + whole));
+  pool_->hold_blocks(pages.blocks);
+  if (partial) {
+    Status r = pool_->reserve(pages, (whole + 1) * p.block_size);
+    if (!r.ok()) {
+      pool_->release(pages);
+      return r;
+    }
+    const size_t floats = static_cast<size_t>(p.block_size) * p.kv_dim;
+    const size_t src = static_cast<size_t>(p.blocks[whole]) * floats,
+                 dst = static_cast<size_t>(pages.blocks.back()) * floats;
+    std::memcpy(p.k_pool + dst, p.k_pool + src, floats * 4);
+    std::memcpy(p.v_pool + dst, p.v_pool + src, floats * 4);
+  }
+  c.pages = std::move(pages);
+  return adopt(c);
+}
+
 SequenceState* CpuEngine::find(SeqId id) const {
   return id >= 0 && id < static_cast<SeqId>(slots_.size()) ? slots_[id].get() : nullptr;
 }

@@ -35,6 +35,7 @@ class CpuEngine final : public Engine {
   // Copies rows out of the sequence's host state.
   Status read_rows(SeqId id, int64_t first, int64_t n, float* k, float* v) const override;
   Status snapshot(SeqId id, SequenceState& out) const override;
+  Result<SeqId> fork(SeqId id) override;
 
  private:
   SequenceState* find(SeqId id) const;

@@ -94,6 +94,13 @@ class Engine {
   // The state without K/V rows (position, self-decoder states, last_hidden): what
   // serialize_state needs with include_kv = false. `out` is replaced.
   virtual Status snapshot(SeqId id, SequenceState& out) const = 0;
+  // A new sequence that continues from where `id` stands (n choices of one prompt share its
+  // prefill, docs/design.md §3.4): the self-decoder state and last_hidden are copied; the K/V
+  // rows of whole blocks below the position are shared by reference (never written again), the
+  // last partial block is copied. Either sequence decodes afterwards exactly as a separately
+  // prefilled one would, and releasing one never touches the other. Contiguous host rows are
+  // copied. NOT_FOUND for an unknown id; RESOURCE_EXHAUSTED when slots or K/V blocks run out.
+  virtual Result<SeqId> fork(SeqId id) = 0;
 };
 
 // `model` (and `pool`, when given) must outlive the engine. With a pool, fresh states get their

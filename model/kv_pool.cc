@@ -159,6 +159,14 @@ void KvPool::release_blocks(std::span<const int32_t> blocks) {
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) drop_locked(*it);
 }
 
+void KvPool::hold_blocks(std::span<const int32_t> blocks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int32_t b : blocks) {
+    YOCO_CHECK(b >= 0 && b < n_blocks_ && refs_[b] > 0);  // only blocks someone holds
+    ++refs_[b];
+  }
+}
+
 int KvPool::share_prefix(KvPages& pages, std::span<const BlockKey> block_hashes) {
   if (pages.k_pool != k_.data()) return 0;
   const size_t block_floats = static_cast<size_t>(block_size_) * kv_dim_;

@@ -48,6 +48,9 @@ class KvPool final : public KvBlockPool {
   // KvBlockPool: the same by block id.
   Result<std::vector<int32_t>> allocate_blocks(int64_t rows) override;
   void release_blocks(std::span<const int32_t> blocks) override;
+  // One more hold on each of `blocks` (held already): a forked sequence shares them
+  // (Engine::fork); each holder lets go with release / release_blocks.
+  void hold_blocks(std::span<const int32_t> blocks);
 
   // Prefix sharing: sequences whose prompts start alike hold the same pool blocks for their
   // common whole blocks instead of copies. `block_hashes[i]` names the content of block i of

@@ -16,6 +16,7 @@
 
 #include "common/status.h"
 #include "router/api_keys.h"
+#include "router/fork_groups.h"
 #include "router/metrics.h"
 #include "router/model_info.h"
 #include "router/policy.h"
@@ -62,6 +63,8 @@ class RouterCore {
   const RouterLimits& limits() const { return limits_; }
   RouterMetrics& metrics() { return m_; }
   bool colocated() const { return colocated_; }
+  // n choices of one prompt (router/fork_groups.h).
+  ForkGroups& forks() { return forks_; }
   // The API keys (docs/design.md §9b); null: no authentication.
   ApiKeys* keys() const { return keys_; }
   void set_keys(ApiKeys* keys) { keys_ = keys; }
@@ -100,6 +103,7 @@ class RouterCore {
   const RouterLimits limits_;
   RouterMetrics& m_;
   const bool colocated_;
+  ForkGroups forks_;
   ApiKeys* keys_ = nullptr;
   std::atomic<bool> serving_{true};
   mutable std::mutex mu_;

@@ -16,10 +16,20 @@
 
 namespace yoco {
 
-GenerateCall::GenerateCall(RouterCore& core, GenerateSink& client, const v1::GenerateRequest& req, KeyLease* key)
-    : core_(core), client_(client), req_(req), tok_(core.tokenizer()), key_(key) {}
+GenerateCall::GenerateCall(RouterCore& core, GenerateSink& client, const v1::GenerateRequest& req, KeyLease* key,
+                           ForkMember fork)
+    : core_(core), client_(client), req_(req), tok_(core.tokenizer()), key_(key), fork_(std::move(fork)) {
+  if (fork_.n > 1) {
+    core_.forks().join(fork_.group);
+    fork_joined_ = true;
+  }
+}
 
 GenerateCall::~GenerateCall() {
+  if (fork_joined_) {
+    if (fork_.index == 0) core_.forks().publish(fork_.group, std::nullopt);  // if it never did
+    core_.forks().leave(fork_.group);
+  }
   if (!admitted_) return;
   core_.release(static_cast<int64_t>(prompt_.size()));
   core_.metrics().observe_released(/*still_waiting=*/!first_token_, static_cast<int64_t>(generated_.size()));
@@ -32,6 +42,12 @@ grpc::Status GenerateCall::run() {
   prepare_stream();
   while (true) {
     Step s = attempt();
+    // A group's leader answers its followers after its first attempt: its worker (published at
+    // its first token, in relay) or nothing, and they run alone.
+    if (fork_joined_ && fork_.index == 0 && !fork_published_) {
+      core_.forks().publish(fork_.group, std::nullopt);
+      fork_published_ = true;
+    }
     if (s.kind == Step::kEnd) return s.status;
   }
 }
@@ -154,7 +170,22 @@ GenerateCall::Step GenerateCall::attempt() {
   if (auto end = client_end()) return Step::end(*end);
   if (static_cast<int64_t>(generated_.size()) >= max_tokens_) return finish("length");
   DecodePick pick;
-  if (Step s = pick_decode(&pick); s.kind != Step::kNext) return s;
+  // A follower's first attempt goes to its leader's worker, which forks the leader's state.
+  bool follow = false;
+  if (fork_joined_ && fork_.index > 0 && !fork_tried_ && generated_.empty()) {
+    fork_tried_ = true;
+    // At most a lease for the leader, in slices, so that the client's end is heard.
+    std::optional<std::string> address;
+    const auto until = Clock::now() + std::chrono::milliseconds(core_.limits().lease_ms);
+    while (!core_.forks().wait(fork_.group, std::chrono::milliseconds(100), &address) && Clock::now() < until)
+      if (auto end = client_end()) return Step::end(*end);
+    if (address) {
+      pick = {*address, "", 1};
+      follow = true;
+    }
+  }
+  if (!follow)
+    if (Step s = pick_decode(&pick); s.kind != Step::kNext) return s;
   WorkerGroup& decode = core_.decode();
   decode.add_pending(pick.address, pick.blocks);
   struct Pending {  // released when this attempt ends, whatever way
@@ -163,12 +194,12 @@ GenerateCall::Step GenerateCall::attempt() {
     ~Pending() { g.add_pending(p.address, -p.blocks); }
   } pending{decode, pick};
 
-  const std::unique_ptr<DecodeCall> stream = open_decode(pick);
+  const std::unique_ptr<DecodeCall> stream = open_decode(pick, follow);
   // One watch for everything this worker must answer, from the call's start to its end: the
   // reservation, the prefill (whose transfer and commit wait on it), the admission, the tokens.
   // Destroyed before the stream, so it never touches a finished call.
   const std::unique_ptr<StallWatch> stall = watch(*stream, pick.address);
-  if (!core_.colocated()) {
+  if (!core_.colocated() && !follow) {
     internal::v1::DecodeEvent ev;
     if (!stream->read(&ev) || ev.kind_case() != internal::v1::DecodeEvent::kReservation) {
       const grpc::Status st = stream->finish();
@@ -231,7 +262,7 @@ std::optional<size_t> GenerateCall::choose_decode(const std::vector<WorkerSnapsh
   return i;
 }
 
-std::unique_ptr<DecodeCall> GenerateCall::open_decode(const DecodePick& pick) {
+std::unique_ptr<DecodeCall> GenerateCall::open_decode(const DecodePick& pick, bool follow) {
   internal::v1::DecodeRequest dreq;
   dreq.set_request_id(request_id_);
   dreq.mutable_prompt()->Add(prompt_.begin(), prompt_.end());
@@ -242,7 +273,12 @@ std::unique_ptr<DecodeCall> GenerateCall::open_decode(const DecodePick& pick) {
   dreq.set_logprobs(req_.logprobs());
   dreq.set_lease_ms(core_.limits().lease_ms);
   dreq.set_priority(req_.priority());
-  dreq.set_local_prefill(core_.colocated());  // no prefill workers: the decode worker prefills itself
+  dreq.set_local_prefill(core_.colocated() || follow);  // no prefill workers: the decode worker prefills itself
+  if (follow) dreq.set_fork_group(fork_.group);
+  if (fork_joined_ && fork_.index == 0 && !fork_published_ && generated_.empty()) {
+    dreq.set_fork_group(fork_.group);
+    dreq.set_fork_siblings(static_cast<uint32_t>(fork_.n - 1));
+  }
   if (req_.has_structured_output()) *dreq.mutable_structured_output() = req_.structured_output();
   return core_.calls().open_decode(pick.address, dreq, client_);
 }
@@ -339,6 +375,12 @@ GenerateCall::Step GenerateCall::relay(DecodeCall& stream, const std::string& ad
     // Cancelled as stalled: whatever the old worker still sends is dropped; the stream goes on
     // from the tokens already relayed.
     if (stall.fired()) break;
+    if (fork_joined_ && fork_.index == 0 && !fork_published_ &&
+        (ev.kind_case() == internal::v1::DecodeEvent::kTokens ||
+         ev.kind_case() == internal::v1::DecodeEvent::kFinished)) {
+      core_.forks().publish(fork_.group, address);  // admitted there: the followers fork it
+      fork_published_ = true;
+    }
     if (ev.kind_case() == internal::v1::DecodeEvent::kFinished) {
       finished = true;
       reason = ev.finished().reason();

@@ -61,7 +61,9 @@ class ServerGenerateSink final : public GenerateSink {
 
 class GenerateCall {
  public:
-  GenerateCall(RouterCore& core, GenerateSink& client, const v1::GenerateRequest& req, KeyLease* key = nullptr);
+  // `fork`: the call's place among the n choices of one prompt (router/fork_groups.h).
+  GenerateCall(RouterCore& core, GenerateSink& client, const v1::GenerateRequest& req, KeyLease* key = nullptr,
+               ForkMember fork = {});
   ~GenerateCall();  // gives the admission back
   GenerateCall(const GenerateCall&) = delete;
   GenerateCall& operator=(const GenerateCall&) = delete;
@@ -95,7 +97,8 @@ class GenerateCall {
 
   Step attempt();
   Step pick_decode(DecodePick* pick);
-  std::unique_ptr<DecodeCall> open_decode(const DecodePick& pick);
+  // follow: a fork group's follower on its leader's worker (no reservation, no prefill).
+  std::unique_ptr<DecodeCall> open_decode(const DecodePick& pick, bool follow = false);
   Step prefill(const DecodePick& pick, const std::string& reservation, DecodeCall& stream, StallWatch& stall);
   Step prefill_failed(const std::string& address, const grpc::Status& st);
   Step relay(DecodeCall& stream, const std::string& address, StallWatch& stall);
@@ -113,6 +116,8 @@ class GenerateCall {
   const Clock::time_point t0_ = Clock::now();
   const Tokenizer* const tok_;
   KeyLease* const key_;  // the API key's limits and documents; null without keys
+  const ForkMember fork_;
+  bool fork_joined_ = false, fork_published_ = false, fork_tried_ = false;
 
   // Fixed by validate/admit.
   std::vector<int32_t> prompt_;             // documents' tokens first, then the request's

@@ -32,6 +32,9 @@ class Generation {
     for (size_t i = 0; i < job.choices.size(); ++i) {
       ctxs_.push_back(std::make_unique<grpc::ClientContext>());
       if (!job.authorization.empty()) ctxs_.back()->AddMetadata("authorization", job.authorization);
+      if (const ChoicePlan& p = job.choices[i]; p.fork_n > 1 && p.generate)
+        ctxs_.back()->AddMetadata("yoco-fork-group", job.head.id + "-" + std::to_string(p.prompt_index) + "/" +
+                                                         std::to_string(p.fork_index) + "/" + std::to_string(p.fork_n));
     }
   }
 

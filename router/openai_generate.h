@@ -24,6 +24,8 @@ struct ChoicePlan {
   std::string echo_text;  // echo: the prompt, before the completion
   std::vector<LogprobItem> echo_logprobs;
   int64_t prompt_tokens = 0;  // when known here (echo, chat); otherwise the router's usage tells
+  // Choice fork_index of the prompt's n (n > 1: they share one prefill, router/fork_groups.h).
+  int fork_index = 0, fork_n = 1;
 };
 
 struct GenerationJob {

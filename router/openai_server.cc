@@ -180,12 +180,15 @@ int OpenAiServer::completions(HttpExchange& ex, bool chat) {
 
 namespace {
 
-// n choices of one prompt; with a seed, choice j samples with seed + j so they differ.
+// n choices of one prompt; with a seed, choice j samples with seed + j so they differ. They share
+// one prefill: choice 0 leads its fork group (router/fork_groups.h).
 void add_choices(const OpenAiRequest& r, ChoicePlan plan, std::vector<ChoicePlan>* plans) {
   const bool seeded = plan.req.sampling().has_seed();
   const uint64_t seed = plan.req.sampling().seed();
   for (int j = 0; j < r.n; ++j) {
     if (seeded) plan.req.mutable_sampling()->set_seed(seed + static_cast<uint64_t>(j));
+    plan.fork_index = j;  // the n share one prefill (router/fork_groups.h)
+    plan.fork_n = r.n;
     plans->push_back(plan);
   }
 }

@@ -1,5 +1,6 @@
 #include "router/service.h"
 
+#include <algorithm>
 #include <span>
 
 #include "common/document_id.h"
@@ -31,6 +32,30 @@ grpc::Status no_tokenizer(const char* field) {
 }
 
 grpc::Status unauthenticated(const std::string& message) { return {grpc::StatusCode::UNAUTHENTICATED, message}; }
+
+// gRPC metadata "yoco-fork-group: GROUP/INDEX/N": the call is choice INDEX of N of one prompt
+// (router/fork_groups.h). Absent: no group.
+grpc::Status fork_member(const grpc::ServerContext& ctx, ForkMember* out) {
+  const auto& md = ctx.client_metadata();
+  const auto it = md.find("yoco-fork-group");
+  if (it == md.end()) return grpc::Status::OK;
+  const std::string v(it->second.data(), it->second.size());
+  const size_t b = v.rfind('/'), a = b == std::string::npos || b == 0 ? std::string::npos : v.rfind('/', b - 1);
+  const auto bad =
+      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                   "metadata yoco-fork-group: \"" + v.substr(0, 80) + "\" is not GROUP/INDEX/N (0 <= INDEX < N <= 64)");
+  if (a == std::string::npos || a == 0) return bad;
+  const std::string index = v.substr(a + 1, b - a - 1), n = v.substr(b + 1);
+  auto number = [](const std::string& t) {
+    return !t.empty() && t.size() <= 2 && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; })
+               ? std::stoi(t)
+               : -1;
+  };
+  const int i = number(index), k = number(n);
+  if (i < 0 || k < 1 || k > 64 || i >= k) return bad;
+  *out = ForkMember{v.substr(0, a), i, k};
+  return grpc::Status::OK;
+}
 
 }  // namespace
 
@@ -75,7 +100,9 @@ grpc::Status RouterService::Generate(grpc::ServerContext* ctx, const v1::Generat
   return keyed(ctx, "Generate", req->request_id(), [&](KeyLease* key) {
     const auto t0 = Clock::now();
     ServerGenerateSink client(ctx, writer);
-    grpc::Status st = GenerateCall(core_, client, *req, key).run();
+    ForkMember fork;
+    grpc::Status st = fork_member(*ctx, &fork);
+    if (st.ok()) st = GenerateCall(core_, client, *req, key, std::move(fork)).run();
     core_.metrics().observe_finished(st.error_code(), since(t0));
     if (!st.ok() && !key)  // with keys, keyed logs it with the key's name
       YOCO_LOG(LogLevel::kInfo, "generate failed",

@@ -136,6 +136,8 @@ class CudaEngine final : public Engine {
   Result<SeqId> adopt(SequenceState& st) override;
   // download without the K/V rows.
   Status snapshot(SeqId id, SequenceState& out) const override;
+  // Engine::fork on the device (model/cuda/slots.cc): whole K/V blocks shared by count.
+  Result<SeqId> fork(SeqId id) override;
 
  private:
   explicit CudaEngine(std::unique_ptr<cuda_engine::Impl> impl);

@@ -28,6 +28,7 @@ Status SequenceSlots::init(const ModelConfig& c, const CudaEngineOptions& o, con
   blocks_per_sequence_ = s.blocks_per_sequence;
   chunks_per_sequence_ = s.chunks_per_sequence;
   n_layers_ = c.n_layers;
+  pool_row_floats_ = s.pool_row_floats;
   layer_chunks_ = c.is_transformer();
   YOCO_RETURN_IF_ERROR(states_.alloc(static_cast<size_t>(o.max_sequences) * state_bytes_per_slot(), "states", stream));
   YOCO_RETURN_IF_ERROR(last_hidden_.alloc(static_cast<size_t>(o.max_sequences) * dim_ * 4, "last_hidden", stream));
@@ -35,6 +36,7 @@ Status SequenceSlots::init(const ModelConfig& c, const CudaEngineOptions& o, con
   YOCO_RETURN_IF_ERROR(k_pool_.alloc(pool_bytes, "K pool", stream));
   YOCO_RETURN_IF_ERROR(v_pool_.alloc(pool_bytes, "V pool", stream));
   slots_.assign(o.max_sequences, Slot{});
+  refs_.assign(kv_blocks_, 0);
   free_blocks_.resize(kv_blocks_);
   for (int i = 0; i < kv_blocks_; ++i) free_blocks_[i] = kv_blocks_ - 1 - i;  // block 0 on top
   return Status::Ok();
@@ -57,8 +59,16 @@ int SequenceSlots::free_slot_count() const {
 
 void SequenceSlots::release(int id) {
   Slot& s = slots_[id];
-  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) free_blocks_.push_back(*it);
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it)
+    if (--refs_[*it] == 0) free_blocks_.push_back(*it);
   s = Slot{};
+}
+
+void SequenceSlots::share(int id, std::span<const int32_t> blocks) {
+  for (int32_t b : blocks) {
+    ++refs_[b];
+    slots_[id].blocks.push_back(b);
+  }
 }
 
 void SequenceSlots::fill_table(const Slot& s, int32_t* dst) const {
@@ -83,6 +93,7 @@ Status SequenceSlots::reserve(std::span<const int> ids, std::span<const int64_t>
     Slot& s = slots_[ids[i]];
     while (static_cast<int>(s.blocks.size()) < blocks_for(need[i])) {
       s.blocks.push_back(free_blocks_.back());
+      refs_[free_blocks_.back()] = 1;
       free_blocks_.pop_back();
     }
   }
@@ -165,6 +176,57 @@ Result<CudaEngine::SeqId> CudaEngine::new_sequence() {
   YOCO_RETURN_IF_ERROR(m.finish("new_sequence"));
   m.slots[i] = Slot{true, 0, {}};
   return static_cast<SeqId>(i);
+}
+
+// Engine::fork on the device: the slot's states and last_hidden copied device to device, whole
+// blocks below the position shared (refs), the partial last block copied into a block of its own.
+Result<CudaEngine::SeqId> CudaEngine::fork(SeqId id) {
+  Impl& m = *impl_;
+  YOCO_RETURN_IF_ERROR(m.slots.check_id(id, "fork"));
+  const int f = m.slots.free_slot();
+  if (f < 0)
+    return Status(StatusCode::kResourceExhausted,
+                  "cuda engine: all " + std::to_string(m.slots.count()) + " sequence slots are in use");
+  const Slot src = m.slots[id];
+  const int bs = m.slots.block_size();
+  const size_t whole = static_cast<size_t>(src.position / bs);
+  const bool partial = src.position % bs != 0;
+  if (partial && m.slots.free_block_count() < 1)
+    return Status(StatusCode::kResourceExhausted, "KV pool: 1 more block needed, 0 free");
+  YOCO_RETURN_IF_ERROR(cuda_check(cudaSetDevice(m.opt.device), "cudaSetDevice"));
+  YOCO_RETURN_IF_ERROR(cuda_check(
+      cudaMemcpyAsync(m.slots.state(f, 0), m.slots.state(id, 0), static_cast<size_t>(m.slots.state_bytes_per_slot()),
+                      cudaMemcpyDeviceToDevice, m.stream),
+      "fork state"));
+  YOCO_RETURN_IF_ERROR(
+      cuda_check(cudaMemcpyAsync(m.slots.last_hidden(f), m.slots.last_hidden(id),
+                                 static_cast<size_t>(m.sizes.widths.dim) * 4, cudaMemcpyDeviceToDevice, m.stream),
+                 "fork hidden"));
+  m.slots[f] = Slot{true, src.position, {}};
+  m.slots.share(f, std::span<const int32_t>(src.blocks.data(), whole));
+  if (partial) {
+    const int one[1] = {f};
+    const int64_t need[1] = {static_cast<int64_t>(whole + 1) * bs};
+    if (Status r = m.slots.reserve(one, need); !r.ok()) {
+      m.slots.release(f);
+      return r;
+    }
+    const size_t bytes = static_cast<size_t>(m.slots.block_floats()) * 4;
+    const size_t from = static_cast<size_t>(src.blocks[whole]) * m.slots.block_floats();
+    const size_t to = static_cast<size_t>(m.slots[f].blocks.back()) * m.slots.block_floats();
+    for (float* pool : {m.slots.k_pool(), m.slots.v_pool()})
+      if (Status c = cuda_check(cudaMemcpyAsync(pool + to, pool + from, bytes, cudaMemcpyDeviceToDevice, m.stream),
+                                "fork block");
+          !c.ok()) {
+        m.slots.release(f);
+        return c;
+      }
+  }
+  if (Status d = m.finish("fork"); !d.ok()) {
+    m.slots.release(f);
+    return d;
+  }
+  return static_cast<SeqId>(f);
 }
 
 Status CudaEngine::release(SeqId id) {

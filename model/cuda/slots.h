@@ -36,8 +36,11 @@ class SequenceSlots {
   int free_slot() const;
   int free_slot_count() const;
   int free_block_count() const { return static_cast<int>(free_blocks_.size()); }
-  // Gives the slot's blocks back (the last taken first on the stack) and frees it.
+  // Drops the slot's hold on its blocks (a block no other slot holds goes back on the stack, the
+  // last taken first) and frees it.
   void release(int id);
+  // Appends `blocks` (held by another slot) to slot `id`'s table, one more hold each (fork).
+  void share(int id, std::span<const int32_t> blocks);
 
   // One (loop, layer) state of a slot: gRet S [heads, hd, hd], or the SWA K ring [window, dim]
   // followed by the V ring.
@@ -54,6 +57,7 @@ class SequenceSlots {
   Status reserve(std::span<const int> ids, std::span<const int64_t> need);
   int blocks_for(int64_t rows) const { return static_cast<int>((rows + block_size_ - 1) / block_size_); }
   int block_size() const { return block_size_; }
+  int64_t block_floats() const { return static_cast<int64_t>(block_size_) * pool_row_floats_; }
 
   // The table rows the attention and append kernels read: the pool blocks (YOCO), or a
   // transformer's chunk ids. A transformer's pool row holds one token's K (V) of all n_layers
@@ -78,10 +82,11 @@ class SequenceSlots {
  private:
   std::vector<Slot> slots_;
   std::vector<int32_t> free_blocks_;  // a stack
+  std::vector<int32_t> refs_;         // slots holding each block (forks share whole blocks)
   DeviceMem states_;                  // [max_sequences, states_per_sequence · state_floats]
   DeviceMem last_hidden_;             // [max_sequences, dim]
   DeviceMem k_pool_, v_pool_;         // [kv_blocks, block_size, pool_row_floats]
-  int dim_ = 0, states_per_sequence_ = 0;
+  int dim_ = 0, states_per_sequence_ = 0, pool_row_floats_ = 0;
   int64_t state_floats_ = 0;
   int kv_blocks_ = 0, block_size_ = 0, blocks_per_sequence_ = 0, chunks_per_sequence_ = 0, n_layers_ = 0;
   bool layer_chunks_ = false;  // a transformer: per-layer chunk tables (see table_width)

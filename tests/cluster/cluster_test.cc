@@ -5,7 +5,8 @@
 //      (gRet, SWA and YOCO-U models; prompts longer than one prefill chunk);
 //   2. 64 concurrent streams complete correctly;
 //   3. cancellation and deadlines in each phase give the right code and free every KV block;
-//   4. SIGKILL of a decode worker mid-stream: streams complete through migration, identical;
+//   4. SIGKILL of a decode worker mid-stream: streams complete through migration, identical (also
+//      the n choices of a fork group, which share their leader's prefill there);
 //   5. SIGKILL of a prefill worker mid-transfer: the request is retried and completes;
 //   6. promtool + a real Prometheus scrape of every process;
 //   7. bad requests: INVALID_ARGUMENT naming the field; admission: RESOURCE_EXHAUSTED;
@@ -295,6 +296,77 @@ TEST(Cluster, DecodeWorkerKilledMidStreamMigratesWithIdenticalTokens) {
   // The surviving worker's pool is back to idle.
   const std::string dm = test::http_get_body(test::port_of(c.decode()[1].metrics), "/metrics");
   EXPECT_EQ(test::metric_value(dm, "yoco_kv_cache_blocks_free"), 1024);
+}
+
+// n choices over gRPC (docs/design.md §3.3, n choices): four seeded Generates tied by metadata
+// yoco-fork-group share the leader's prefill on one decode worker (3 forks there); that worker
+// is killed mid-stream, and every stream migrates as a single stream would and still equals a
+// separate request with its seed. A malformed group is INVALID_ARGUMENT naming the metadata.
+TEST(Cluster, ForkGroupOverGrpcSurvivesItsDecodeWorker) {
+  auto model = Model::load(kGret);
+  ASSERT_TRUE(model.ok());
+  LocalCluster c({.model = kGret, .prefill = 1, .decode = 2});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  auto stub = c.stub();
+  const auto prompt = prompts(11, (*model)->config().vocab_size, 5)[10];  // 100 tokens
+  auto request = [&](int j) {
+    v1::GenerateRequest r;
+    r.mutable_tokens()->mutable_ids()->Add(prompt.begin(), prompt.end());
+    r.set_max_tokens(400);
+    r.set_ignore_eos(true);
+    r.mutable_sampling()->set_temperature(0.8f);
+    r.mutable_sampling()->set_seed(40 + static_cast<uint64_t>(j));
+    return r;
+  };
+  auto run_all = [&](bool grouped, const std::function<void()>& while_streaming) {
+    std::vector<test::Generated> got(4);
+    std::atomic<int> streaming{0};
+    std::vector<std::thread> th;
+    for (int j = 0; j < 4; ++j)
+      th.emplace_back([&, j] {
+        grpc::ClientContext ctx;
+        if (grouped) ctx.AddMetadata("yoco-fork-group", "group-1/" + std::to_string(j) + "/4");
+        bool counted = false;
+        got[j] = test::run_generate(
+            *stub, request(j), milliseconds(180000),
+            [&](grpc::ClientContext&, const test::Generated& s) {
+              if (!counted && s.ids.size() >= 3) {
+                counted = true;
+                ++streaming;
+              }
+            },
+            &ctx);
+      });
+    for (int i = 0; i < 1200 && streaming < 4; ++i) std::this_thread::sleep_for(milliseconds(10));
+    if (while_streaming) while_streaming();
+    for (auto& t : th) t.join();
+    return got;
+  };
+  const std::vector<test::Generated> separate = run_all(false, {});
+  for (int j = 0; j < 4; ++j) ASSERT_TRUE(separate[j].status.ok()) << separate[j].status.error_message();
+  EXPECT_NE(separate[0].ids, separate[1].ids);  // the seeds differ
+  auto forks = [&](int i) {
+    return test::metric_value(test::http_get_body(test::port_of(c.decode()[i].metrics), "/metrics"),
+                              "yoco_decode_forks_total");
+  };
+  int victim = -1;
+  const std::vector<test::Generated> grouped = run_all(true, [&] {
+    victim = forks(0) == 3 ? 0 : forks(1) == 3 ? 1 : -1;
+    if (victim >= 0) kill(c.decode()[victim].pid, SIGKILL);
+  });
+  ASSERT_GE(victim, 0) << "no decode worker forked the group";
+  for (int j = 0; j < 4; ++j) {
+    ASSERT_TRUE(grouped[j].status.ok()) << j << ": " << grouped[j].status.error_message() << c.logs();
+    EXPECT_EQ(grouped[j].ids, separate[j].ids) << "choice " << j;
+  }
+  const std::string rm = test::http_get_body(test::port_of(c.router().metrics), "/metrics");
+  EXPECT_NE(rm.find("yoco_router_retries_total{kind=\"migration\"}"), std::string::npos) << rm;
+
+  grpc::ClientContext bad;
+  bad.AddMetadata("yoco-fork-group", "group-2/4/4");
+  const test::Generated g = test::run_generate(*stub, request(0), milliseconds(30000), {}, &bad);
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(g.status.error_message().find("yoco-fork-group"), std::string::npos) << g.status.error_message();
 }
 
 // The set-up of the hung-decode-worker cases: the model, a cluster of one prefill worker (with

@@ -2,7 +2,8 @@
 // plain HTTP on loopback: a greedy completion equals the gRPC Generate, the SSE framing (events,
 // usage chunk, [DONE]), echo scoring equals the gRPC Score, 400 naming the field, 401/403 with API
 // keys, 404 for an unknown document, 429 with Retry-After when admission refuses, and a client
-// that drops its stream cancels the request and gets the decode worker's blocks back.
+// that drops its stream cancels the request and gets the decode worker's blocks back; n choices
+// share one prefill and equal n separate requests.
 #include <arpa/inet.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -10,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "router/api_keys.h"
 #include "tests/support/cluster_harness.h"
@@ -363,6 +365,80 @@ TEST(OpenAiHttpChat, TemplateTokensAndStream) {
   auto last = Json::parse(events[events.size() - 2]);
   ASSERT_TRUE(last.ok());
   EXPECT_EQ(last->find("choices")->as_array().at(0).find("finish_reason")->as_string(), "length");
+}
+
+// n choices share one prefill (docs/design.md §3.3, n choices): on a router + prefill + decode
+// cluster, the n choices of one prompt equal n separate requests with seeds seed + j (whole and
+// streamed), the prefill worker computes the prompt once, and the decode worker forks it n − 1 times.
+TEST(OpenAiHttpChoices, NChoicesShareOnePrefillAndEqualSeparateRequests) {
+  LocalCluster c({.model = kModel, .prefill = 1, .decode = 1, .kv_blocks = kBlocks, .secure = false});
+  ASSERT_TRUE(c.ready()) << c.logs();
+  const int port = test::port_of(c.router().http);
+  const int prefill_metrics = test::port_of(c.prefill()[0].metrics);
+  const int decode_metrics = test::port_of(c.decode()[0].metrics);
+  auto wait_metric = [&](int mport, const std::string& name, double want) {
+    double v = metric(mport, name);
+    for (int i = 0; i < 100 && v != want; ++i) {
+      std::this_thread::sleep_for(milliseconds(50));
+      v = metric(mport, name);
+    }
+    return v;
+  };
+  const std::string prompt =
+      "In the beginning God created the heaven and the earth. And the earth was without form, and void; and "
+      "darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters.";
+  auto body = [&](int n, int seed, bool stream, int max_tokens) {
+    return R"({"prompt":")" + prompt + R"(","n":)" + std::to_string(n) + R"(,"seed":)" + std::to_string(seed) +
+           R"(,"temperature":1.0,"max_tokens":)" + std::to_string(max_tokens) + R"(,"ignore_eos":true,"stream":)" +
+           (stream ? "true" : "false") + "}";
+  };
+  auto texts = [&](const std::string& response, bool stream, size_t n) {
+    std::vector<std::string> out(n);
+    std::vector<Json> objects;
+    if (!stream) {
+      objects.push_back(json_body(response));
+    } else {
+      for (const std::string& e : sse_payloads(test::http_body(response)))
+        if (e != "[DONE]") {
+          auto parsed = Json::parse(e);
+          EXPECT_TRUE(parsed.ok()) << e;
+          if (parsed.ok()) objects.push_back(*parsed);
+        }
+    }
+    for (const Json& o : objects)
+      for (const Json& ch : o.find("choices")->as_array()) {
+        const size_t i = static_cast<size_t>(ch.find("index")->as_int());
+        EXPECT_LT(i, n);
+        if (i < n) out[i] += ch.find("text")->as_string();
+      }
+    return out;
+  };
+  std::vector<std::string> separate;
+  for (int j = 0; j < 4; ++j) {
+    const std::string r = test::http_post(port, "/v1/completions", body(1, 7 + j, false, 8));
+    ASSERT_EQ(test::http_status(r), 200) << r;
+    separate.push_back(texts(r, false, 1)[0]);
+  }
+  EXPECT_NE(separate[0], separate[1]);  // the seeds differ
+  const double forks0 = wait_metric(decode_metrics, "yoco_decode_forks_total", 0);
+  EXPECT_EQ(forks0, 0);
+  for (bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "stream" : "whole");
+    const std::string r = test::http_post(port, "/v1/completions", body(4, 7, stream, 8));
+    ASSERT_EQ(test::http_status(r), 200) << r;
+    EXPECT_EQ(texts(r, stream, 4), separate);
+  }
+  EXPECT_EQ(wait_metric(decode_metrics, "yoco_decode_forks_total", 6), 6);
+
+  // n = 8 on a fresh prompt: the prefill worker takes its tokens once.
+  const double tokens0 = metric(prefill_metrics, "yoco_prompt_tokens_total");
+  const std::string r = test::http_post(port, "/v1/completions", body(8, 99, false, 1));
+  ASSERT_EQ(test::http_status(r), 200) << r;
+  const Json j = json_body(r);
+  EXPECT_EQ(j.find("choices")->as_array().size(), 8u);
+  const double prompt_tokens = static_cast<double>(j.find("usage")->find("prompt_tokens")->as_int());
+  EXPECT_EQ(metric(prefill_metrics, "yoco_prompt_tokens_total") - tokens0, prompt_tokens);
+  EXPECT_EQ(wait_metric(decode_metrics, "yoco_decode_forks_total", 13), 13);
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 //   states (docs/design.md §2.3: test S itself): ‖got − ref‖₂ ≤ kStateTol·‖ref‖₂ per tensor;
 //   moving a state (download → upload, or through the serialized hand-off) decodes bitwise like
 //     the original on the same device (same kernels, same batch shape);
-//   a full KV pool returns RESOURCE_EXHAUSTED and changes nothing.
+//   a full KV pool returns RESOURCE_EXHAUSTED and changes nothing;
+//   a forked sequence decodes bitwise like one prefilled separately.
 // Decode always feeds the CPU's greedy token to both engines so the sequences stay the same.
 // Label "gpu": every test skips when there is no CUDA device.
 #include "model/cuda/cuda_engine.h"
@@ -529,6 +530,63 @@ TEST_P(CudaEngineTest, GraphDecodeEqualsEager) {
     ASSERT_OK(eager->download(ie[i], a));
     ASSERT_OK(graph->download(ig[i], b));
     expect_same_state(a, b);
+  }
+}
+
+// Engine::fork on the device (docs/design.md §3.4): a prompt prefilled once and forked decodes
+// bitwise like sequences prefilled separately (same kernels, same batch); forks share the
+// prompt's whole blocks and copy the partial last one; the leader can go first; all blocks
+// come back.
+TEST_P(CudaEngineTest, ForksDecodeLikeSeparatePrefills) {
+  SKIP_WITHOUT_GPU();
+  const auto cpu = load();
+  ASSERT_TRUE(cpu);
+  const CudaEngineOptions o = small_options();  // 32-row blocks
+  const auto gpu = engine(*cpu, o);
+  ASSERT_TRUE(gpu);
+  const int V = cpu->config().vocab_size;
+  EXPECT_EQ(gpu->fork(7).status().code(), StatusCode::kNotFound);
+  for (int P : {45, 64}) {
+    SCOPED_TRACE("prompt " + std::to_string(P));
+    const auto prompt = random_tokens(P, 400 + static_cast<uint32_t>(P), V);
+    std::vector<SeqId> separate, forked;
+    for (int b = 0; b < 3; ++b) {
+      separate.push_back(gpu->new_sequence().value());
+      ASSERT_OK(gpu->prefill(separate.back(), prompt, 64));
+    }
+    forked.push_back(gpu->new_sequence().value());
+    ASSERT_OK(gpu->prefill(forked[0], prompt, 64));
+    const int before = gpu->free_blocks();
+    for (int b = 1; b < 3; ++b) {
+      auto f = gpu->fork(forked[0]);
+      ASSERT_TRUE(f.ok()) << f.status().to_string();
+      EXPECT_EQ(gpu->position(*f), P);
+      forked.push_back(*f);
+    }
+    EXPECT_EQ(before - gpu->free_blocks(), P % 32 != 0 ? 2 : 0);
+    for (int t = 0; t < 24; ++t) {  // crosses a block boundary
+      std::vector<int32_t> toks(3);
+      for (int i = 0; i < 3; ++i) toks[i] = static_cast<int32_t>((t * 13 + i * 5) % V);
+      std::vector<float> want = nan_logits(3, V), got = nan_logits(3, V);
+      ASSERT_OK(gpu->decode_step(separate, toks, want.data()));
+      ASSERT_OK(gpu->decode_step(forked, toks, got.data()));
+      EXPECT_TRUE(same_bits(want, got)) << "step " << t;
+      if (t == 10) {  // the leader goes first; the others go on alone
+        ASSERT_OK(gpu->release(forked[0]));
+        ASSERT_OK(gpu->release(separate[0]));
+        forked.erase(forked.begin());
+        separate.erase(separate.begin());
+      }
+    }
+    for (size_t i = 0; i < forked.size(); ++i) {
+      SequenceState a, b;
+      ASSERT_OK(gpu->download(separate[i], a));
+      ASSERT_OK(gpu->download(forked[i], b));
+      expect_same_state(a, b);
+      ASSERT_OK(gpu->release(separate[i]));
+      ASSERT_OK(gpu->release(forked[i]));
+    }
+    EXPECT_EQ(gpu->free_blocks(), o.kv_blocks);
   }
 }
 

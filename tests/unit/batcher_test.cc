@@ -1,6 +1,7 @@
 // Continuous batching: many concurrent requests give exactly the in-process generation,
 // preemption by recompute keeps streams identical, cancellation and deadlines free blocks at
-// once, queues are bounded, and bad requests are refused with the field named.
+// once, queues are bounded, bad requests are refused with the field named, and n choices of one
+// prompt fork one prefill (fork groups).
 #include "decode_service/batcher.h"
 
 #include <gtest/gtest.h>
@@ -535,6 +536,83 @@ TEST_P(BatcherTest, BoundedQueueAndBadRequests) {
   EXPECT_EQ(big[0].info.status.code(), StatusCode::kResourceExhausted);
   b.stop(true);
   EXPECT_EQ((*pool)->free_blocks(), 4);
+}
+
+// n choices (docs/design.md §3.3): the siblings of an admitted request fork its prefilled state;
+// each stream equals a separate request with its own seed; a sibling of another prompt, one past
+// the group's count, or one after the source expired prefills as any other.
+TEST_P(BatcherTest, ForkGroupSharesOnePrefillAndMatchesSeparateRequests) {
+  auto pool = KvPool::create(512, 32, model_->config().kv_dim());
+  ASSERT_TRUE(pool.ok());
+  ContinuousBatcher b(*model_, **pool, BatcherLimits{});
+  b.start();
+  Collector c;
+  std::vector<DecodeRequest> reqs;
+  for (int j = 0; j < 6; ++j) {
+    DecodeRequest r = request(1, 45, 12);                                               // seeded sampling
+    r.sampling.seed = r.sampling.seed + j;                                              // as the router seeds choice j
+    if (j == 4) r.prompt.back() = (r.prompt.back() + 1) % model_->config().vocab_size;  // another prompt
+    reqs.push_back(r);
+  }
+  std::vector<Outcome> outs(reqs.size());
+  DecodeRequest leader = reqs[0];
+  leader.fork_group = "g";
+  leader.fork_siblings = 3;
+  ASSERT_TRUE(b.submit(c.wire(leader, &outs[0])).ok());
+  while (c.tokens_seen(outs[0]) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (size_t j = 1; j < reqs.size(); ++j) {  // 1-3 fork; 4 has another prompt; 5 is one too many
+    DecodeRequest r = reqs[j];
+    r.fork_group = "g";
+    ASSERT_TRUE(b.submit(c.wire(r, &outs[j])).ok());
+  }
+  ASSERT_TRUE(c.wait_all(outs, std::chrono::seconds(120)));
+  EXPECT_EQ(b.forks(), 3);
+  for (size_t j = 0; j < reqs.size(); ++j) EXPECT_EQ(outs[j].tokens, reference(reqs[j])) << "choice " << j;
+  EXPECT_NE(outs[1].tokens, outs[2].tokens);  // the seeds differ
+  b.stop(true);
+  EXPECT_EQ((*pool)->free_blocks(), 512);
+}
+
+TEST_P(BatcherTest, ForkSourcesExpireAndGiveWayToRequests) {
+  // 6 blocks of 32 rows: a source left for siblings that never come must not stop a request
+  // that needs the whole pool, and an expired source is not forked.
+  auto pool = KvPool::create(6, 32, model_->config().kv_dim());
+  ASSERT_TRUE(pool.ok());
+  BatcherLimits lim;
+  lim.reserve_ahead_rows = 0;
+  ContinuousBatcher b(*model_, **pool, lim);
+  b.start();
+  Collector c;
+  DecodeRequest leader = request(1, 40, 1);
+  leader.fork_group = "g";
+  leader.fork_siblings = 5;
+  std::vector<Outcome> first(1);
+  ASSERT_TRUE(b.submit(c.wire(leader, &first[0])).ok());
+  ASSERT_TRUE(c.wait_all(first, std::chrono::seconds(60)));
+  EXPECT_LT((*pool)->free_blocks(), 6);           // the source holds the prompt's blocks
+  const DecodeRequest big = request(2, 170, 10);  // 180 rows: every block
+  std::vector<Outcome> second(1);
+  ASSERT_TRUE(b.submit(c.wire(big, &second[0])).ok());
+  ASSERT_TRUE(c.wait_all(second, std::chrono::seconds(120)));
+  EXPECT_EQ(second[0].info.reason, "length") << second[0].info.status.to_string();
+  EXPECT_EQ(second[0].tokens, reference(big));
+  b.stop(true);
+  EXPECT_EQ((*pool)->free_blocks(), 6);
+
+  lim.fork_source_ms = 0;  // expires at once
+  ContinuousBatcher e(*model_, **pool, lim);
+  e.start();
+  std::vector<Outcome> lead(1), sib(1);
+  ASSERT_TRUE(e.submit(c.wire(leader, &lead[0])).ok());
+  ASSERT_TRUE(c.wait_all(lead, std::chrono::seconds(60)));
+  DecodeRequest sibling = request(1, 40, 3);
+  sibling.fork_group = "g";
+  ASSERT_TRUE(e.submit(c.wire(sibling, &sib[0])).ok());
+  ASSERT_TRUE(c.wait_all(sib, std::chrono::seconds(60)));
+  EXPECT_EQ(e.forks(), 0);
+  EXPECT_EQ(sib[0].tokens, reference(sibling));
+  e.stop(true);
+  EXPECT_EQ((*pool)->free_blocks(), 6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, BatcherTest, ::testing::Values("tiny-gret", "tiny-swa", "tiny-yocou"),
