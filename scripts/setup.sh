@@ -37,6 +37,7 @@ packages=(
   libboost-dev prometheus     # /metrics endpoint (Beast); promtool and a real scrape in tests
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the services' APIs
   libpcre2-dev                # the tokenizer's pre-tokenization regexes
+  libutf8proc-dev             # the tokenizer's NFC normalizer (Qwen2-style tokenizer.json)
   nlohmann-json3-dev          # JSON parsing (common/json.cc, the chat templates' key order)
   python3-venv                # build/.venv (or --venv DIR): the Python-side tests' packages
   libucx-dev ucx-utils        # transfer/: the KV transfer engine over UCX; ucx_perftest for bench/
