@@ -5,7 +5,8 @@
       [--bench build/bench/tokenizer_bench] [--repeats 3]
 
 --data is what tests/tokenizer/make_reference.py writes (ctest -R tokenizer_reference_data):
-corpus.jsonl plus the hf/ and tiktoken/ tokenizers trained on it. Every figure is one thread:
+corpus.jsonl plus the hf/, hf_qwen/ (NFC normalizer, Qwen2's regex) and tiktoken/ tokenizers
+trained on it. Every figure is one thread:
 `tokenizers` is timed with Tokenizer.encode per document (encode_batch would spread over all
 cores with rayon; it is shown too, with RAYON_NUM_THREADS=1 so it stays one thread), tiktoken
 with encode_ordinary per document. "cold" = first pass over the corpus on a fresh tokenizer,
@@ -44,9 +45,7 @@ def main():
     mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     rows = []
 
-    hf_path = os.path.join(args.data, "hf", "tokenizer.json")
-
-    def hf_encode():
+    def hf_encode(hf_path):
         tok = Tokenizer.from_file(hf_path)
         tok.encode_special_tokens = True
         t0 = time.perf_counter()
@@ -58,7 +57,7 @@ def main():
             tok.encode(t, add_special_tokens=False)
         return cold, time.perf_counter() - t0
 
-    def hf_batch():
+    def hf_batch(hf_path):
         tok = Tokenizer.from_file(hf_path)
         tok.encode_special_tokens = True
         t0 = time.perf_counter()
@@ -68,11 +67,14 @@ def main():
         tok.encode_batch(texts, add_special_tokens=False)
         return cold, time.perf_counter() - t0
 
-    cold, warm = best(hf_encode, args.repeats)
-    rows.append((f"tokenizers {tokenizers.__version__} encode (hf/)", mb / cold, mb / warm))
-    cold, warm = best(hf_batch, args.repeats)
-    rows.append((f"tokenizers encode_batch, RAYON_NUM_THREADS={os.environ['RAYON_NUM_THREADS']} (hf/)",
-                 mb / cold, mb / warm))
+    hf_names = [n for n in ("hf", "hf_qwen") if os.path.exists(os.path.join(args.data, n, "tokenizer.json"))]
+    for name in hf_names:
+        hf_path = os.path.join(args.data, name, "tokenizer.json")
+        cold, warm = best(lambda: hf_encode(hf_path), args.repeats)
+        rows.append((f"tokenizers {tokenizers.__version__} encode ({name}/)", mb / cold, mb / warm))
+        cold, warm = best(lambda: hf_batch(hf_path), args.repeats)
+        rows.append((f"tokenizers encode_batch, RAYON_NUM_THREADS={os.environ['RAYON_NUM_THREADS']} ({name}/)",
+                     mb / cold, mb / warm))
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "tokenizer"))
     import make_reference
@@ -102,7 +104,7 @@ def main():
     rows.append((f"tiktoken {tiktoken.__version__} encode_ordinary (tiktoken/)", mb / cold, mb / warm))
 
     if args.bench:
-        for name in ("hf", "tiktoken"):
+        for name in hf_names + ["tiktoken"]:
             out = subprocess.run([args.bench, "--tokenizer", os.path.join(args.data, name), "--corpus",
                                   os.path.join(args.data, "corpus.jsonl"), "--repeats", str(args.repeats), "--json"],
                                  check=True, capture_output=True, text=True).stdout

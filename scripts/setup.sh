@@ -40,6 +40,7 @@ packages=(
   libboost-dev prometheus     # /metrics endpoint (Beast); promtool and a real scrape in tests
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the services' APIs
   libpcre2-dev                # the tokenizer's pre-tokenization regexes
+  libutf8proc-dev             # the tokenizer's NFC normalizer (Qwen2-style tokenizer.json)
   nlohmann-json3-dev          # JSON parsing (common/json.cc, the chat templates' key order)
   libcli11-dev                # command-line flags (common/flags.cc: declared once, --help, --config)
   python3-venv                # build/.venv (or --venv DIR): the Python-side tests' packages

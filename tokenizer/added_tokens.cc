@@ -74,11 +74,18 @@ std::pair<int32_t, size_t> AddedTokenMatcher::Trie::longest_at(std::string_view 
   return best;
 }
 
-AddedTokenMatcher::AddedTokenMatcher(std::vector<AddedToken> tokens) : tokens_(std::move(tokens)) {
+AddedTokenMatcher::AddedTokenMatcher(std::vector<AddedToken> tokens, const Normalizer& normalizer)
+    : tokens_(std::move(tokens)) {
   bool any_single_word = false;
+  std::string scratch;
   for (size_t t = 0; t < tokens_.size(); ++t) {
     if (tokens_[t].content.empty()) continue;
-    (tokens_[t].normalized ? normalized_ : raw_).insert(tokens_[t].content, static_cast<int32_t>(t));
+    if (tokens_[t].normalized) {
+      const std::string_view content = normalizer.apply(tokens_[t].content, scratch);
+      if (!content.empty()) normalized_.insert(content, static_cast<int32_t>(t));
+    } else {
+      raw_.insert(tokens_[t].content, static_cast<int32_t>(t));
+    }
     any_single_word |= tokens_[t].single_word;
   }
   if (any_single_word) {
@@ -105,7 +112,7 @@ bool AddedTokenMatcher::word_char_after(std::string_view text, size_t pos) const
   return found;
 }
 
-void AddedTokenMatcher::split_pass(const Trie& trie, std::string_view text, size_t base, bool allow_special,
+void AddedTokenMatcher::split_pass(const Trie& trie, std::string_view text, bool allow_special,
                                    std::vector<TextSegment>& out) const {
   const size_t n = text.size();
   size_t start_offset = 0;
@@ -132,28 +139,20 @@ void AddedTokenMatcher::split_pass(const Trie& trie, std::string_view text, size
     if (tok.lstrip) start = std::max(white_space_run_start(text, start), start_offset);
     if (tok.rstrip) stop += white_space_run_len(text, stop);
     if (start < start_offset) continue;  // inside white space an rstrip token already took
-    if (start_offset < start) out.push_back({base + start_offset, base + start, -1});
-    out.push_back({base + start, base + stop, tok.id});
+    if (start_offset < start) out.push_back({start_offset, start, -1});
+    out.push_back({start, stop, tok.id});
     start_offset = stop;
   }
-  if (start_offset < n) out.push_back({base + start_offset, base + n, -1});
+  if (start_offset < n) out.push_back({start_offset, n, -1});
 }
 
-void AddedTokenMatcher::split(std::string_view text, bool allow_special, std::vector<TextSegment>& out) const {
-  if (text.empty()) return;
-  if (normalized_.nodes.empty()) {
-    split_pass(raw_, text, 0, allow_special, out);
-    return;
-  }
-  std::vector<TextSegment> first;
-  split_pass(raw_, text, 0, allow_special, first);
-  for (const TextSegment& s : first) {
-    if (s.id >= 0) {
-      out.push_back(s);
-    } else {
-      split_pass(normalized_, text.substr(s.begin, s.end - s.begin), s.begin, allow_special, out);
-    }
-  }
+void AddedTokenMatcher::split_raw(std::string_view text, bool allow_special, std::vector<TextSegment>& out) const {
+  if (!text.empty()) split_pass(raw_, text, allow_special, out);
+}
+
+void AddedTokenMatcher::split_normalized(std::string_view text, bool allow_special,
+                                         std::vector<TextSegment>& out) const {
+  if (!text.empty()) split_pass(normalized_, text, allow_special, out);
 }
 
 }  // namespace yoco

@@ -1,6 +1,7 @@
 // Added and special tokens: found in the text before pre-tokenization, leftmost-longest, as
 // Hugging Face tokenizers does (its AddedVocabulary). Tokens with normalized=false are matched
-// first on the raw text, then tokens with normalized=true in the gaps between those matches.
+// first on the raw text, then tokens with normalized=true in the normalized gaps between those
+// matches (their own content normalized too, as tokenizers does).
 // Special tokens count only when the caller allows them; a skipped special token still hides
 // the text it covers from other tokens of the same pass, exactly as in tokenizers.
 #pragma once
@@ -11,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/normalizer.h"
 #include "tokenizer/regex.h"
 
 namespace yoco {
@@ -34,13 +36,17 @@ struct TextSegment {
 class AddedTokenMatcher {
  public:
   AddedTokenMatcher() = default;
-  explicit AddedTokenMatcher(std::vector<AddedToken> tokens);
+  // `normalizer` is the tokenizer's: normalized=true tokens are matched in its output.
+  explicit AddedTokenMatcher(std::vector<AddedToken> tokens, const Normalizer& normalizer = Normalizer());
 
   bool empty() const { return tokens_.empty(); }
   const std::vector<AddedToken>& tokens() const { return tokens_; }
 
-  // Splits `text` into segments covering it in order. Empty text gives no segment.
-  void split(std::string_view text, bool allow_special, std::vector<TextSegment>& out) const;
+  // Append the segments that cover `text` in order (empty text: none). First split_raw
+  // (normalized=false tokens) on the raw text, then split_normalized (normalized=true tokens) on
+  // the normalized text of each gap the first left.
+  void split_raw(std::string_view text, bool allow_special, std::vector<TextSegment>& out) const;
+  void split_normalized(std::string_view text, bool allow_special, std::vector<TextSegment>& out) const;
 
  private:
   struct Node {
@@ -55,8 +61,7 @@ class AddedTokenMatcher {
     std::pair<int32_t, size_t> longest_at(std::string_view text, size_t i) const;
   };
 
-  void split_pass(const Trie& trie, std::string_view text, size_t base, bool allow_special,
-                  std::vector<TextSegment>& out) const;
+  void split_pass(const Trie& trie, std::string_view text, bool allow_special, std::vector<TextSegment>& out) const;
   bool word_char_before(std::string_view text, size_t pos) const;
   bool word_char_after(std::string_view text, size_t pos) const;
 

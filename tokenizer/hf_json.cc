@@ -1,6 +1,7 @@
-// Hugging Face tokenizer.json: the BPE model, byte-level pre-tokenizer (alone or after Split
-// steps in a Sequence), added tokens and a ByteLevel decoder. Everything else is refused with
-// an error naming the field rather than encoded differently from `tokenizers`.
+// Hugging Face tokenizer.json: the BPE model, the NFC normalizer (alone or in a Sequence),
+// byte-level pre-tokenizer (alone or after Split steps in a Sequence), added tokens and a
+// ByteLevel decoder. Everything else is refused with an error naming the field rather than
+// encoded differently from `tokenizers`.
 #include <algorithm>
 #include <cstdio>
 #include <unordered_map>
@@ -118,17 +119,25 @@ Status parse_pre_tokenizer(const Json& j, const std::string& where, int depth, s
   return invalid_argument(where + ".type: " + quoted(type) + " is not supported (Split, ByteLevel, Sequence)");
 }
 
-Status check_normalizer(const Json* j) {
-  if (!j || j->is_null()) return Status::Ok();
-  auto type_or = get_type(*j, "normalizer");
-  if (!type_or.ok()) return type_or.status();
-  const std::string& type = type_or.value();
-  if (type == "Sequence") {
-    const Json* list = j->find("normalizers");
-    if (list && list->is_array() && list->as_array().empty()) return Status::Ok();
+// NFC, or a Sequence of normalizers that are all NFC (or empty): what byte-level files use.
+// Applying NFC twice is applying it once, so any such Sequence is NFC or nothing.
+Status parse_normalizer(const Json& j, const std::string& where, int depth, Normalizer::Form& form) {
+  if (j.is_null()) return Status::Ok();
+  if (depth > 8) return invalid_argument(where + ": nested too deeply");
+  YOCO_ASSIGN_OR_RETURN(std::string type, get_type(j, where));
+  if (type == "NFC") {
+    form = Normalizer::Form::kNfc;
+    return Status::Ok();
   }
-  return invalid_argument("normalizer.type: " + quoted(type) +
-                          " is not supported: byte-level BPE here reads text unnormalized (normalizer: null)");
+  if (type == "Sequence") {
+    const Json* list = j.find("normalizers");
+    if (!list || !list->is_array()) return invalid_argument(where + ".normalizers: must be an array");
+    for (size_t i = 0; i < list->as_array().size(); ++i)
+      YOCO_RETURN_IF_ERROR(
+          parse_normalizer(list->as_array()[i], where + ".normalizers[" + std::to_string(i) + "]", depth + 1, form));
+    return Status::Ok();
+  }
+  return invalid_argument(where + ".type: " + quoted(type) + " is not supported (NFC, Sequence)");
 }
 
 Status check_decoder(const Json* j, const std::string& where, int depth) {
@@ -285,6 +294,11 @@ Result<TokenizerData> parse_hf_tokenizer_json(std::string_view text) {
   }
   bpe.finish();
 
+  // Normalizer (before the added tokens: those with normalized=true are stored normalized).
+  Normalizer::Form form = Normalizer::Form::kNone;
+  if (const Json* n = root.find("normalizer")) YOCO_RETURN_IF_ERROR(parse_normalizer(*n, "normalizer", 0, form));
+  data.normalizer = Normalizer(form);
+
   // Added tokens.
   if (const Json* added = root.find("added_tokens"); added && !added->is_null()) {
     if (!added->is_array()) return invalid_argument("added_tokens: must be an array");
@@ -320,7 +334,11 @@ Result<TokenizerData> parse_hf_tokenizer_json(std::string_view text) {
       if (in_vocab >= 0) {
         if (t.special) special_in_vocab.push_back(t.id);
       } else {
-        entries.push_back({t.id, t.content, decoded_bytes(t.content), t.special});
+        // tokenizers decodes a normalized=true token from its normalized content, through the
+        // ByteLevel decoder like any token ("<cafe" U+0301 ">" decodes as "<caf" 0xE9 ">").
+        std::string scratch;
+        const std::string_view spelled = t.normalized ? data.normalizer.apply(t.content, scratch) : t.content;
+        entries.push_back({t.id, t.content, decoded_bytes(std::string(spelled)), t.special});
       }
       data.added_tokens.push_back(std::move(t));
     }
@@ -330,7 +348,7 @@ Result<TokenizerData> parse_hf_tokenizer_json(std::string_view text) {
   }
   YOCO_RETURN_IF_ERROR(fill_token_table(std::move(entries), "model.vocab + added_tokens", data));
 
-  // Pre-tokenizer, normalizer, decoder.
+  // Pre-tokenizer, decoder.
   std::vector<PreTokenizerStep> steps;
   bool byte_level = false;
   const Json* pre = root.find("pre_tokenizer");
@@ -338,7 +356,6 @@ Result<TokenizerData> parse_hf_tokenizer_json(std::string_view text) {
   if (!byte_level)
     return invalid_argument("pre_tokenizer: must end with a ByteLevel pre-tokenizer (byte-level BPE only)");
   data.pre_tokenizer = PreTokenizer(std::move(steps));
-  YOCO_RETURN_IF_ERROR(check_normalizer(root.find("normalizer")));
   YOCO_RETURN_IF_ERROR(check_decoder(root.find("decoder"), "decoder", 0));
   return data;
 }

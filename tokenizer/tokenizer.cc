@@ -41,7 +41,7 @@ Status token_name(const Json& config, const char* key, std::string& out, bool& p
 
 }  // namespace
 
-Tokenizer::Tokenizer(TokenizerData data) : data_(std::move(data)), added_(data_.added_tokens) {}
+Tokenizer::Tokenizer(TokenizerData data) : data_(std::move(data)), added_(data_.added_tokens, data_.normalizer) {}
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_hf_json(std::string_view json) {
   YOCO_ASSIGN_OR_RETURN(TokenizerData data, parse_hf_tokenizer_json(json));
@@ -171,17 +171,28 @@ void Tokenizer::encode_to(std::string_view text, bool allow_special, bool add_bo
   out.clear();
   out.reserve(text.size() / 3 + 2);
   if (add_bos && bos_id_) out.push_back(*bos_id_);
-  if (added_.empty()) {
+  if (added_.empty() && data_.normalizer.identity()) {
     encode_text(text, out);
     return;
   }
-  std::vector<TextSegment> segments;
-  added_.split(text, allow_special, segments);
-  for (const TextSegment& s : segments) {
-    if (s.id >= 0) {
-      out.push_back(s.id);
-    } else {
-      encode_text(text.substr(s.begin, s.end - s.begin), out);
+  // tokenizers' order: raw added tokens, normalize the gaps, normalized added tokens, the rest.
+  std::vector<TextSegment> raw, normalized;
+  added_.split_raw(text, allow_special, raw);
+  std::string scratch;
+  for (const TextSegment& r : raw) {
+    if (r.id >= 0) {
+      out.push_back(r.id);
+      continue;
+    }
+    const std::string_view gap = data_.normalizer.apply(text.substr(r.begin, r.end - r.begin), scratch);
+    normalized.clear();
+    added_.split_normalized(gap, allow_special, normalized);
+    for (const TextSegment& s : normalized) {
+      if (s.id >= 0) {
+        out.push_back(s.id);
+      } else {
+        encode_text(gap.substr(s.begin, s.end - s.begin), out);
+      }
     }
   }
 }

@@ -2,19 +2,23 @@
 // encoding exactly as the `tokenizers` and `tiktoken` libraries do (checked against them on a
 // mixed-script corpus in tests/unit/tokenizer_test.cc).
 //
-//   encode:  added/special tokens are split out first (special ones only when allowed), the
-//            rest is pre-tokenized by the file's regex (PCRE2) and each piece BPE-merged.
+//   encode:  added/special tokens with normalized=false are split out first (special ones
+//            only when allowed), the rest is normalized (NFC when the file says so), then the
+//            normalized=true added tokens are split out of that, the rest is pre-tokenized by
+//            the file's regex (PCRE2) and each piece BPE-merged (tokenizers' order).
 //            Any byte string encodes, invalid UTF-8 included: a run of bytes that is not
-//            well-formed UTF-8 bypasses the regex and becomes a piece of its own, so
-//            decode(encode(x)) == x for every x.
+//            well-formed UTF-8 bypasses the normalizer and the regex and becomes a piece of its
+//            own, so decode(encode(x)) == x for every x (== NFC(x), run by well-formed run,
+//            with an NFC normalizer).
 //   decode:  the exact bytes of the tokens (may be invalid UTF-8 when ids cut a character);
 //            StreamDecoder emits only whole, valid UTF-8 characters.
 //
 // tokenizer.json support: model BPE (vocab, merges as "a b" or ["a", "b"], unk_token, fuse_unk,
-// byte_fallback, ignore_merges, continuing_subword_prefix, end_of_word_suffix), pre_tokenizer
-// ByteLevel or Sequence[Split..., ByteLevel], added_tokens with special/lstrip/rstrip/
-// single_word/normalized, decoder ByteLevel. A normalizer other than none is refused (NFC would
-// need Unicode tables); post_processor is ignored: BOS/EOS come from tokenizer_config.json.
+// byte_fallback, ignore_merges, continuing_subword_prefix, end_of_word_suffix), normalizer none
+// or NFC (alone or in a Sequence; Qwen2's), pre_tokenizer ByteLevel or Sequence[Split...,
+// ByteLevel], added_tokens with special/lstrip/rstrip/single_word/normalized, decoder ByteLevel.
+// Any other normalizer or pre-tokenizer is refused naming it; post_processor is ignored:
+// BOS/EOS come from tokenizer_config.json.
 //
 // A Tokenizer is immutable after loading and safe to use from many threads at once.
 #pragma once
@@ -32,6 +36,7 @@
 #include "common/status.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/normalizer.h"
 #include "tokenizer/pre_tokenizer.h"
 
 namespace yoco {
@@ -39,6 +44,7 @@ namespace yoco {
 // What a file parser produces; the Tokenizer owns it.
 struct TokenizerData {
   std::unique_ptr<BpeModel> bpe;
+  Normalizer normalizer;
   PreTokenizer pre_tokenizer;
   std::vector<AddedToken> added_tokens;
   // Per id (0 .. n-1): its spelling in the file, the bytes it decodes to, and flags.
@@ -87,6 +93,7 @@ class Tokenizer {
   // The bytes id decodes to; empty for an unknown id.
   std::string_view token_bytes(int32_t id) const;
 
+  const Normalizer& normalizer() const { return data_.normalizer; }
   const PreTokenizer& pre_tokenizer() const { return data_.pre_tokenizer; }
   const BpeModel& bpe() const { return *data_.bpe; }
 

@@ -8,7 +8,7 @@ FROM debian:12 AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       cmake ninja-build g++ pkg-config \
-      libopenblas-openmp-dev libdnnl-dev libboost-dev libpcre2-dev libucx-dev libhiredis-dev nlohmann-json3-dev libcli11-dev \
+      libopenblas-openmp-dev libdnnl-dev libboost-dev libpcre2-dev libutf8proc-dev libucx-dev libhiredis-dev nlohmann-json3-dev libcli11-dev \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -35,7 +35,7 @@ LABEL org.opencontainers.image.title="yoco-cpu" \
 # library only: deploy/k8s/components/planner runs it from this image).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      libgrpc++1.51 libprotobuf32 libucx0 ucx-utils libopenblas0-openmp libdnnl2 libpcre2-8-0 libgomp1 \
+      libgrpc++1.51 libprotobuf32 libucx0 ucx-utils libopenblas0-openmp libdnnl2 libpcre2-8-0 libutf8proc2 libgomp1 \
       libhiredis0.14 python3 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 10001 yoco \

@@ -11,7 +11,7 @@ FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cmake ninja-build g++ pkg-config \
-      libopenblas-openmp-dev libdnnl-dev libboost-dev libpcre2-dev libucx-dev libhiredis-dev nlohmann-json3-dev libcli11-dev \
+      libopenblas-openmp-dev libdnnl-dev libboost-dev libpcre2-dev libutf8proc-dev libucx-dev libhiredis-dev nlohmann-json3-dev libcli11-dev \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -38,7 +38,7 @@ LABEL org.opencontainers.image.title="yoco-cuda" \
 # base image; the driver is mounted by the NVIDIA container toolkit.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libgrpc++1.51t64 libprotobuf32t64 libucx0 ucx-utils libopenblas0-openmp libdnnl-dev libpcre2-8-0 libgomp1 \
+      libgrpc++1.51t64 libprotobuf32t64 libucx0 ucx-utils libopenblas0-openmp libdnnl-dev libpcre2-8-0 libutf8proc3 libgomp1 \
       libhiredis1.1.0 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 10001 yoco \

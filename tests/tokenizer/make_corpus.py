@@ -6,7 +6,9 @@ Writes, into --out:
                       Hindi, Cyrillic, Greek, Thai, emoji (ZWJ sequences, flags, skin tones,
                       variation selectors), whitespace runs (spaces, tabs, \\n, \\r\\n, NBSP,
                       U+3000, U+2028, \\v, \\f, U+0085, and U+180E, which is not one), long digit runs, punctuation, special
-                      token text ("<|endoftext|>", near misses), a non-special added token.
+                      token text ("<|endoftext|>", near misses), non-special added tokens, and
+                      text that NFC changes (decomposed accents, Hangul jamo, combining marks out
+                      of canonical order, singletons, CJK compatibility ideographs, Arabic harakat).
   corpus_bytes.jsonl  one {"hex": ...} per document that is NOT valid UTF-8 (stray
                       continuation bytes, truncated sequences, overlongs, surrogates, F5..FF):
                       only our tokenizer can take these (Python str cannot hold them).
@@ -29,7 +31,8 @@ WORDS = (
     "Hello World Python CUDA GPU YOCO JSON HTTP naïve café résumé coöperate façade Zürich São Paulo "
     "iPhone McDonald O'Neill x86_64 e-mail self-decoder cross-decoder state-of-the-art"
 ).split()
-CONTRACTIONS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'T", "'RE", "'Ve", "'LL", "'D", "’s"]
+CONTRACTIONS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'T", "'RE", "'Ve", "'LL", "'D", "’s",
+                "'\u017f", "'\u212a", "'\uff33"]  # long s and Kelvin sign (case-fold to s, k), fullwidth S
 PUNCT = [".", ",", ";", ":", "!", "?", "...", "!!", "?!", "—", "–", "-", "(", ")", "[", "]", "\"", "'",
          "«", "»", "“", "”", "‘", "’", "…", "·", "•", "§", "¶", "†", "©", "®", "™", "°", "±", "×", "÷",
          "€", "£", "¥", "$", "%", "&", "@", "#", "*", "/", "\\", "|", "~", "^", "`", "<", ">", "=", "+"]
@@ -54,7 +57,21 @@ SPACES = [" ", "  ", "   ", "    ", "        ", "\t", "\t\t", "\n", "\n\n", "\n\
           "\x85", "\u200b", "\u1680", "\x1c", "\x1d\x1e\x1f", "\u180e", " \u180e "]
 SPECIAL_TEXT = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "<|endoftext|", "<|endof",
                 "|endoftext|>", "<|endoftext|><|endoftext|>", "<|im_start|>user\n", "<think></think>",
-                " <|endoftext|> ", "<|ENDOFTEXT|>", "<<|endoftext|>>", "<thinking>"]
+                " <|endoftext|> ", "<|ENDOFTEXT|>", "<<|endoftext|>>", "<thinking>", "<tool_call>",
+                "</tool_call>", "<tool_call", "<cafe\u0301>", "<caf\u00e9>", "<cafe>"]
+# Text whose NFC differs from it: what a Qwen2-style normalizer must change, and how.
+NFC_WORDS = ["cafe\u0301", "re\u0301sume\u0301", "nai\u0308ve", "Zu\u0308rich", "A\u030angstro\u0308m",
+             "\u212b", "\u2126", "\u1e0b\u0323", "d\u0307\u0323", "q\u0307\u0323", "a\u0301\u0323",
+             "Vie\u0323\u0302t Nam", "Tie\u0302\u0301ng Vie\u0323\u0302t", "o\u031b\u0300", "\u1ea1\u0306",
+             "\u1100\u1161\u11a8", "\u1112\u1161\u11ab\u1100\u116e\u11a8\u110b\u1165", "\uac00\u11a8",
+             "\u1100\u1161", "\u1161\u11a8", "\u11a8", "\uf900\uf901", "\U0002f800", "\u0958\u0959",
+             "\u0915\u093c", "\u0628\u0651\u064e", "\u0645\u064f\u0651", "\u05e9\u05c1\u05bc",
+             "\u00c5", "\u0041\u030a", "\u0041\u030a\u0301", "e\u0301\u0301\u0301", "\u0301start",
+             "x\u0345\u0313", "\u03b1\u0313\u0301\u0345", "\u1f00\u0301", "\u0344", "\u0340\u0341",
+             "\u0374;\u037e\u0387", "\u2000\u2001", "\u2329\u232a", "\u1b05\u1b35", "\u0b47\u0b3e",
+             "\u0dd9\u0dcf", "\u0e40\u0e01", "\u00e9\u0300", "\u01d5", "u\u0308\u0304", "\u1e9b\u0323",
+             "\U0001d15e", "\U0001d157\U0001d165", "\U00011099\U000110ba", "\u0627\u0653", "\u0622",
+             "\U0001f44d\u0301", "1\ufe0f\u20e3", "\u0300", "\u0300\u0300"]
 
 CODE = [
     'def encode(self, text: str) -> list[int]:\n    """Encode text."""\n    return [self.vocab[t] for t in text.split()]\n',
@@ -145,6 +162,11 @@ def numbers(rng):
     return "+1 (555) 010-" + rand_digits(rng, 4, 4) + " v" + rand_digits(rng, 1, 2) + "." + rand_digits(rng, 1, 3)
 
 
+def nfc(rng):
+    sep = rng.choice([" ", "", "\n", ", ", "'s "])
+    return sep.join(rng.choice(NFC_WORDS + WORDS[-24:]) for _ in range(rng.randint(1, 12))) + rng.choice(["", ".", " "])
+
+
 def punctuation(rng):
     return "".join(rng.choice(PUNCT) for _ in range(rng.randint(1, 12))) + rng.choice(["", " ", "\n"])
 
@@ -154,7 +176,7 @@ def special(rng):
 
 
 GENRES = [(english, 30), (lambda r: r.choice(CODE), 12), (cjk, 10), (other_scripts, 10), (emoji, 6),
-          (whitespace, 8), (numbers, 8), (punctuation, 5), (special, 4)]
+          (whitespace, 8), (numbers, 8), (punctuation, 5), (special, 4), (nfc, 6)]
 
 
 def document(rng):
@@ -184,6 +206,8 @@ def long_documents(rng):
         "👍🏽" * 500,
         "ab " * 2000 + "   \n  ",
         "".join(rng.choice(HINDI_WORDS) for _ in range(400)),
+        "e" + "\u0301\u0323" * 1500,  # one long run of combining marks for NFC to reorder
+        "\u1100\u1161\u11a8" * 1000,
     ]
 
 

@@ -12,6 +12,13 @@
      DIR/hf_gpt2/   GPT-2-style: ByteLevel(add_prefix_space=true, use_regex=true), merges as
                     "a b" strings, ignore_merges=true, <|im_end|> with lstrip/rstrip, <think>
                     single_word
+   and a third, trained on its own with Qwen2's layout (the one Qwen2/2.5/3's tokenizer.json
+   has):
+     DIR/hf_qwen/   NFC normalizer, Sequence[Split(Qwen's regex, Isolated, invert false),
+                    ByteLevel(add_prefix_space=false, use_regex=false)], ByteLevel decoder; added
+                    tokens special (<|endoftext|>, <|im_start|>, <|im_end|>) and not:
+                    <tool_call>, </tool_call> (normalized false, as Qwen's) and <cafe + U+0301>
+                    (normalized true: matched as its NFC, "<café>", in the normalized text)
 3. derives a tiktoken rank table from the same merges (DIR/tiktoken/yoco.tiktoken) with
    cl100k_base's pattern, special tokens after a one-id hole (as cl100k has);
 4. encodes every corpus document with `tokenizers` and `tiktoken`, with special tokens as
@@ -36,6 +43,9 @@ SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))  # the source tree
 # Llama-3's split pattern (Oniguruma syntax as tokenizers reads it).
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen2/2.5/3's split pattern (their tokenizer.json's, Oniguruma syntax).
+QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 # cl100k_base's pattern as tiktoken ships it (possessive quantifiers, fancy-regex syntax).
 CL100K_PATTERN = (r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"
                   r"|\s++$|\s*[\r\n]|\s+(?!\S)|\s")
@@ -85,6 +95,26 @@ def train(texts):
     tok.train_from_iterator(texts, trainer)
     tok.add_tokens(["<think>"])
     return json.loads(tok.to_str())
+
+
+def train_qwen(texts):
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers, Regex
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, min_frequency=2, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    tok.add_tokens([AddedToken("<tool_call>", special=False, normalized=False),
+                    AddedToken("</tool_call>", special=False, normalized=False),
+                    AddedToken("<cafe\u0301>", special=False, normalized=True)])
+    spec = json.loads(tok.to_str())
+    assert spec["normalizer"] == {"type": "NFC"}, spec["normalizer"]
+    return spec
 
 
 def gpt2_variant(spec):
@@ -206,6 +236,18 @@ def main():
         write_json(os.path.join(d, "tokenizer_config.json"), config)
         encode_hf(d, texts)
 
+    # The Qwen2-style tokenizer needs text that NFC changes, or its comparison proves nothing.
+    import unicodedata
+    changed = sum(unicodedata.normalize("NFC", t) != t for t in texts)
+    if changed < len(texts) // 5:
+        print(f"make_reference.py: only {changed} documents change under NFC", file=sys.stderr)
+        return 1
+    d = os.path.join(args.out, "hf_qwen")
+    os.makedirs(d, exist_ok=True)
+    write_json(os.path.join(d, "tokenizer.json"), train_qwen(texts))
+    write_json(os.path.join(d, "tokenizer_config.json"), config)
+    encode_hf(d, texts)
+
     ranks, specials = tiktoken_ranks(spec)
     d = os.path.join(args.out, "tiktoken")
     os.makedirs(d, exist_ok=True)
@@ -219,7 +261,7 @@ def main():
 
     with open(stamp_path, "w") as f:
         f.write(digest + "\n")
-    print(f"make_reference.py: wrote {len(texts)} documents x 3 tokenizers to {args.out}")
+    print(f"make_reference.py: wrote {len(texts)} documents ({changed} changed by NFC) x 4 tokenizers to {args.out}")
     return 0
 
 

@@ -25,7 +25,10 @@ DEFAULT_CLI = os.path.join(ROOT, "build", "tools", "yoco-cli")
 
 
 def cli_json(cmd):
-    res = subprocess.run(cmd, check=True, stdout=subprocess.PIPE)
+    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if res.returncode != 0:
+        # e.g. an engine that predates a params.json key the model uses (n_experts: MoE)
+        raise SystemExit(f"{os.path.basename(cmd[0])} {cmd[1]} failed (exit {res.returncode}): {res.stderr.strip()}")
     return json.loads(res.stdout)
 
 

@@ -7,7 +7,13 @@
    tools/convert_checkpoint.py, equals the independent float64 reference
    tests/reference/yoco_ref.py on every position's log-probs, for gRet, SWA, YOCO-U loops, NoPE,
    GQA ratios 1 and 2, tied and untied embeddings.
-2. The converter strips wrapper prefixes, drops non-model buffers, drops a tied
+2. The MoE FFN (train_yoco.MoEFFN) equals its plain per-token definition (moe_ffn_plain) in
+   float64 with and without a shared expert, with moe_norm_topk_prob, and on exact ties (which go
+   to the lower expert index); an MoE model exports with exactly the tensor names and shapes of
+   docs/design.md §2.1 and the MoE keys in params.json, and reloads to the same log-probs.
+3. The bundled models/kjv-yoco-moe (when present) has exactly those names and shapes, reloads
+   strictly into the training model and scores its first eval.json windows as eval.json says.
+4. The converter strips wrapper prefixes, drops non-model buffers, drops a tied
    output_projection, rejects a wrong shape / a missing tensor, and refuses a pickle that would
    construct an arbitrary object (weights_only=True) without executing it.
 """
@@ -81,6 +87,108 @@ def check_against_reference(tmp):
     return worst
 
 
+MOE_CONFIGS = {
+    "top2-shared": dict(n_experts=6, n_experts_per_token=2, expert_hidden_dim=8, shared_expert_hidden_dim=12),
+    "top3-norm": dict(n_experts=5, n_experts_per_token=3, expert_hidden_dim=8, shared_expert_hidden_dim=0,
+                      moe_norm_topk_prob=True),
+    "top1-of-1": dict(n_experts=1, n_experts_per_token=1, expert_hidden_dim=8, shared_expert_hidden_dim=4),
+}
+
+
+def check_moe(tmp):
+    worst = 0.0
+    for name, moe in MOE_CONFIGS.items():
+        p = dict(BASE, sliding_window=5, n_loops=2, cross_decoder_rope=False, **moe)
+        torch.manual_seed(11)
+        m = ty.YOCO(p)
+        m.init_weights(std=0.3)
+        m.double()
+        x = torch.randn(3, 7, p["dim"], dtype=torch.float64)
+        for ffn in [mod for mod in m.modules() if isinstance(mod, ty.MoEFFN)]:
+            with torch.no_grad():
+                d = float((ffn(x) - ty.moe_ffn_plain(ffn, x)).abs().max())
+                worst = max(worst, d)
+                assert d < 1e-12, (name, d)
+                # all-equal probabilities: the first k experts, each weighted 1/E (or 1/k)
+                saved = ffn.router.weight.clone()
+                ffn.router.weight.zero_()
+                _, chosen, w = ffn.route(x.reshape(-1, p["dim"]))
+                assert chosen.tolist() == [list(range(ffn.k))] * chosen.shape[0], (name, chosen[:2])
+                want = 1 / ffn.k if ffn.norm_topk_prob else 1 / p["n_experts"]
+                assert torch.allclose(w, torch.full_like(w, want)), name
+                assert float((ffn(x) - ty.moe_ffn_plain(ffn, x)).abs().max()) < 1e-12, name
+                ffn.router.weight.copy_(saved)
+        # training records one load-balancing term per MoE application; moe_aux_loss() clears them
+        m.train()
+        m(torch.randint(0, p["vocab_size"], (2, 9)))
+        aux = m.moe_aux_loss()
+        assert aux is not None and float(aux) > 0 and m.moe_aux_loss() is None, name
+        m.eval()
+        # export: exactly the names and shapes of the spec, the MoE keys kept, same log-probs
+        torch.save({"model": {k: v.float() for k, v in m.state_dict().items()}}, os.path.join(tmp, f"{name}.pt"))
+        with open(os.path.join(tmp, f"{name}.json"), "w") as f:
+            json.dump(p, f)
+        out = os.path.join(tmp, name)
+        ty.export_checkpoint(os.path.join(tmp, f"{name}.pt"), os.path.join(tmp, f"{name}.json"), out, "f32", None)
+        names = {k: list(v.shape) for k, v in cc.read_safetensors(os.path.join(out, "model.safetensors")).items()}
+        E, H, S, D = p["n_experts"], p["expert_hidden_dim"], p["shared_expert_hidden_dim"], p["dim"]
+        for pre in [f"self_decoder.layers.{i}." for i in range(p["n_self_layers"])] + \
+                   [f"cross_decoder.layers.{i}." for i in range(p["n_layers"] - p["n_self_layers"])]:
+            assert names.pop(pre + "ffn.router.weight") == [E, D]
+            for e in range(E):
+                assert names.pop(f"{pre}ffn.experts.{e}.fc1.weight") == [H, D]
+                assert names.pop(f"{pre}ffn.experts.{e}.gate.weight") == [H, D]
+                assert names.pop(f"{pre}ffn.experts.{e}.fc2.weight") == [D, H]
+            for b in ("fc1", "gate", "fc2"):
+                shape = names.pop(f"{pre}ffn.shared.{b}.weight", None)
+                assert shape == (None if not S else ([D, S] if b == "fc2" else [S, D])), (pre, b, shape)
+            for b in ("fc1", "gate", "fc2"):
+                assert pre + "ffn." + b + ".weight" not in names
+        assert not [k for k in names if ".ffn." in k], names
+        with open(os.path.join(out, "params.json")) as f:
+            q = json.load(f)
+        assert all(q[k] == p.get(k, False) for k in ty.MOE_KEYS), q
+        m64, _ = ty.load_model_dir(out, dtype=torch.float64)
+        tokens = torch.tensor([[int(t) for t in np.random.default_rng(5).integers(0, p["vocab_size"], 15)]])
+        with torch.no_grad():
+            d = float((m64(tokens) - m.float().double()(tokens)).abs().max())
+        assert d < 1e-9, (name, d)
+        print(f"  {name}: MoE FFN vs plain {worst:.1e}; export names, shapes and reload OK")
+    bad = dict(BASE, n_experts=2, n_experts_per_token=3, expert_hidden_dim=8)
+    with open(os.path.join(tmp, "bad.json"), "w") as f:
+        json.dump(bad, f)
+    expect_error(lambda: ty.export_checkpoint(os.path.join(tmp, "top2-shared.pt"), os.path.join(tmp, "bad.json"),
+                                              os.path.join(tmp, "bad"), "f32", None), "k > E")
+    bad = dict(BASE, sliding_window=5, n_loops=2, cross_decoder_rope=False, **MOE_CONFIGS["top2-shared"])
+    with open(os.path.join(tmp, "bad.json"), "w") as f:
+        json.dump(bad, f)
+    sd = torch.load(os.path.join(tmp, "top2-shared.pt"))["model"]
+    del sd["cross_decoder.layers.1.ffn.experts.5.gate.weight"]
+    torch.save({"model": sd}, os.path.join(tmp, "bad.pt"))
+    expect_error(lambda: ty.export_checkpoint(os.path.join(tmp, "bad.pt"), os.path.join(tmp, "bad.json"),
+                                              os.path.join(tmp, "bad"), "f32", None), "missing expert tensor")
+    return worst
+
+
+def check_bundled_moe():
+    model_dir = os.path.join(ROOT, "models", "kjv-yoco-moe")
+    if not os.path.exists(os.path.join(model_dir, "params.json")):
+        print("  models/kjv-yoco-moe not present: skipped")
+        return
+    with open(os.path.join(model_dir, "params.json")) as f:
+        p = json.load(f)
+    assert p["n_experts"] > 0, p
+    stored = {k: tuple(v.shape) for k, v in cc.read_safetensors(os.path.join(model_dir, "model.safetensors")).items()}
+    assert stored == ty.moe_expected_shapes(p), sorted(set(stored) ^ set(ty.moe_expected_shapes(p)))[:5]
+    m64, _ = ty.load_model_dir(model_dir, dtype=torch.float64)  # strict: raises on a missing/extra tensor
+    with open(os.path.join(model_dir, "eval.json")) as f:
+        ev = json.load(f)
+    for w in ev["windows"][:2]:
+        s, c = ty.score_windows(m64, [w["tokens"]], "cpu")[0]
+        assert c == w["count"] and abs(s - w["sum_logprob"]) <= 1e-9 * abs(w["sum_logprob"]), (w["index"], s)
+    print(f"  models/kjv-yoco-moe: {len(stored)} tensors as specified, reload scores eval.json's windows 0-1")
+
+
 class Evil:
     def __reduce__(self):
         return (os.system, ("touch /tmp/convert_checkpoint_pwned",))
@@ -142,6 +250,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         print("training model vs tests/reference/yoco_ref.py:")
         worst = check_against_reference(tmp)
+        print("MoE FFN:")
+        check_moe(tmp)
+        check_bundled_moe()
         print("converter:")
         check_converter(tmp)
     print(f"OK (worst float64 difference {worst:.2e})")

@@ -2,10 +2,12 @@
 """Train the byte-level BPE tokenizer on the KJV training split.
 
     python3 tools/train/train_tokenizer.py --data /work/kjv-data --out /work/kjv-data/tokenizer \
-        [--vocab-size 4096]
+        [--vocab-size 4096] [--style gpt2|qwen]
 
-GPT-2 style: ByteLevel pre-tokenizer (GPT-2 regex, no prefix space) and decoder, BPE over the
-256 byte symbols, one special token <|endoftext|> (id 0) used as both BOS and EOS. Trained only on
+--style gpt2 (the default; kjv-yoco, kjv-yoco-u): ByteLevel pre-tokenizer (GPT-2 regex, no prefix
+space) and decoder. --style qwen (kjv-yoco-moe): Qwen2's layout: NFC normalizer, Split with Qwen's
+regex (Isolated) then ByteLevel(use_regex=false), ByteLevel decoder. Both: BPE over the 256 byte
+symbols, one special token <|endoftext|> (id 0) used as both BOS and EOS. Trained only on
 train.txt (the held-out books never influence it), one book per training "sequence", the same
 text the model sees. Deterministic: single-threaded (RAYON_NUM_THREADS=1 is set before the
 tokenizers package loads). Writes tokenizer.json and tokenizer_config.json.
@@ -21,19 +23,31 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kjv_data import EOS_TOKEN, read_books  # noqa: E402
 
+# Qwen2/2.5/3's split pattern, as their tokenizer.json spells it (Oniguruma syntax).
+QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="directory written by prepare_data.py")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--vocab-size", type=int, default=4096)
+    ap.add_argument("--style", choices=("gpt2", "qwen"), default="gpt2")
     args = ap.parse_args()
 
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     books = read_books(os.path.join(args.data, "train.txt"))
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if args.style == "qwen":
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=args.vocab_size,

@@ -30,6 +30,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 import time
 
@@ -56,7 +57,19 @@ PRESETS = {
                    vocab_size=4096, rope_theta=10000.0, norm_eps=1e-5, sliding_window=64, n_loops=3,
                    cross_decoder_rope=False, n_self_layers=2, gate_logit_normalizer=16.0, max_seq_len=4096,
                    tie_embeddings=True, arch="yoco"),
+    # YOCO-U with MoE FFNs: 8 routed experts of 176, top-2, and a shared expert of 352, so the
+    # active FFN width (2 * 176 + 352 = 704) equals yoco-u's hidden_dim (unused by any FFN here)
+    "yoco-u-moe": dict(dim=256, n_layers=4, hidden_dim=704, n_self_heads=4, n_attn_heads=4, n_attn_kv_heads=2,
+                       vocab_size=4096, rope_theta=10000.0, norm_eps=1e-5, sliding_window=64, n_loops=3,
+                       cross_decoder_rope=False, n_self_layers=2, gate_logit_normalizer=16.0, max_seq_len=4096,
+                       tie_embeddings=True, arch="yoco", n_experts=8, n_experts_per_token=2,
+                       expert_hidden_dim=176, shared_expert_hidden_dim=352, moe_norm_topk_prob=False),
 }
+# params.json keys of the MoE FFN (docs/design.md §2.1); absent = dense.
+MOE_KEYS = ("n_experts", "n_experts_per_token", "expert_hidden_dim", "shared_expert_hidden_dim", "moe_norm_topk_prob")
+ARCH_ARGS = ("dim", "n_layers", "hidden_dim", "n_self_heads", "n_attn_heads", "n_attn_kv_heads",
+             "sliding_window", "n_loops", "n_self_layers", "n_experts", "n_experts_per_token", "expert_hidden_dim",
+             "shared_expert_hidden_dim")
 
 
 # ===================================================================================== model
@@ -122,6 +135,85 @@ class FFN(nn.Module):
         return self.fc2(F.silu(self.fc1(x)) * self.gate(x))
 
 
+class MoEFFN(nn.Module):
+    """Mixture of SwiGLU experts (docs/design.md §2, MoE FFN): p = softmax(router x) over all E
+    experts in fp32 (or float64), the k largest chosen (ties towards the lower index), each
+    weighted by its p (divided by the chosen sum when norm_topk_prob), plus an always-on shared
+    expert. Each application also records the load-balancing term E * sum_e f_e P_e (f_e: the
+    fraction of the N*k assignments that went to e, P_e: the mean router probability of e),
+    which is 1 for uniform routing; YOCO.moe_aux_loss() collects them."""
+
+    def __init__(self, dim, n_experts, k, hidden, shared_hidden, norm_topk_prob):
+        super().__init__()
+        assert 1 <= k <= n_experts
+        self.k, self.norm_topk_prob = k, norm_topk_prob
+        self.router = nn.Linear(dim, n_experts, bias=False)
+        self.experts = nn.ModuleList(FFN(dim, hidden) for _ in range(n_experts))
+        self.shared = FFN(dim, shared_hidden) if shared_hidden else None
+        self.aux_terms = []
+        self.load = None  # f_e of the last application, for the log
+
+    def route(self, x):
+        """x [N, dim] -> (p [N, E], chosen [N, k] expert ids, w [N, k] weights), all >= fp32."""
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            logits = F.linear(at_least_fp32(x), at_least_fp32(self.router.weight))
+        p = torch.softmax(logits, dim=-1)
+        # a stable descending sort keeps equal probabilities in index order: ties go to the lower index
+        top, chosen = torch.sort(p, dim=-1, descending=True, stable=True)
+        w, chosen = top[:, :self.k], chosen[:, :self.k]
+        if self.norm_topk_prob:
+            w = w / w.sum(-1, keepdim=True)
+        return p, chosen, w
+
+    def forward(self, x):
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        p, chosen, w = self.route(x)
+        out = torch.zeros(x.shape, dtype=p.dtype, device=x.device)
+        for e, expert in enumerate(self.experts):
+            rows, slot = (chosen == e).nonzero(as_tuple=True)
+            if rows.numel():
+                out.index_add_(0, rows, expert(x[rows]).to(p.dtype) * w[rows, slot, None])
+        if self.shared is not None:
+            out = out + self.shared(x).to(p.dtype)
+        if self.training:
+            E = p.shape[-1]
+            f = torch.bincount(chosen.reshape(-1), minlength=E).to(p.dtype) / chosen.numel()
+            self.aux_terms.append(E * (f * p.mean(0)).sum())
+            self.load = f.detach()
+        return out.reshape(shape)
+
+
+def moe_ffn_plain(ffn, x):
+    """The MoE FFN one token at a time, straight from the definition (float64): the
+    equivalence oracle of MoEFFN (tools/train/test_train_model.py)."""
+    out = []
+    for t in x.reshape(-1, x.shape[-1]).double():
+        logits = [float(torch.dot(r.double(), t)) for r in ffn.router.weight]
+        m = max(logits)
+        ex = [math.exp(v - m) for v in logits]
+        p = [v / sum(ex) for v in ex]
+        order = sorted(range(len(p)), key=lambda e: (-p[e], e))[:ffn.k]
+        total = sum(p[e] for e in order) if ffn.norm_topk_prob else 1.0
+        y = torch.zeros_like(t)
+        for e in order:
+            ex_ = ffn.experts[e]
+            h = F.silu(ex_.fc1.weight.double() @ t) * (ex_.gate.weight.double() @ t)
+            y += (p[e] / total) * (ex_.fc2.weight.double() @ h)
+        if ffn.shared is not None:
+            s = ffn.shared
+            y += s.fc2.weight.double() @ (F.silu(s.fc1.weight.double() @ t) * (s.gate.weight.double() @ t))
+        out.append(y)
+    return torch.stack(out).reshape(x.shape)
+
+
+def make_ffn(p):
+    if p.get("n_experts", 0) > 0:
+        return MoEFFN(p["dim"], p["n_experts"], p["n_experts_per_token"], p["expert_hidden_dim"],
+                      p.get("shared_expert_hidden_dim", 0), p.get("moe_norm_topk_prob", False))
+    return FFN(p["dim"], p["hidden_dim"])
+
+
 class GatedRetention(nn.Module):
     def __init__(self, p):
         super().__init__()
@@ -182,7 +274,7 @@ class SelfBlock(nn.Module):
         self.mixer_layer_norm = RMSNorm(p["dim"], p["norm_eps"])
         self.mixer = GatedRetention(p) if p["sliding_window"] is None else SlidingWindowAttention(p)
         self.final_layer_norm = RMSNorm(p["dim"], p["norm_eps"])
-        self.ffn = FFN(p["dim"], p["hidden_dim"])
+        self.ffn = make_ffn(p)
 
     def forward(self, h, cos, sin):
         h = h + self.mixer(self.mixer_layer_norm(h), cos, sin)
@@ -226,7 +318,7 @@ class CrossBlock(nn.Module):
         self.mixer_layer_norm = RMSNorm(p["dim"], p["norm_eps"])
         self.mixer = CrossAttention(p)
         self.final_layer_norm = RMSNorm(p["dim"], p["norm_eps"])
-        self.ffn = FFN(p["dim"], p["hidden_dim"])
+        self.ffn = make_ffn(p)
 
     def forward(self, h, K, V, cos, sin):
         h = h + self.mixer(self.mixer_layer_norm(h), K, V, cos, sin)
@@ -279,6 +371,21 @@ class YOCO(nn.Module):
                 nn.init.normal_(w, std=std / math.sqrt(2 * depth))
             else:
                 nn.init.normal_(w, std=std)
+
+    def moe_aux_loss(self):
+        """The mean load-balancing term over every MoE FFN application since the last call
+        (None for a dense model); clears them."""
+        terms = []
+        for m in self.modules():
+            if isinstance(m, MoEFFN):
+                terms += m.aux_terms
+                m.aux_terms = []
+        return torch.stack(terms).mean() if terms else None
+
+    def expert_load(self):
+        """max_e f_e * E over the MoE layers' last applications (1 = perfectly balanced)."""
+        loads = [m.load for m in self.modules() if isinstance(m, MoEFFN) and m.load is not None]
+        return max(float(f.max()) * f.numel() for f in loads) if loads else None
 
     def forward(self, tokens):
         """tokens [B, T] -> logits [B, T, vocab]; positions 0..T-1."""
@@ -383,6 +490,84 @@ def load_model_dir(model_dir, dtype=torch.float64, device="cpu"):
     return model.to(device=device, dtype=dtype), p
 
 
+def moe_expected_shapes(p):
+    """docs/design.md §2.1's tensor names -> shapes for a model whose FFNs are all MoE: the dense
+    names with every block's ffn.{fc1,gate,fc2} replaced by ffn.router, ffn.experts.{e}.* and,
+    when shared_expert_hidden_dim > 0, ffn.shared.*."""
+    dim, E = p["dim"], p["n_experts"]
+    H, S = p["expert_hidden_dim"], p["shared_expert_hidden_dim"]
+    want = {}
+    for name, shape in convert_checkpoint.expected_shapes(p).items():
+        if not name.endswith(("ffn.fc1.weight", "ffn.gate.weight", "ffn.fc2.weight")):
+            want[name] = shape
+        elif name.endswith("ffn.fc1.weight"):
+            pre = name[: -len("fc1.weight")]
+            want[pre + "router.weight"] = (E, dim)
+            for branch, hidden in [(f"experts.{e}.", H) for e in range(E)] + ([("shared.", S)] if S else []):
+                want[pre + branch + "fc1.weight"] = (hidden, dim)
+                want[pre + branch + "gate.weight"] = (hidden, dim)
+                want[pre + branch + "fc2.weight"] = (dim, hidden)
+    return want
+
+
+def moe_params(raw):
+    """params.json of an MoE run with every key explicit (convert_checkpoint's for the rest)."""
+    p = convert_checkpoint.normalise_params({k: v for k, v in raw.items() if k not in MOE_KEYS}, False)
+
+    def positive(k, v, zero_ok=False):
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if zero_ok else 1):
+            raise convert_checkpoint.ConvertError(f"params.json: {k} must be a {'non-negative' if zero_ok else 'positive'}"
+                                                  f" integer, got {v!r}")
+        return v
+
+    p["n_experts"] = positive("n_experts", raw["n_experts"])
+    p["n_experts_per_token"] = positive("n_experts_per_token", raw["n_experts_per_token"])
+    if p["n_experts_per_token"] > p["n_experts"]:
+        raise convert_checkpoint.ConvertError("params.json: n_experts_per_token must be <= n_experts")
+    p["expert_hidden_dim"] = positive("expert_hidden_dim", raw["expert_hidden_dim"])
+    p["shared_expert_hidden_dim"] = positive("shared_expert_hidden_dim", raw.get("shared_expert_hidden_dim", 0), True)
+    if not isinstance(raw.get("moe_norm_topk_prob", False), bool):
+        raise convert_checkpoint.ConvertError("params.json: moe_norm_topk_prob must be true or false")
+    p["moe_norm_topk_prob"] = raw.get("moe_norm_topk_prob", False)
+    return p
+
+
+def export_checkpoint(ckpt, params_path, out_dir, dtype, tokenizer):
+    """WORK/ckpt.pt -> model directory. Dense: tools/convert_checkpoint.py. MoE: the same checks
+    (every tensor of moe_expected_shapes present with its shape, finite; nothing else) and the
+    same writer, with the MoE keys in params.json."""
+    with open(params_path) as f:
+        raw = json.load(f)
+    if not raw.get("n_experts"):
+        return convert_checkpoint.convert(ckpt, params_path, out_dir, dtype=dtype, tokenizer=tokenizer,
+                                          state_key="model")
+    p = moe_params(raw)
+    sd = convert_checkpoint.load_state_dict(ckpt, "model")
+    want = moe_expected_shapes(p)
+    missing, extra = sorted(set(want) - set(sd)), sorted(set(sd) - set(want))
+    if missing or extra:
+        raise convert_checkpoint.ConvertError(f"tensors missing: {missing[:5]}, not in the model: {extra[:5]}")
+    tensors = {}
+    for name, shape in want.items():
+        t = sd[name]
+        if tuple(t.shape) != shape:
+            raise convert_checkpoint.ConvertError(f"{name}: shape {tuple(t.shape)}, expected {shape}")
+        if not bool(torch.isfinite(t.float()).all()):
+            raise convert_checkpoint.ConvertError(f"{name}: has non-finite values")
+        tensors[name] = t.detach().to(convert_checkpoint.OUT_DTYPES[dtype]).contiguous()
+    os.makedirs(out_dir, exist_ok=True)
+    convert_checkpoint.write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors, {"format": "pt"})
+    with open(os.path.join(out_dir, "params.json"), "w") as f:
+        json.dump(p, f, indent=2)
+        f.write("\n")
+    for fn in ("tokenizer.json", "tokenizer_config.json"):
+        if tokenizer and os.path.exists(os.path.join(tokenizer, fn)):
+            shutil.copyfile(os.path.join(tokenizer, fn), os.path.join(out_dir, fn))
+    print(f"wrote {out_dir}: {len(tensors)} tensors, {sum(t.numel() for t in tensors.values()):,} parameters",
+          flush=True)
+    return tensors, p
+
+
 def save_atomic(obj, path):
     tmp = path + ".tmp"
     torch.save(obj, tmp)
@@ -427,10 +612,16 @@ def cmd_train(args):
     ckpt_path = os.path.join(args.work, "ckpt.pt")
     tok = load_tokenizer(args.tokenizer)
     p = dict(PRESETS[args.preset])
-    for k in ("dim", "n_layers", "hidden_dim", "n_self_heads", "n_attn_heads", "n_attn_kv_heads",
-              "sliding_window", "n_loops", "n_self_layers"):
+    for k in ARCH_ARGS:
         if getattr(args, k, None) is not None:
             p[k] = getattr(args, k)
+    if args.moe_norm_topk_prob is not None:
+        p["moe_norm_topk_prob"] = args.moe_norm_topk_prob == "true"
+    if p.get("n_experts", 0) > 0:
+        for k in MOE_KEYS:
+            p.setdefault(k, {"shared_expert_hidden_dim": 0, "moe_norm_topk_prob": False}.get(k))
+            if p[k] is None:
+                raise SystemExit(f"--n-experts needs --{k.replace('_', '-')}")
     if args.n_self_layers is None:
         p["n_self_layers"] = p["n_layers"] // 2
     p["vocab_size"] = tok.get_vocab_size()
@@ -440,8 +631,8 @@ def cmd_train(args):
         if ck["meta"]["params"] != p:
             raise SystemExit(f"{ckpt_path} was trained with other params: {ck['meta']['params']} vs {p}")
         saved = ck["meta"]["train_args"]
-        for k in ("seed", "batch", "seq_len", "steps", "lr", "warmup", "min_lr_frac", "weight_decay"):
-            if saved[k] != getattr(args, k):
+        for k in ("seed", "batch", "seq_len", "steps", "lr", "warmup", "min_lr_frac", "weight_decay", "aux_loss_coef"):
+            if saved.get(k, 0.01 if k == "aux_loss_coef" else None) != getattr(args, k):
                 raise SystemExit(f"{ckpt_path}: resuming needs --{k.replace('_', '-')} {saved[k]}")
 
     torch.manual_seed(args.seed)
@@ -476,7 +667,7 @@ def cmd_train(args):
     def save():
         save_checkpoint(ckpt_path, model, opt, step, p, args)
 
-    t0, tok_done, loss_acc, n_acc = time.time(), 0, 0.0, 0
+    t0, tok_done, loss_acc, aux_acc, n_acc = time.time(), 0, 0.0, 0.0, 0
     model.train()
     stop = args.steps if args.stop_after is None else min(args.steps, step + args.stop_after)
     while step < stop:
@@ -487,22 +678,27 @@ def cmd_train(args):
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=args.amp == "bf16"):
             logits = model(x)
         loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), y.reshape(-1))
+        aux = model.moe_aux_loss()
+        total = loss if aux is None else loss + args.aux_loss_coef * aux
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        total.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         step += 1
         tok_done += x.numel()
         loss_acc += loss.item()
+        aux_acc += 0.0 if aux is None else aux.item()
         n_acc += 1
         if step % args.log_every == 0 or step == args.steps:
             dt = time.time() - t0
             rec = {"step": step, "loss": loss_acc / n_acc, "lr": lr_at(step - 1, args), "gnorm": float(gnorm),
                    "tok_s": tok_done / dt, "epoch": batches.epochs(step), "elapsed_s": dt}
+            if aux is not None:  # the balance term (1 = uniform) and the busiest expert's share x E
+                rec["aux"], rec["max_load"] = aux_acc / n_acc, model.expert_load()
             print(json.dumps(rec), flush=True)
             log.write(json.dumps(rec) + "\n")
             log.flush()
-            loss_acc, n_acc = 0.0, 0
+            loss_acc, aux_acc, n_acc = 0.0, 0.0, 0
         if step % args.eval_every == 0 or step == args.steps:
             ppl, _, _ = perplexity(score_windows(model, val_w, device))
             model.train()
@@ -562,7 +758,7 @@ def cmd_export(args):
     ck_args = load_checkpoint(ckpt)["meta"]["train_args"]
     tokdir = args.tokenizer or ck_args["tokenizer"]
     data = args.data or ck_args["data"]
-    convert_checkpoint.convert(ckpt, params, args.out, dtype=args.dtype, tokenizer=tokdir, state_key="model")
+    export_checkpoint(ckpt, params, args.out, args.dtype, tokdir)
     write_eval(args.out, data, args.window, args.threads)
     return 0
 
@@ -580,9 +776,12 @@ def main():
     t.add_argument("--tokenizer", required=True)
     t.add_argument("--work", required=True, help="checkpoint + log directory (resumes from ckpt.pt)")
     t.add_argument("--preset", choices=sorted(PRESETS), default="yoco")
-    for k in ("dim", "n_layers", "hidden_dim", "n_self_heads", "n_attn_heads", "n_attn_kv_heads",
-              "sliding_window", "n_loops", "n_self_layers"):
+    for k in ARCH_ARGS:
         t.add_argument("--" + k.replace("_", "-"), dest=k, type=int)
+    t.add_argument("--moe-norm-topk-prob", choices=("true", "false"),
+                   help="divide the chosen experts' weights by their sum (default: the preset's, false)")
+    t.add_argument("--aux-loss-coef", type=float, default=0.01,
+                   help="weight of the MoE load-balancing loss E * sum_e f_e P_e (ignored when dense)")
     t.add_argument("--steps", type=int, default=3000)
     t.add_argument("--batch", type=int, default=16)
     t.add_argument("--seq-len", type=int, default=256)
