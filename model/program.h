@@ -42,6 +42,7 @@
 
 #include <concepts>
 #include <string>
+#include <utility>
 
 #include "common/status.h"
 #include "model/config.h"
@@ -120,6 +121,13 @@ struct Pass {
   static Pass forward() { return {true, true, true, true, true}; }
 };
 
+// An MoE's routing for the bound rows: probs [rows, E] (softmax of the router logits), experts
+// [rows, k] (the chosen expert indices as values, best first) and weights [rows, k].
+template <class T>
+struct Routing {
+  T probs, experts, weights;
+};
+
 // The backend interface of the header comment, checked by the compiler: each backend
 // static_asserts it (model/cpu_backend.cc, model/cuda/backend.cc), and every stage below takes
 // only a Backend, so an op missing or mistyped in one backend is an error naming the op here.
@@ -147,6 +155,8 @@ concept Backend = requires(B& be, const B& cbe, const Site& at, const typename B
   be.write_kv(at, t, t);
   { be.attention(at, t) } -> std::same_as<typename B::Tensor>;
   { be.swiglu(t) } -> std::same_as<typename B::Tensor>;
+  { be.route(at, t) } -> std::same_as<Routing<typename B::Tensor>>;
+  be.add_experts(at, t, std::declval<const Routing<typename B::Tensor>&>());
   { cbe.tracing() } -> std::convertible_to<bool>;
   be.trace(name, t);
 };
@@ -244,17 +254,10 @@ typename B::Tensor own_attention_mixer(B& be, const Site& at, const typename B::
   return o;
 }
 
-// An MoE's routing for the bound rows: probs [rows, E] (softmax of the router logits), experts
-// [rows, k] (the chosen expert indices as values, best first) and weights [rows, k].
-template <class T>
-struct Routing {
-  T probs, experts, weights;
-};
-
 // The mixture-of-experts FFN (docs/design.md §2.2): h += SwiGLU_shared(x) (when there is a shared
 // expert), then h += Σ_chosen w_e · SwiGLU_e(x). The router is replicated under tensor
 // parallelism, so every rank routes alike.
-template <class B>
+template <Backend B>
 void moe_ffn(B& be, const Site& at, const typename B::Tensor& x) {
   const auto logits = be.project(at, Matrix::kRouter, x);
   trace(be, at, "router_logits", logits);

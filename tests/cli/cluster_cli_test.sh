@@ -2,10 +2,13 @@
 # yoco-cli against a running yoco.v1 server (the router, with or without prefill workers): generate with
 # text and token prompts (streamed and --json), score, tokenize/detokenize, info, bad requests
 # that must fail with INVALID_ARGUMENT, and a small open-loop bench with no errors.
-# Usage: cluster_cli_test.sh HOST:PORT path/to/yoco-cli
+# Usage: cluster_cli_test.sh HOST:PORT path/to/yoco-cli [DOCUMENTS]
+# DOCUMENTS (1 by default): the cluster has prefill workers, so it caches documents; 0 (colocated):
+# a trace naming a document fails with FAILED_PRECONDITION instead.
 set -euo pipefail
 ROUTER=$1
 CLI=$2
+DOCUMENTS=${3:-1}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 py() { python3 -c "$@"; }
 cli() { "$CLI" "$1" --router "$ROUTER" "${@:2}"; }
@@ -95,6 +98,10 @@ assert d["ttft_ms"]["p50"] > 0 and d["e2e_ms"]["p99"] >= d["e2e_ms"]["p50"], d
 trace=$(mktemp)
 trap 'rm -f "$trace"' EXIT
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens,DocumentId,DocumentTokens\n0,12,3,,\n0.05,40,5,d1,32\n0.1,36,2,d1,32\n0.2,20,4,,\n' >"$trace"
+if [[ $DOCUMENTS == 0 ]]; then
+  expect_error "FAILED_PRECONDITION" bench --trace "$trace" --seed 2
+  printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n0,12,3\n0.05,40,5\n0.1,36,2\n0.2,20,4\n' >"$trace"
+fi
 bench=$(cli bench --trace "$trace" --seed 2 --json)
 py '
 import json, sys

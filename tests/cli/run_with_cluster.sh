@@ -32,7 +32,7 @@ for ((i = 0; i < 1200; i++)); do
   sleep 0.1
 done
 router=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["router"]["grpc"])' "$state/cluster.json")
-"$SRC/tests/cli/cluster_cli_test.sh" "$router" "$CLI"
+"$SRC/tests/cli/cluster_cli_test.sh" "$router" "$CLI" "$((PREFILL > 0 ? 1 : 0))"
 if (( PREFILL == 0 )); then
   set +e
   err=$("$CLI" cache-doc --router "$router" --tokens 1,2,3 2>&1 >/dev/null)
