@@ -12,6 +12,10 @@
 
 namespace yoco {
 
+// The flags the functions below read (--preset, its overrides, both modes' flags), declared once;
+// engine_bench's own table adds them.
+FlagTable bench_mode_flags();
+
 // --preset NAME with --transformer, --loops T, --nope applied (the weights are random anyway).
 Result<ModelConfig> preset_config(const Flags& f);
 // A name suffix telling the overridden configs apart ("" without overrides).

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -246,56 +247,46 @@ DecodeBytes decode_bytes(const ModelConfig& c, int batch, int64_t context) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto f = Flags::parse(
-      argc, argv, 1,
-      {"model", "preset", "prefill-lens", "chunk-tokens", "decode-batches", "decode-contexts", "decode-steps",
-       "repeats", "peak-gbps", "device", "seed", "compare-prefill", "compare-lens", "json", "loops"},
-      {"json"});
-  if (!f.ok()) return die(f.status());
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  Flags f("cuda_engine_bench", "GPU engine benchmark: prefill TFLOP/s, decode step time against the bytes roofline",
+          {flag::str("model", "model directory uploaded from the CPU loader (instead of --preset)"),
+           flag::str("preset", "model preset, random weights generated on the device", "yoco-3b"),
+           flag::optional_integer("loops", "with --preset: self-decoder loops T (YOCO presets only)", 1, 1024),
+           flag::int_list("prefill-lens", "prompt lengths timed for prefill", 1, kMax, "1024,4096,16384"),
+           flag::integer("chunk-tokens", "prefill chunk size in tokens", 4096, 1, kMax),
+           flag::int_list("decode-batches", "batch sizes timed for decode", 1, 1 << 20, "1,8,16,32,64"),
+           flag::int_list("decode-contexts", "context lengths timed for decode", 1, kMax, "1024,8192"),
+           flag::integer("decode-steps", "timed decode steps per batch and context", 16, 1, kMax),
+           flag::integer("repeats", "timed prefills per length (after one warm-up), best kept", 3, 1, 1 << 20),
+           flag::number("peak-gbps", "the device's memory bandwidth for the roofline, GB/s", 3350, 0, 1e6),
+           flag::integer("device", "CUDA device", 0, 0, 1024),
+           flag::integer("seed", "seed of the random weights", 1, 0, std::numeric_limits<int64_t>::max()),
+           flag::str("compare-prefill", "two presets (YOCO,Transformer): compare their prefill and exit"),
+           flag::int_list("compare-lens", "--compare-prefill's prompt lengths", 1, kMax, "4096,16384,65536,262144"),
+           flag::boolean("json", "also print one JSON line per table row")});
+  if (Status s = f.parse(argc, argv, 1); !s.ok()) return die(s);
   if (cuda::device_count() == 0) {
     std::fprintf(stderr, "cuda_engine_bench: no CUDA device\n");
     return 1;
   }
-  auto lens = f->has("prefill-lens") ? f->get_int_list("prefill-lens")
-                                     : Result<std::vector<int64_t>>(std::vector<int64_t>{1024, 4096, 16384});
-  auto batches = f->has("decode-batches") ? f->get_int_list("decode-batches")
-                                          : Result<std::vector<int64_t>>(std::vector<int64_t>{1, 8, 16, 32, 64});
-  auto contexts = f->has("decode-contexts") ? f->get_int_list("decode-contexts")
-                                            : Result<std::vector<int64_t>>(std::vector<int64_t>{1024, 8192});
-  auto chunk = f->get_int("chunk-tokens", 4096);
-  auto steps = f->get_int("decode-steps", 16);
-  auto repeats = f->get_int("repeats", 3);
-  auto peak = f->get_double("peak-gbps", 3350);
-  auto device = f->get_int("device", 0);
-  auto seed = f->get_int("seed", 1);
-  for (const Status* s : {&lens.status(), &batches.status(), &contexts.status(), &chunk.status(), &steps.status(),
-                          &repeats.status(), &peak.status(), &device.status(), &seed.status()})
-    if (!s->ok()) return die(*s);
-  if (chunk.value() <= 0 || steps.value() <= 0 || repeats.value() <= 0)
-    return die(invalid_argument("--chunk-tokens, --decode-steps and --repeats must be > 0"));
-  for (const auto* list : {&lens.value(), &batches.value(), &contexts.value()})
-    for (int64_t v : *list)
-      if (v <= 0) return die(invalid_argument("lengths, batches and contexts must be > 0"));
+  const std::vector<int64_t> lens = f.int_list("prefill-lens"), batches = f.int_list("decode-batches"),
+                             contexts = f.int_list("decode-contexts");
+  const int64_t chunk = f.integer("chunk-tokens"), steps = f.integer("decode-steps"), repeats = f.integer("repeats");
+  const int64_t device = f.integer("device"), seed = f.integer("seed");
+  const double peak = f.number("peak-gbps");
 
-  if (f->has("compare-prefill")) {
-    auto clens = f->has("compare-lens")
-                     ? f->get_int_list("compare-lens")
-                     : Result<std::vector<int64_t>>(std::vector<int64_t>{4096, 16384, 65536, 262144});
-    if (!clens.ok()) return die(clens.status());
-    for (int64_t v : *clens)
-      if (v <= 0) return die(invalid_argument("--compare-lens must be > 0"));
-    return compare_prefill(f->get("compare-prefill"), *clens, static_cast<int>(chunk.value()),
-                           static_cast<int>(device.value()), f->get_bool("json"));
-  }
-  const int64_t max_len = *std::max_element(lens->begin(), lens->end());
-  const int64_t max_ctx = *std::max_element(contexts->begin(), contexts->end());
-  const int64_t max_batch = *std::max_element(batches->begin(), batches->end());
-  const int64_t extra = 2 + steps.value();  // warm-up + timed steps past the context
+  if (f.has("compare-prefill"))
+    return compare_prefill(f.str("compare-prefill"), f.int_list("compare-lens"), static_cast<int>(chunk),
+                           static_cast<int>(device), f.boolean("json"));
+  const int64_t max_len = *std::max_element(lens.begin(), lens.end());
+  const int64_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
+  const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
+  const int64_t extra = 2 + steps;  // warm-up + timed steps past the context
   CudaEngineOptions opt;
-  opt.device = static_cast<int>(device.value());
+  opt.device = static_cast<int>(device);
   opt.max_batch = static_cast<int>(max_batch);
   opt.max_sequences = static_cast<int>(max_batch) + 1;
-  opt.max_chunk_tokens = static_cast<int>(chunk.value());
+  opt.max_chunk_tokens = static_cast<int>(chunk);
   opt.max_context = std::max(max_len, max_ctx + extra);
   opt.kv_block_size = 64;
   const int64_t per_seq = (max_ctx + extra + opt.kv_block_size - 1) / opt.kv_block_size;
@@ -305,23 +296,21 @@ int main(int argc, char** argv) {
   std::unique_ptr<Model> host_model;
   Result<std::unique_ptr<CudaEngine>> eng = internal_error("unset");
   std::string name;
-  if (f->has("model")) {
-    name = f->get("model");
+  if (f.has("model")) {
+    name = f.str("model");
     auto m = Model::load(name);
     if (!m.ok()) return die(m.status());
     host_model = std::move(m).value();
     eng = CudaEngine::create(*host_model, opt);
   } else {
-    name = f->get("preset", "yoco-3b");
+    name = f.str("preset");
     auto cfg = find_preset(name);
     if (!cfg.ok()) return die(cfg.status());
-    if (f->has("loops")) {
-      auto loops = f->get_int("loops", 1);
-      if (!loops.ok()) return die(loops.status());
-      if (loops.value() <= 0 || cfg->is_transformer()) return die(invalid_argument("--loops: > 0, YOCO presets only"));
-      cfg->n_loops = static_cast<int>(loops.value());
+    if (f.has("loops")) {
+      if (cfg->is_transformer()) return die(invalid_argument("--loops: YOCO presets only"));
+      cfg->n_loops = static_cast<int>(f.integer("loops"));
     }
-    eng = CudaEngine::create_random(cfg.value(), static_cast<uint64_t>(seed.value()), opt);
+    eng = CudaEngine::create_random(cfg.value(), static_cast<uint64_t>(seed), opt);
   }
   if (!eng.ok()) return die(eng.status());
   CudaEngine& e = **eng;
@@ -337,7 +326,7 @@ int main(int argc, char** argv) {
 
   // --- prefill ---------------------------------------------------------------------------------
   std::printf("prefill (self-decoder + global K/V, early exit; calls of %lld tokens, retention chunk %d)\n",
-              static_cast<long long>(chunk.value()), opt.retention_chunk);
+              static_cast<long long>(chunk), opt.retention_chunk);
   std::printf(
       "  FLOPs = n * [Ls*T*(2*D*P + 2*D^2 + 6*D*H) + 4*D*KV]   (projections, FFN, global K/V; P = q|k|v(|g|gt) "
       "rows)\n");
@@ -346,23 +335,23 @@ int main(int argc, char** argv) {
                   ? "Ls*T*Hs*4*hd*sum_p min(p+1, W)   (SWA: q.k and p.v over the window)"
                   : "Ls*T*Hs*sum_chunks (4*C^2*hd + 4*C*hd^2)   (chunkwise gRet as executed, C x C blocks whole)");
   std::printf("  %8s %10s %12s %10s %10s %10s\n", "tokens", "ms", "tokens/s", "TFLOP", "TFLOP/s", "mixer %");
-  for (int64_t n : lens.value()) {
+  for (int64_t n : lens) {
     const auto toks = random_tokens(n, V, static_cast<uint32_t>(n));
     double best = 1e30;
-    for (int r = 0; r <= repeats.value(); ++r) {  // r = 0: warm-up
+    for (int r = 0; r <= repeats; ++r) {  // r = 0: warm-up
       auto id = e.new_sequence();
       if (!id.ok()) return die(id.status());
       const auto t0 = clock_type::now();
-      if (Status s = e.prefill(id.value(), toks, static_cast<int>(chunk.value())); !s.ok()) return die(s);
+      if (Status s = e.prefill(id.value(), toks, static_cast<int>(chunk)); !s.ok()) return die(s);
       const double t = seconds_since(t0);
       if (r > 0) best = std::min(best, t);
       if (Status s = e.release(id.value()); !s.ok()) return die(s);
     }
-    const PrefillFlops fl = prefill_flops(c, n, static_cast<int>(chunk.value()), opt.retention_chunk);
+    const PrefillFlops fl = prefill_flops(c, n, static_cast<int>(chunk), opt.retention_chunk);
     const double total = fl.proj + fl.mixer;
     std::printf("  %8lld %10.2f %12.0f %10.3f %10.1f %10.1f\n", static_cast<long long>(n), best * 1e3, n / best,
                 total / 1e12, total / best / 1e12, 100 * fl.mixer / total);
-    if (f->get_bool("json")) {
+    if (f.boolean("json")) {
       Json::Object o;
       o["op"] = Json("prefill");
       o["tokens"] = Json(n);
@@ -379,19 +368,19 @@ int main(int argc, char** argv) {
   std::printf("\ndecode step (self-decoder step + 1 K/V row + cross-decoder + output head; equal contexts)\n");
   std::printf("  bytes = weights (bf16, self-decoder once per loop) + B*(ctx+1)*2*KV*4 (fp32 K/V read)\n");
   std::printf("        + B*Ls*T*%s; roofline = bytes / %.0f GB/s\n\n",
-              c.is_swa() ? "2*min(ctx+1,W)*D*4 (window read)" : "2*Hs*hd^2*4 (S read + write)", peak.value());
+              c.is_swa() ? "2*min(ctx+1,W)*D*4 (window read)" : "2*Hs*hd^2*4 (S read + write)", peak);
   std::printf("  %6s %8s %10s %12s %10s %10s %10s %12s %10s\n", "batch", "context", "ms/step", "tokens/s", "weights MB",
               "KV MB", "state MB", "roofline ms", "% roof");
-  for (int64_t ctx : contexts.value()) {
+  for (int64_t ctx : contexts) {
     // One sequence prefilled to ctx, then copied: download once, upload per batch slot.
     auto base_id = e.new_sequence();
     if (!base_id.ok()) return die(base_id.status());
-    if (Status s = e.prefill(base_id.value(), random_tokens(ctx, V, 7), static_cast<int>(chunk.value())); !s.ok())
+    if (Status s = e.prefill(base_id.value(), random_tokens(ctx, V, 7), static_cast<int>(chunk)); !s.ok())
       return die(s);
     SequenceState base;
     if (Status s = e.download(base_id.value(), base); !s.ok()) return die(s);
     if (Status s = e.release(base_id.value()); !s.ok()) return die(s);
-    for (int64_t b : batches.value()) {
+    for (int64_t b : batches) {
       std::vector<CudaEngine::SeqId> ids;
       for (int64_t i = 0; i < b; ++i) {
         auto id = e.upload(base);
@@ -402,16 +391,16 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < b; ++i) toks[i] = static_cast<int32_t>((i * 131 + 7) % V);
       if (Status s = e.decode_step(ids, toks, nullptr); !s.ok()) return die(s);  // warm-up
       const auto t0 = clock_type::now();
-      for (int64_t st = 0; st < steps.value(); ++st)
+      for (int64_t st = 0; st < steps; ++st)
         if (Status s = e.decode_step(ids, toks, nullptr); !s.ok()) return die(s);
-      const double t = seconds_since(t0) / steps.value();
-      const DecodeBytes by = decode_bytes(c, static_cast<int>(b), ctx + 1 + steps.value() / 2);
+      const double t = seconds_since(t0) / steps;
+      const DecodeBytes by = decode_bytes(c, static_cast<int>(b), ctx + 1 + steps / 2);
       const double bytes = by.weights + by.kv + by.state;
-      const double roof = bytes / (peak.value() * 1e9);
+      const double roof = bytes / (peak * 1e9);
       std::printf("  %6lld %8lld %10.3f %12.0f %10.1f %10.1f %10.1f %12.3f %10.1f\n", static_cast<long long>(b),
                   static_cast<long long>(ctx), t * 1e3, b / t, by.weights / 1e6, by.kv / 1e6, by.state / 1e6,
                   roof * 1e3, 100 * roof / t);
-      if (f->get_bool("json")) {
+      if (f.boolean("json")) {
         Json::Object o;
         o["op"] = Json("decode");
         o["batch"] = Json(b);

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -118,64 +119,58 @@ int die(const Status& s) {
   return 2;
 }
 
+FlagTable engine_bench_flags() {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  FlagTable t = {
+      flag::str("model", "model directory to load (default: random weights of --preset)"),
+      flag::integer("threads", "CPU threads (0: the runtime's default)", 0, 0, 4096),
+      flag::int_list("prefill-lens", "prompt lengths timed for prefill (--trace-out: the first, default 64)", 1, kMax,
+                     "1024,4096"),
+      flag::int_list("decode-batches", "batch sizes timed for decode", 1, 1 << 20, "1,8,32"),
+      flag::integer("decode-context", "context length of every decoding sequence", 512, 1, kMax),
+      flag::integer("decode-steps", "timed decode steps per batch", 16, 1, kMax),
+      flag::integer("repeats", "prefill runs per length below 16384 tokens, best kept", 3, 1, 1 << 20),
+      flag::boolean("json", "print JSON instead of a table"),
+      flag::integer("chunk-tokens", "prefill chunk size in tokens", PrefillOptions{}.chunk_tokens, 1, kMax),
+      flag::str("write-model", "with --preset: only write the random model to this directory"),
+      flag::boolean("describe", "with --preset: only print the config and its KV bytes per token (JSON)"),
+      flag::str("dtype", "weights held as fp32 or bf16", "fp32"),
+      flag::str("trace-out", "write every named intermediate of one prefill + one decode step to this file"),
+  };
+  for (FlagSpec& s : bench_mode_flags()) t.push_back(std::move(s));
+  return t;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto f = Flags::parse(argc, argv, 1,
-                        {"model",
-                         "preset",
-                         "threads",
-                         "prefill-lens",
-                         "decode-batches",
-                         "decode-context",
-                         "decode-steps",
-                         "repeats",
-                         "json",
-                         "chunk-tokens",
-                         "transformer",
-                         "loops",
-                         "nope",
-                         "write-model",
-                         "describe",
-                         "memory-context",
-                         "memory-prefill",
-                         "block-size",
-                         "throughput-context",
-                         "generate",
-                         "memory-budget-mb",
-                         "max-batch",
-                         "dtype",
-                         "trace-out"},
-                        {"json", "transformer", "nope", "describe"});
-  if (!f.ok()) return die(f.status());
-  auto threads = f->get_int("threads", 0);
-  if (!threads.ok()) return die(threads.status());
-  cpu::set_num_threads(static_cast<int>(threads.value()));
+  Flags f("engine_bench", "CPU engine benchmark: prefill and decode tokens/s, peak RSS, KV bytes per token",
+          engine_bench_flags());
+  if (Status s = f.parse(argc, argv, 1); !s.ok()) return die(s);
+  cpu::set_num_threads(static_cast<int>(f.integer("threads")));
 
-  std::string dir = f->get("model");
+  std::string dir = f.str("model");
   if (dir.empty()) {
-    auto cfg = preset_config(f.value());
+    auto cfg = preset_config(f);
     if (!cfg.ok()) return die(cfg.status());
-    if (f->get_bool("describe")) {
-      std::cout << describe_config(f->get("preset", "small-gret"), cfg.value()).dump() << "\n";
+    if (f.boolean("describe")) {
+      std::cout << describe_config(f.str("preset"), cfg.value()).dump() << "\n";
       return 0;
     }
-    dir = f->get("write-model", "/tmp/yoco-bench-" + f->get("preset", "small-gret") + config_suffix(f.value()));
+    dir = f.has("write-model") ? f.str("write-model") : "/tmp/yoco-bench-" + f.str("preset") + config_suffix(f);
     if (Status s = write_random_model(dir, cfg.value(), 1, DType::kBF16); !s.ok()) return die(s);
-    if (f->has("write-model")) return 0;
+    if (f.has("write-model")) return 0;
   }
   auto m = Model::load(dir);
   if (!m.ok()) return die(m.status());
-  if (Status s = apply_dtype_flag(**m, f->get("dtype", "fp32"), -1); !s.ok()) return die(s);
+  if (Status s = apply_dtype_flag(**m, f.str("dtype"), -1); !s.ok()) return die(s);
   const Model& model = **m;
   const ModelConfig& c = model.config();
 
   PrefillOptions popt;
-  auto chunk = f->get_int("chunk-tokens", popt.chunk_tokens);
-  if (!chunk.ok()) return die(chunk.status());
-  popt.chunk_tokens = static_cast<int>(chunk.value());
-  if (f->has("memory-context") || f->has("throughput-context")) {
-    auto out = f->has("memory-context") ? memory_mode(model, f.value(), popt) : throughput_mode(model, f.value(), popt);
+  popt.chunk_tokens = static_cast<int>(f.integer("chunk-tokens"));
+  if (f.has("memory-context") || f.has("throughput-context")) {
+    auto out = f.has("memory-context") ? memory_mode(model, f, popt) : throughput_mode(model, f, popt);
     if (!out.ok()) return die(out.status());
     Json::Object& o = out->mutable_object();
     o["model"] = Json(dir);
@@ -183,11 +178,10 @@ int main(int argc, char** argv) {
     std::cout << out->dump() << "\n";
     return 0;
   }
-  if (f->has("trace-out")) {
-    auto lens = f->has("prefill-lens") ? f->get_int_list("prefill-lens")
-                                       : Result<std::vector<int64_t>>(std::vector<int64_t>{64});
-    if (!lens.ok() || lens->empty()) return die(lens.ok() ? invalid_argument("--prefill-lens: empty") : lens.status());
-    const auto toks = random_tokens(static_cast<int>(lens->front()), c.vocab_size, 11);
+  if (f.has("trace-out")) {
+    const std::vector<int64_t> lens = f.has("prefill-lens") ? f.int_list("prefill-lens") : std::vector<int64_t>{64};
+    if (lens.empty()) return die(invalid_argument("--prefill-lens: empty"));
+    const auto toks = random_tokens(static_cast<int>(lens.front()), c.vocab_size, 11);
     bench::TraceFile trace;
     {
       TraceScope scope(trace.sink());
@@ -199,27 +193,19 @@ int main(int argc, char** argv) {
       if (Status s = model.logits(one, logits.data()); !s.ok()) return die(s);
       if (Status s = model.decode_step(one, next, logits.data()); !s.ok()) return die(s);
     }
-    if (Status s = trace.write(f->get("trace-out")); !s.ok()) return die(s);
+    if (Status s = trace.write(f.str("trace-out")); !s.ok()) return die(s);
     std::printf("%zu named intermediates of %lld tokens + 1 step -> %s\n", trace.names(),
-                static_cast<long long>(lens->front()), f->get("trace-out").c_str());
+                static_cast<long long>(lens.front()), f.str("trace-out").c_str());
     return 0;
   }
-  auto repeats = f->get_int("repeats", 3);
-  if (!repeats.ok()) return die(repeats.status());
-  auto lens = f->has("prefill-lens") ? f->get_int_list("prefill-lens")
-                                     : Result<std::vector<int64_t>>(std::vector<int64_t>{1024, 4096});
-  auto batches = f->has("decode-batches") ? f->get_int_list("decode-batches")
-                                          : Result<std::vector<int64_t>>(std::vector<int64_t>{1, 8, 32});
-  auto ctx = f->get_int("decode-context", 512);
-  auto steps = f->get_int("decode-steps", 16);
-  for (const Status* s : {&lens.status(), &batches.status(), &ctx.status(), &steps.status()})
-    if (!s->ok()) return die(*s);
+  const int64_t repeats = f.integer("repeats"), ctx = f.integer("decode-context"), steps = f.integer("decode-steps");
+  const std::vector<int64_t> lens = f.int_list("prefill-lens"), batches = f.int_list("decode-batches");
 
   Json::Array prefill_rows, decode_rows;
-  for (int64_t n : lens.value()) {
+  for (int64_t n : lens) {
     const auto toks = random_tokens(static_cast<int>(n), c.vocab_size, static_cast<uint32_t>(n));
     // Long prompts are timed once; short ones take the best of `repeats`.
-    const int reps = n >= 16384 ? 1 : static_cast<int>(repeats.value());
+    const int reps = n >= 16384 ? 1 : static_cast<int>(repeats);
     double best = 1e30;
     int64_t state_bytes = 0, kv_bytes = 0;
     for (int r = 0; r < reps; ++r) {
@@ -244,9 +230,9 @@ int main(int argc, char** argv) {
   }
   // One context prefilled once, then cloned: the batch decodes sequences of equal length.
   SequenceState base = model.new_sequence();
-  if (Status s = model.prefill(base, random_tokens(static_cast<int>(ctx.value()), c.vocab_size, 7), popt); !s.ok())
+  if (Status s = model.prefill(base, random_tokens(static_cast<int>(ctx), c.vocab_size, 7), popt); !s.ok())
     return die(s);
-  for (int64_t b : batches.value()) {
+  for (int64_t b : batches) {
     std::vector<SequenceState> seqs(b, base);
     std::vector<SequenceState*> ptrs;
     for (auto& s : seqs) ptrs.push_back(&s);
@@ -255,7 +241,7 @@ int main(int argc, char** argv) {
     if (Status s = model.decode_step(ptrs, next, logits.data()); !s.ok()) return die(s);  // warm-up
     auto t0 = clock_type::now();
     const double cpu0 = process_cpu_seconds();
-    for (int64_t i = 0; i < steps.value(); ++i) {
+    for (int64_t i = 0; i < steps; ++i) {
       for (int64_t j = 0; j < b; ++j) next[j] = static_cast<int32_t>((i * 131 + j) % c.vocab_size);
       if (Status s = model.decode_step(ptrs, next, logits.data()); !s.ok()) return die(s);
     }
@@ -263,12 +249,12 @@ int main(int argc, char** argv) {
     const double cpu_sec = process_cpu_seconds() - cpu0;
     Json::Object row;
     row["batch"] = Json(b);
-    row["context"] = Json(ctx.value());
-    row["steps"] = Json(steps.value());
+    row["context"] = Json(ctx);
+    row["steps"] = Json(steps);
     row["seconds"] = Json(sec);
-    row["tokens_per_s"] = Json(static_cast<double>(b * steps.value()) / sec);
-    row["ms_per_step"] = Json(sec * 1e3 / static_cast<double>(steps.value()));
-    row["cpu_ms_per_step"] = Json(cpu_sec * 1e3 / static_cast<double>(steps.value()));
+    row["tokens_per_s"] = Json(static_cast<double>(b * steps) / sec);
+    row["ms_per_step"] = Json(sec * 1e3 / static_cast<double>(steps));
+    row["cpu_ms_per_step"] = Json(cpu_sec * 1e3 / static_cast<double>(steps));
     if (c.is_moe()) {
       auto bytes = moe_step_bytes(model, ptrs, next, logits.data());
       if (!bytes.ok()) return die(bytes.status());
@@ -308,7 +294,7 @@ int main(int argc, char** argv) {
       static_cast<int64_t>(model.config().vocab_size) * model.config().dim * (model.bf16_weights() ? 2 : 4);
   out["decode_weight_bytes_per_step"] = Json(model.weight_bytes() - (model.weights().tied ? 0 : embed_bytes));
   if (c.is_moe()) out["decode_non_expert_weight_bytes"] = Json(decode_base_bytes(model));
-  if (f->get_bool("json")) {
+  if (f.boolean("json")) {
     std::cout << Json(std::move(out)).dump() << "\n";
     return 0;
   }

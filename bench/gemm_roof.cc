@@ -103,36 +103,28 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto f = Flags::parse(argc, argv, 1,
-                        {"presets", "threads", "prefill-rows", "decode-rows", "dtypes", "min-seconds", "roof-size"});
-  if (!f.ok()) return die(f.status());
-  auto threads = f->get_int("threads", 0);
-  auto min_s = f->get_double("min-seconds", 0.2);
-  auto roof_n = f->get_int("roof-size", 2048);
-  if (!threads.ok()) return die(threads.status());
-  if (!min_s.ok()) return die(min_s.status());
-  if (!roof_n.ok()) return die(roof_n.status());
-  cpu::set_num_threads(static_cast<int>(*threads));
-  std::vector<int64_t> prefill_rows = {512, 1024, 2048}, decode_rows = {1, 2, 4, 8, 16, 32, 64};
-  if (f->has("prefill-rows")) {
-    auto r = f->get_int_list("prefill-rows");
-    if (!r.ok()) return die(r.status());
-    prefill_rows = *r;
-  }
-  if (f->has("decode-rows")) {
-    auto r = f->get_int_list("decode-rows");
-    if (!r.ok()) return die(r.status());
-    decode_rows = *r;
-  }
-  const auto presets = split(f->get("presets", "small-gret,mid-gret,mid-swa"));
-  const auto dtypes = split(f->get("dtypes", "fp32,bf16"));
+  Flags f("gemm_roof", "GFLOP/s of the engine's matrix products on its real shapes (JSON)",
+          {flag::str("presets", "comma-separated model presets whose shapes are timed", "small-gret,mid-gret,mid-swa"),
+           flag::integer("threads", "CPU threads (0: the runtime's default)", 0, 0, 4096),
+           flag::int_list("prefill-rows", "rows m of the prefill products", 1, 1 << 20, "512,1024,2048"),
+           flag::int_list("decode-rows", "rows m (batch) of the decode products", 1, 1 << 20, "1,2,4,8,16,32,64"),
+           flag::str("dtypes", "comma-separated weight precisions: fp32, bf16", "fp32,bf16"),
+           flag::number("min-seconds", "least time of one timed repeat", 0.2, 0, 3600),
+           flag::integer("roof-size", "side of the square product that sets each precision's roof", 2048, 1, 1 << 16)});
+  if (Status s = f.parse(argc, argv, 1); !s.ok()) return die(s);
+  const double min_s = f.number("min-seconds");
+  const int64_t roof_n = f.integer("roof-size");
+  cpu::set_num_threads(static_cast<int>(f.integer("threads")));
+  const std::vector<int64_t> prefill_rows = f.int_list("prefill-rows"), decode_rows = f.int_list("decode-rows");
+  const auto presets = split(f.str("presets"));
+  const auto dtypes = split(f.str("dtypes"));
 
   Json::Object root;
   root["library"] = Json(std::string(cpu::gemm_library()));
   root["threads"] = Json(static_cast<int64_t>(cpu::num_threads()));
   Json::Object roofs;
-  const int R = static_cast<int>(*roof_n);
-  for (const auto& dt : dtypes) roofs[dt] = Json(run_product(dt, R, R, R, 3 * *min_s));
+  const int R = static_cast<int>(roof_n);
+  for (const auto& dt : dtypes) roofs[dt] = Json(run_product(dt, R, R, R, 3 * min_s));
   root["roof_gflops"] = Json(std::move(roofs));
   root["roof_shape"] = Json(std::to_string(R) + "^3");
   Json::Array rows;
@@ -156,7 +148,7 @@ int main(int argc, char** argv) {
           r["m"] = Json(m);
           r["n"] = Json(static_cast<int64_t>(sh.n));
           r["k"] = Json(static_cast<int64_t>(sh.k));
-          r["gflops"] = Json(run_product(dt, static_cast<int>(m), sh.n, sh.k, *min_s));
+          r["gflops"] = Json(run_product(dt, static_cast<int>(m), sh.n, sh.k, min_s));
           std::fprintf(stderr, "%s %s %s %s m=%ld: %.1f GFLOP/s\n", name.c_str(), sh.name.c_str(), phase.c_str(),
                        dt.c_str(), static_cast<long>(m), r["gflops"].as_double());
           rows.push_back(Json(std::move(r)));

@@ -243,21 +243,21 @@ int die(const Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto f = Flags::parse(argc, argv, 1, {"gib", "reps", "threads", "crc-mib", "preset", "batches"}, {});
-  if (!f.ok()) return die(f.status());
-  auto gib = f->get_int("gib", 2);
-  auto reps = f->get_int("reps", 5);
-  auto crc_mib = f->get_int("crc-mib", 64);
-  auto threads =
-      f->has("threads") ? f->get_int_list("threads") : Result<std::vector<int64_t>>(std::vector<int64_t>{1, 2});
-  auto batches = f->has("batches") ? f->get_int_list("batches")
-                                   : Result<std::vector<int64_t>>(std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64});
-  auto preset = find_preset(f->get("preset", "mid-gret"));
+  Flags f("membw", "the machine's memory bandwidth, FMA rate, checksum speed and decode GEMMs (JSON)",
+          {flag::integer("gib", "GiB of the read buffer (far larger than the last-level cache)", 2, 1, 1024),
+           flag::integer("reps", "repeats per measurement, best kept", 5, 1, 1 << 20),
+           flag::int_list("threads", "thread counts of the read and fma rows; decode_gemm runs at the last", 1, 4096,
+                          "1,2"),
+           flag::integer("crc-mib", "MiB checksummed per CRC measurement", 64, 1, 1 << 20),
+           flag::str("preset", "model preset whose decode-step products decode_gemm times", "mid-gret"),
+           flag::int_list("batches", "decode_gemm batch sizes", 1, 1 << 20, "1,2,4,8,16,32,64")});
+  if (Status s = f.parse(argc, argv, 1); !s.ok()) return die(s);
+  const int64_t gib = f.integer("gib"), reps = f.integer("reps"), crc_mib = f.integer("crc-mib");
+  const std::vector<int64_t> threads = f.int_list("threads"), batches = f.int_list("batches");
+  auto preset = find_preset(f.str("preset"));
   if (!preset.ok()) return die(preset.status());
-  for (const Status* s : {&gib.status(), &reps.status(), &crc_mib.status(), &threads.status(), &batches.status()})
-    if (!s->ok()) return die(*s);
 
-  const int64_t bytes = gib.value() << 30, n = bytes / 4;
+  const int64_t bytes = gib << 30, n = bytes / 4;
   std::vector<float> buf(n);
   // First touch in parallel, so pages are spread like the model's weights are.
 #pragma omp parallel for schedule(static)
@@ -272,13 +272,13 @@ int main(int argc, char** argv) {
   out["affinity_cpus"] = Json(affinity);
   out["physical_cores"] = Json(cpu::physical_cores());
   Json::Array read_rows, fma_rows;
-  for (int64_t t : threads.value()) {
+  for (int64_t t : threads) {
     double best = 1e30;
     float sink = 0;
     Json::Object patterns;
     for (const ReadPattern& rp : kReadPatterns) {
       double best_here = 1e30;
-      for (int r = 0; r < reps.value(); ++r) {
+      for (int r = 0; r < reps; ++r) {
         auto t0 = Clock::now();
         sink += read_sum(buf.data(), n, static_cast<int>(t), rp.streams, rp.prefetch);
         best_here = std::min(best_here, since(t0));
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
     const int64_t half = bytes / 2;
     char* src = reinterpret_cast<char*>(buf.data());
     double best = 1e30;
-    for (int r = 0; r < reps.value(); ++r) {
+    for (int r = 0; r < reps; ++r) {
       auto t0 = Clock::now();
       std::memcpy(src + half, src, half);
       best = std::min(best, since(t0));
@@ -318,7 +318,7 @@ int main(int argc, char** argv) {
   auto crc_rate = [&](auto&& fn, const unsigned char* p, int64_t len) {
     double best = 1e30;
     uint32_t sink = 0;
-    for (int r = 0; r < reps.value(); ++r) {
+    for (int r = 0; r < reps; ++r) {
       auto t0 = Clock::now();
       sink ^= fn(p, len);
       best = std::min(best, since(t0));
@@ -327,7 +327,7 @@ int main(int argc, char** argv) {
     return len / best / 1e9;
   };
   const auto* bytes_p = reinterpret_cast<const unsigned char*>(buf.data());
-  const int64_t warm = std::min<int64_t>(crc_mib.value() << 20, bytes);
+  const int64_t warm = std::min<int64_t>(crc_mib << 20, bytes);
   auto lib = [](const unsigned char* p, int64_t len) { return crc32c(p, static_cast<size_t>(len)); };
   Json::Object crc;
   crc["warm_bytes"] = Json(warm);
@@ -349,9 +349,9 @@ int main(int argc, char** argv) {
 #endif
   out["crc32c"] = Json(std::move(crc));
   buf = {};
-  cpu::set_num_threads(static_cast<int>(threads->back()));
-  out["preset"] = Json(f->get("preset", "mid-gret"));
-  out["decode_gemm"] = decode_gemm(preset.value(), batches.value(), reps.value());
+  cpu::set_num_threads(static_cast<int>(threads.back()));
+  out["preset"] = Json(f.str("preset"));
+  out["decode_gemm"] = decode_gemm(preset.value(), batches, reps);
   std::cout << Json(std::move(out)).dump() << "\n";
   return 0;
 }

@@ -115,17 +115,19 @@ Result<Timing> run_mode(const Model& model, KvPool& pool, Engine* engine, const 
 
 int main(int argc, char** argv) {
   using namespace yoco;
-  auto f = Flags::parse(argc, argv, 1, {"model", "device", "batch", "tokens", "repeats", "threads"});
-  if (!f.ok()) return die(f.status());
+  Flags f("structured_bench", "inter-token latency of constrained against unconstrained decoding (batcher)",
+          {flag::str("model", "model directory (weights and tokenizer)", "models/kjv-yoco"),
+           flag::str("device", "cpu, cuda or cuda:N", "cpu"),
+           flag::integer("batch", "sequences decoded at once", 16, 1, 1 << 16),
+           flag::integer("tokens", "tokens generated per sequence", 128, 1, 1 << 20),
+           flag::integer("repeats", "timed runs per mode", 3, 1, 1 << 20),
+           flag::integer("threads", "CPU threads (0: the runtime's default)", 0, 0, 4096)});
+  if (Status s = f.parse(argc, argv, 1); !s.ok()) return die(s);
   if (!structured_outputs_enabled()) return die(Status(StatusCode::kUnimplemented, "built without xgrammar"));
-  const std::string dir = f->get("model", "models/kjv-yoco");
-  auto batch = f->get_int("batch", 16);
-  auto tokens = f->get_int("tokens", 128);
-  auto repeats = f->get_int("repeats", 3);
-  auto threads = f->get_int("threads", 0);
-  if (!batch.ok() || !tokens.ok() || !repeats.ok() || !threads.ok())
-    return die(invalid_argument("--batch, --tokens, --repeats, --threads: integers"));
-  auto device = parse_device_flag(f->get("device", "cpu"));
+  const std::string dir = f.str("model");
+  const int64_t batch = f.integer("batch"), tokens = f.integer("tokens"), repeats = f.integer("repeats"),
+                threads = f.integer("threads");
+  auto device = parse_device_flag(f.str("device"));
   if (!device.ok()) return die(device.status());
   auto model = Model::load(dir);
   if (!model.ok()) return die(model.status());
@@ -140,17 +142,17 @@ int main(int argc, char** argv) {
   if (!pool.ok()) return die(pool.status());
   EngineOptions eo;
   eo.device = *device;
-  eo.threads = static_cast<int>(*threads);
-  eo.cuda.max_sequences = eo.cuda.max_batch = static_cast<int>(*batch);
+  eo.threads = static_cast<int>(threads);
+  eo.cuda.max_sequences = eo.cuda.max_batch = static_cast<int>(batch);
   auto engine = make_engine(**model, pool->get(), eo);
   if (!engine.ok()) return die(engine.status());
   std::printf("%-14s %6s %8s %14s %14s %14s\n", "mode", "batch", "tokens", "mean ITL ms", "p50 ITL ms", "p90 ITL ms");
-  for (int rep = 0; rep < *repeats; ++rep) {  // modes interleaved, so drift hits each alike
+  for (int rep = 0; rep < repeats; ++rep) {  // modes interleaved, so drift hits each alike
     for (const Mode& m : modes()) {
-      auto t = run_mode(**model, **pool, engine->get(), **tok, **compiler, m, static_cast<int>(*batch),
-                        static_cast<int>(*tokens));
+      auto t = run_mode(**model, **pool, engine->get(), **tok, **compiler, m, static_cast<int>(batch),
+                        static_cast<int>(tokens));
       if (!t.ok()) return die(t.status());
-      std::printf("%-14s %6lld %8lld %14.3f %14.3f %14.3f\n", m.name, static_cast<long long>(*batch),
+      std::printf("%-14s %6lld %8lld %14.3f %14.3f %14.3f\n", m.name, static_cast<long long>(batch),
                   static_cast<long long>(t->tokens), t->mean_itl * 1e3, t->p50_itl * 1e3, t->p90_itl * 1e3);
     }
   }

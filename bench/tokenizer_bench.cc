@@ -30,19 +30,22 @@ int die(const Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto f = Flags::parse(argc, argv, 1, {"tokenizer", "corpus", "repeats", "allow-special", "json"},
-                        {"allow-special", "json"});
-  if (!f.ok()) return die(f.status());
-  if (!f->has("tokenizer") || !f->has("corpus")) return die(invalid_argument("--tokenizer and --corpus are required"));
-  auto repeats = f->get_int("repeats", 3);
-  if (!repeats.ok()) return die(repeats.status());
-  const bool allow_special = f->get_bool("allow-special");
+  Flags f("tokenizer_bench", "single-thread tokenizer encode (cold and warm) and decode speed over a corpus",
+          {flag::str("tokenizer", "model directory holding the tokenizer (required)"),
+           flag::str("corpus", "JSON lines with a \"text\" field (required)"),
+           flag::integer("repeats", "timed passes over the corpus, best kept", 3, 1, 1 << 20),
+           flag::boolean("allow-special", "encode special-token text as special tokens"),
+           flag::boolean("json", "print JSON instead of a table")});
+  if (Status s = f.parse(argc, argv, 1); !s.ok()) return die(s);
+  if (!f.has("tokenizer") || !f.has("corpus")) return die(invalid_argument("--tokenizer and --corpus are required"));
+  const int64_t repeats = f.integer("repeats");
+  const bool allow_special = f.boolean("allow-special");
 
   std::vector<std::string> texts;
   size_t bytes = 0;
   {
-    std::ifstream in(f->get("corpus"), std::ios::binary);
-    if (!in) return die(io_error(f->get("corpus") + ": cannot open"));
+    std::ifstream in(f.str("corpus"), std::ios::binary);
+    if (!in) return die(io_error(f.str("corpus") + ": cannot open"));
     std::string line;
     while (std::getline(in, line)) {
       auto j = Json::parse(line);
@@ -55,8 +58,8 @@ int main(int argc, char** argv) {
 
   double cold = 1e30, warm = 1e30, decode = 1e30;
   size_t n_tokens = 0;
-  for (int64_t r = 0; r < repeats.value(); ++r) {
-    auto tok = Tokenizer::load(f->get("tokenizer"));  // fresh: an empty piece cache
+  for (int64_t r = 0; r < repeats; ++r) {
+    auto tok = Tokenizer::load(f.str("tokenizer"));  // fresh: an empty piece cache
     if (!tok.ok()) return die(tok.status());
     const Tokenizer& t = *tok.value();
     std::vector<std::vector<int32_t>> ids(texts.size());
@@ -77,7 +80,7 @@ int main(int argc, char** argv) {
     if (out_bytes == 0 && bytes != 0) return die(internal_error("decode produced nothing"));
   }
   const double mb = bytes / 1e6;
-  if (f->get_bool("json")) {
+  if (f.boolean("json")) {
     Json::Object o{{"documents", static_cast<int64_t>(texts.size())},
                    {"bytes", static_cast<int64_t>(bytes)},
                    {"tokens", static_cast<int64_t>(n_tokens)},
@@ -87,8 +90,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", Json(o).dump().c_str());
   } else {
     std::printf("%zu documents, %.2f MB, %zu tokens (%.2f bytes/token), best of %lld, 1 thread\n", texts.size(), mb,
-                n_tokens, static_cast<double>(bytes) / static_cast<double>(n_tokens),
-                static_cast<long long>(repeats.value()));
+                n_tokens, static_cast<double>(bytes) / static_cast<double>(n_tokens), static_cast<long long>(repeats));
     std::printf("encode cold  %8.2f MB/s\n", mb / cold);
     std::printf("encode warm  %8.2f MB/s\n", mb / warm);
     std::printf("decode       %8.2f MB/s\n", mb / decode);

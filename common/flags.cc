@@ -91,8 +91,8 @@ FlagSpec optional_number(std::string name, std::string help, double lo, double h
 
 FlagSpec boolean(std::string name, std::string help) { return make(std::move(name), FlagType::kBool, std::move(help)); }
 
-FlagSpec int_list(std::string name, std::string help, int64_t lo, int64_t hi) {
-  FlagSpec s = make(std::move(name), FlagType::kIntList, std::move(help));
+FlagSpec int_list(std::string name, std::string help, int64_t lo, int64_t hi, std::string def) {
+  FlagSpec s = make(std::move(name), FlagType::kIntList, std::move(help), std::move(def));
   s.int_lo = lo;
   s.int_hi = hi;
   return s;
@@ -370,31 +370,6 @@ Status Flags::parse(int argc, char** argv, int first) {
     }
   for (const FlagSpec& s : table_) YOCO_RETURN_IF_ERROR(check(s));
   return Status::Ok();
-}
-
-Result<Flags> Flags::parse(int argc, char** argv, int first, const std::set<std::string>& known,
-                           const std::set<std::string>& booleans) {
-  FlagTable table;
-  for (const std::string& name : known)
-    table.push_back(booleans.count(name) ? flag::boolean(name, "") : flag::str(name, ""));
-  Flags f(argc > 0 ? argv[0] : "", "", std::move(table));
-  YOCO_RETURN_IF_ERROR(f.parse(argc, argv, first));
-  return f;
-}
-
-std::string Flags::get(const std::string& name, const std::string& def) const { return has(name) ? str(name) : def; }
-
-Result<int64_t> Flags::get_int(const std::string& name, int64_t def) const {
-  return has(name) ? to_int(name, str(name)) : Result<int64_t>(def);
-}
-
-Result<double> Flags::get_double(const std::string& name, double def) const {
-  return has(name) ? to_double(name, str(name)) : Result<double>(def);
-}
-
-Result<std::vector<int64_t>> Flags::get_int_list(const std::string& name) const {
-  return to_int_list(flag::int_list(name, "", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()),
-                     str(name));
 }
 
 Status Flags::merge_config_file(const std::string& path) {

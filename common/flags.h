@@ -57,7 +57,8 @@ FlagSpec optional_integer(std::string name, std::string help, int64_t lo, int64_
 FlagSpec number(std::string name, std::string help, double def, double lo, double hi);
 FlagSpec optional_number(std::string name, std::string help, double lo, double hi);
 FlagSpec boolean(std::string name, std::string help);
-FlagSpec int_list(std::string name, std::string help, int64_t lo, int64_t hi);
+// `def`: the default list as written on the command line ("1,8,32"), "" for none.
+FlagSpec int_list(std::string name, std::string help, int64_t lo, int64_t hi, std::string def = "");
 FlagSpec repeated(std::string name, std::string help);
 // `specs` under the heading `group` in --help.
 FlagTable grouped(std::string group, FlagTable specs);
@@ -95,17 +96,6 @@ class Flags {
 
   // The --help text.
   std::string help_text() const;
-
-  // The benchmarks' ad-hoc flags (bench/): names only, every value text (booleans bare), its type
-  // checked when read by the get_* helpers, errors naming the flag. Services and tools declare
-  // FlagSpecs instead.
-  static Result<Flags> parse(int argc, char** argv, int first, const std::set<std::string>& known,
-                             const std::set<std::string>& booleans = {});
-  std::string get(const std::string& name, const std::string& def = "") const;
-  Result<int64_t> get_int(const std::string& name, int64_t def) const;
-  Result<double> get_double(const std::string& name, double def) const;
-  bool get_bool(const std::string& name) const { return has(name); }
-  Result<std::vector<int64_t>> get_int_list(const std::string& name) const;
 
  private:
   Status merge_config_file(const std::string& path);

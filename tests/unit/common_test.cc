@@ -102,6 +102,19 @@ TEST(Flags, ParsesAndNamesErrors) {
   EXPECT_EQ(parse_flags(f, {"--d", "2"}).message(), "--d: must be in [0, 1], got 2");
 }
 
+// A list flag's declared default (the benchmarks' `--prefill-lens 1024,4096`) is read when the
+// flag is absent, and a list given replaces it whole.
+TEST(Flags, IntListDefault) {
+  Flags f("prog", "", {flag::int_list("lens", "", 1, 100, "4,8"), flag::int_list("none", "", 1, 100)});
+  ASSERT_TRUE(parse_flags(f, {}).ok());
+  EXPECT_FALSE(f.has("lens"));
+  EXPECT_EQ(f.int_list("lens"), (std::vector<int64_t>{4, 8}));
+  EXPECT_TRUE(f.int_list("none").empty());
+  ASSERT_TRUE(parse_flags(f, {"--lens", "16"}).ok());
+  EXPECT_EQ(f.int_list("lens"), (std::vector<int64_t>{16}));
+  EXPECT_NE(f.help_text().find("default 4,8"), std::string::npos);
+}
+
 TEST(Flags, DeviceFlag) {
   EXPECT_EQ(parse_device_flag("cpu").value(), -1);
   EXPECT_EQ(parse_device_flag("cuda").value(), 0);
