@@ -374,8 +374,12 @@ def check_model(src, root, model_dirs):
 
 
 def host_reference(cli, src, tokens):
-    r = sh([cli, "generate", "--model", os.path.join(src, "models/kjv-yoco"), "--prompt", PROMPT, "--max-tokens",
-            str(tokens), "--temperature", "0", "--ignore-eos", "--json", "--threads", "1"], timeout=300)
+    # stdout alone: the engine's start-up line (its ISA path) goes to stderr.
+    cmd = [cli, "generate", "--model", os.path.join(src, "models/kjv-yoco"), "--prompt", PROMPT, "--max-tokens",
+           str(tokens), "--temperature", "0", "--ignore-eos", "--json", "--threads", "1"]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    if r.returncode != 0:
+        raise Failure("%s exited %d:\n%s" % (" ".join(shlex.quote(str(c)) for c in cmd), r.returncode, r.stderr[-4000:]))
     d = json.loads(r.stdout)
     return d["tokens"], d["text"]
 
