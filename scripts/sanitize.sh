@@ -54,9 +54,9 @@ case "$stage" in
       labels='^(unit|integration|cluster)$'
     fi
     # Only what is built here runs: a test executable not built leaves an unlabelled *_NOT_BUILT entry.
-    # The kernels' per-ISA runs (kernels_test_isa_*, gemv_test_isa_*) are plain add_test entries of
+    # The kernels' per-ISA runs (kernels_test_isa_*, gemv_test_isa_*, bf16_test_isa_*) are plain add_test entries of
     # executables built only in the ASan stage.
-    exclude='^(layers_check|layers_check_self_test|format_check|tokenizer_reference_data|cluster_cli_test|cluster_cli_colocated_test|openai_sdk_test|openai_sse_curl_test|openai_hostile_http_test|kernels_test_isa_[a-z0-9]+|gemv_test_isa_[a-z0-9]+)$'
+    exclude='^(layers_check|layers_check_self_test|format_check|tokenizer_reference_data|cluster_cli_test|cluster_cli_colocated_test|openai_sdk_test|openai_sse_curl_test|openai_hostile_http_test|kernels_test_isa_[a-z0-9]+|gemv_test_isa_[a-z0-9]+|bf16_test_isa_[a-z0-9]+)$'
     ;;
   *)
     echo "sanitize.sh: unknown stage '$stage' (asan or tsan)" >&2
