@@ -269,23 +269,12 @@ TEST(Cluster, DecodeWorkerKilledMidStreamMigratesWithIdenticalTokens) {
   auto stub = c.stub();
   const auto ps = prompts(8, (*model)->config().vocab_size, 9);
   const int max_tokens = 400;
-  std::vector<test::Generated> got(8);
-  std::atomic<int> streaming{0};
-  std::vector<std::thread> th;
-  for (int i = 0; i < 8; ++i)
-    th.emplace_back([&, i] {
-      bool counted = false;
-      got[i] = test::run_generate(*stub, greedy(ps[i], max_tokens), milliseconds(180000),
-                                  [&](grpc::ClientContext&, const test::Generated& s) {
-                                    if (!counted && s.ids.size() >= 3) {
-                                      counted = true;
-                                      ++streaming;
-                                    }
-                                  });
-    });
-  for (int i = 0; i < 1200 && streaming < 8; ++i) std::this_thread::sleep_for(milliseconds(10));
-  ASSERT_EQ(kill(c.decode()[0].pid, SIGKILL), 0);
-  for (auto& t : th) t.join();
+  std::vector<v1::GenerateRequest> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back(greedy(ps[i], max_tokens));
+  int killed = -1;
+  const std::vector<test::Generated> got =
+      test::run_streams(*stub, reqs, milliseconds(180000), [&] { killed = kill(c.decode()[0].pid, SIGKILL); });
+  ASSERT_EQ(killed, 0);
   for (int i = 0; i < 8; ++i) {
     ASSERT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message() << c.logs();
     EXPECT_EQ(got[i].ids, reference(**model, ps[i], max_tokens)) << "stream " << i;

@@ -98,23 +98,11 @@ TEST_F(MoeCluster, DisaggregatedAndColocatedGiveTheEngineTokens) {
 
     // A decode worker killed mid-stream: every stream migrates and ends with the same tokens.
     const int long_tokens = 150;
-    std::vector<test::Generated> got(4);
-    std::atomic<int> streaming{0};
-    std::vector<std::thread> th;
-    for (int i = 0; i < 4; ++i)
-      th.emplace_back([&, i] {
-        bool counted = false;
-        got[i] = test::run_generate(*stub, greedy(prompts_[i], long_tokens), milliseconds(120000),
-                                    [&](grpc::ClientContext&, const test::Generated& s) {
-                                      if (!counted && s.ids.size() >= 3) {
-                                        counted = true;
-                                        ++streaming;
-                                      }
-                                    });
-      });
-    for (int i = 0; i < 1200 && streaming < 4; ++i) std::this_thread::sleep_for(milliseconds(10));
-    EXPECT_EQ(kill(c.decode()[0].pid, SIGKILL), 0);  // not ASSERT: the threads must be joined
-    for (auto& t : th) t.join();
+    std::vector<v1::GenerateRequest> reqs;
+    for (int i = 0; i < 4; ++i) reqs.push_back(greedy(prompts_[i], long_tokens));
+    const std::vector<test::Generated> got = test::run_streams(*stub, reqs, milliseconds(120000), [&] {
+      EXPECT_EQ(kill(c.decode()[0].pid, SIGKILL), 0);  // not ASSERT: the threads must be joined
+    });
     for (int i = 0; i < 4; ++i) {
       ASSERT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message() << c.logs();
       EXPECT_EQ(got[i].ids, reference(*model_, prompts_[i], long_tokens)) << "stream " << i;

@@ -14,8 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -271,6 +273,31 @@ inline Generated run_generate(v1::Yoco::Stub& stub, const v1::GenerateRequest& r
   }
   g.status = reader->Finish();
   return g;
+}
+
+// Runs every request as a stream on a thread of its own; once each has 3 tokens (or 12 s pass)
+// calls `while_streaming` (kill a worker, ...), then waits for all of them. Results in order.
+inline std::vector<Generated> run_streams(v1::Yoco::Stub& stub, const std::vector<v1::GenerateRequest>& reqs,
+                                          std::chrono::milliseconds deadline,
+                                          const std::function<void()>& while_streaming) {
+  const int n = static_cast<int>(reqs.size());
+  std::vector<Generated> got(reqs.size());
+  std::atomic<int> streaming{0};
+  std::vector<std::thread> th;
+  for (int i = 0; i < n; ++i)
+    th.emplace_back([&, i] {
+      bool counted = false;
+      got[i] = run_generate(stub, reqs[i], deadline, [&](grpc::ClientContext&, const Generated& s) {
+        if (!counted && s.ids.size() >= 3) {
+          counted = true;
+          ++streaming;
+        }
+      });
+    });
+  for (int i = 0; i < 1200 && streaming < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (while_streaming) while_streaming();
+  for (auto& t : th) t.join();
+  return got;
 }
 
 }  // namespace yoco::test
