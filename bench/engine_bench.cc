@@ -136,6 +136,9 @@ FlagTable engine_bench_flags() {
       flag::boolean("describe", "with --preset: only print the config and its KV bytes per token (JSON)"),
       flag::str("dtype", "weights held as fp32 or bf16", "fp32"),
       flag::str("trace-out", "write every named intermediate of one prefill + one decode step to this file"),
+      flag::boolean("score",
+                    "also time Model::score over each --prefill-lens prompt (the full forward: self-decoder, "
+                    "cross-decoder and head on every row, log-softmax; once per length)"),
   };
   for (FlagSpec& s : bench_mode_flags()) t.push_back(std::move(s));
   return t;
@@ -226,6 +229,12 @@ int main(int argc, char** argv) {
     row["tokens_per_s"] = Json(n / best);
     row["kv_bytes"] = Json(kv_bytes);
     row["self_state_bytes"] = Json(state_bytes);
+    if (f.boolean("score")) {  // what a Score costs in the engine, beside the prefill of the same prompt
+      auto t0 = clock_type::now();
+      Result<std::vector<float>> lp = model.score(toks, popt);
+      if (!lp.ok()) return die(lp.status());
+      row["score_seconds"] = Json(seconds_since(t0));
+    }
     prefill_rows.push_back(Json(std::move(row)));
   }
   // One context prefilled once, then cloned: the batch decodes sequences of equal length.
@@ -299,10 +308,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("model %s  threads %d  blas %s\n", dir.c_str(), cpu::num_threads(), cpu::gemm_uses_blas() ? "yes" : "no");
-  std::printf("%-10s %12s %14s\n", "prefill", "seconds", "tokens/s");
-  for (const auto& r : out["prefill"].as_array())
-    std::printf("%-10lld %12.3f %14.1f\n", static_cast<long long>(r.find("tokens")->as_int()),
+  std::printf("%-10s %12s %14s%s\n", "prefill", "seconds", "tokens/s", f.boolean("score") ? "  score seconds" : "");
+  for (const auto& r : out["prefill"].as_array()) {
+    std::printf("%-10lld %12.3f %14.1f", static_cast<long long>(r.find("tokens")->as_int()),
                 r.find("seconds")->as_double(), r.find("tokens_per_s")->as_double());
+    if (const Json* sc = r.find("score_seconds")) std::printf("  %13.3f", sc->as_double());
+    std::printf("\n");
+  }
   std::printf("%-10s %12s %14s %12s%s\n", "decode B", "seconds", "tokens/s", "ms/step",
               c.is_moe() ? "  experts read  active MB (measured)  expert MB (formula)" : "");
   for (const auto& r : out["decode"].as_array()) {

@@ -275,7 +275,7 @@ int cmd_bench(int argc, char** argv) {
     o["output_tokens"] = Json(out_tokens);
     o["output_tokens_per_second"] = number(tok_per_s);
     o["ttft_ms"] = percentiles_json(ttft, {50, 90, 99});
-    o["itl_ms"] = percentiles_json(itl, {50, 90, 99});
+    o["itl_ms"] = percentiles_json(itl, {10, 25, 50, 75, 90, 99});
     o["e2e_ms"] = percentiles_json(e2e, {50, 99});
     o["transfer_share_of_ttft"] = number(transfer_share);
     Json::Object conf;

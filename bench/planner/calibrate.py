@@ -65,6 +65,11 @@ class LocalCluster:
             raise SystemExit("calibrate.py: the cluster was not ready in 180 s (%s)" % self.state)
         with open(path) as f:
             self.router = json.load(f)["router"]["grpc"]
+        # Warm-up (first connections, the workers' first allocations), with prompts of its own.
+        cli = os.path.join(a.build_dir, "tools", "yoco-cli")
+        subprocess.run([cli, "bench", "--router", self.router, "--requests", "8", "--concurrency", "4",
+                        "--prompt-tokens", "128", "--max-tokens", "16", "--seed", "900"], capture_output=True,
+                       timeout=300)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -83,9 +88,11 @@ class LocalCluster:
         self.stop()
 
 
-def measure(a, router, trace_path):
+def measure(a, router, trace_path, seed):
+    """One measured run. Each run draws its prompts from a seed of its own: runs on one cluster
+    sharing prompts would find each other's prefixes cached, which the simulated trace does not."""
     cli = os.path.join(a.build_dir, "tools", "yoco-cli")
-    out = subprocess.run([cli, "bench", "--router", router, "--trace", trace_path, "--seed", "1", "--json"],
+    out = subprocess.run([cli, "bench", "--router", router, "--trace", trace_path, "--seed", str(seed), "--json"],
                          capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise SystemExit("calibrate.py: yoco-cli bench --trace %s failed:\n%s" % (trace_path, out.stderr[-2000:]))
@@ -120,7 +127,8 @@ def err(sim, real):
 
 
 def calibrate(a, profile, out):
-    cluster = Cluster(prefill_workers=a.prefill, decode_workers=a.decode)
+    # One machine's cluster: the workers share its cores (profiles.py, shared_host).
+    cluster = Cluster(prefill_workers=a.prefill, decode_workers=a.decode, shared_host=1)
     rows = []
     with LocalCluster(a, a.prefill, a.decode) as lc:
         for name, shape in TRACES.items():
@@ -130,7 +138,7 @@ def calibrate(a, profile, out):
                 path = os.path.join(out, "trace-%s-%d.csv" % (name, int(level * 100)))
                 with open(path, "w") as f:
                     write_trace(reqs, f)
-                m = measure(a, lc.router, path)
+                m = measure(a, lc.router, path, seed=11 + len(rows))
                 s = simulate(profile, cluster, load_trace(path)).summary()
                 row = {"trace": name, "level": level, "rate": rate, "requests": len(reqs),
                        "measured": {"ttft_ms": m["ttft_ms"], "itl_ms": m["itl_ms"], "completed": m["completed"]},
@@ -148,7 +156,7 @@ def scenarios(a, profile, out):
     configurations, so each can be met: a TTFT-bound one (1.25× the TTFT p90 of 2 prefill + 1
     decode, a loose ITL) and an ITL-bound one (1.25× the TTFT p90 and 1.1× the ITL p90 of 1 + 2)."""
     shape = TRACES["documents"]
-    base = Cluster()
+    base = Cluster(shared_host=1)
     rate = level_rate(profile, base, shape, 1.1, a.requests)
     reqs = synthetic(a.requests, rate, seed=13, **shape)
     path = os.path.join(out, "trace-scenarios.csv")
@@ -168,7 +176,7 @@ def scenarios(a, profile, out):
             continue
         rec = plan["recommended"]
         with LocalCluster(a, rec["prefill"], rec["decode"]) as lc:
-            m = measure(a, lc.router, path)
+            m = measure(a, lc.router, path, seed=31 + len(results))
         results.append({"scenario": name, "rate": rate, "slo_ms": {"ttft_p90": round(slo.ttft_p90 * 1e3, 1),
                                                                    "itl_p90": round(slo.itl_p90 * 1e3, 2)},
                         "plan": plan, "measured": {"ttft_ms": m["ttft_ms"], "itl_ms": m["itl_ms"],
@@ -243,7 +251,7 @@ def main():
     ap.add_argument("--profile")
     ap.add_argument("--prefill", type=int, default=1)
     ap.add_argument("--decode", type=int, default=1)
-    ap.add_argument("--requests", type=int, default=60)
+    ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results", "planner"))
     ap.add_argument("--scenarios", action="store_true", help="also the planner's two scenarios, measured")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 12 requests, the plain trace's first level")

@@ -115,28 +115,115 @@ def measure_store(a):
     return {"latency_seconds": latency, "bytes_per_second": bw}
 
 
-def measure_overhead(a, doc, path):
-    """Lone requests through the router: the decode step's overhead (measured ITL p50 minus the
-    engine's step) and the fixed per-request cost (measured TTFT minus the modelled compute and
-    transfer), medians over a few prompt lengths."""
+def cli_bench(a, *args):
     cli = os.path.join(a.build_dir, "tools", "yoco-cli")
-    runs = []
-    for n in (16, 64, 256):
-        for seed in range(3):
-            out = subprocess.run([cli, "bench", "--router", a.router, "--requests", "1", "--prompt-tokens", str(n),
-                                  "--max-tokens", "16", "--seed", str(seed), "--json"],
-                                 capture_output=True, text=True, timeout=300)
-            if out.returncode != 0:
-                sys.exit("profile.py: yoco-cli bench failed:\n" + out.stderr[-2000:])
-            d = json.loads(out.stdout)
-            runs.append((n, d["ttft_ms"]["p50"] / 1e3, d["itl_ms"]["p50"] / 1e3))
+    out = subprocess.run([cli, "bench", "--router", a.router, "--json"] + [str(x) for x in args],
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        sys.exit("profile.py: yoco-cli bench failed:\n" + out.stderr[-2000:])
+    return json.loads(out.stdout)
+
+
+class Background:
+    """Load beside a measurement: yoco-cli bench running until stopped."""
+
+    def __init__(self, a, *args):
+        cli = os.path.join(a.build_dir, "tools", "yoco-cli")
+        self.proc = subprocess.Popen([cli, "bench", "--router", a.router, "--json"] + [str(x) for x in args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def measure_shared_host(a, doc, path):
+    """Through the running cluster: the spread of a lone stream's steps (decode.step_jitter, the ITL
+    deciles over its median) and, with the workers sharing this host, how much slower a decode step
+    runs while prefills compute beside it (ITL p50 with a stream of 256-token prefills against
+    without) and a prefill while a decode worker steps (TTFT of 256-token prompts beside four
+    streams, less the larger first step, against alone)."""
+    # Five alternations of alone and beside, the median of their ratios (a shared host is noisy).
+    stream = ("--requests", 6, "--concurrency", 1, "--prompt-tokens", 64, "--max-tokens", 64)
+    prompt = ("--requests", 5, "--concurrency", 1, "--prompt-tokens", 256, "--max-tokens", 1)
     p = Profile(doc, path)
-    step = max(0.0, statistics.median(itl - p.decode_step(1, n + 8) for n, _, itl in runs))
-    doc["decode"]["step_overhead_seconds"] = step
+    extra_step = p.decode_step(5, 4 * 100 + 256) - p.decode_step(1, 256)
+    spreads, decode_ratios, prefill_ratios = [], [], []
+    for rep in range(5):
+        seed = 600 + 10 * rep
+        alone = cli_bench(a, *stream, "--seed", seed)["itl_ms"]
+        with Background(a, "--requests", 100000, "--concurrency", 1, "--prompt-tokens", 256, "--max-tokens", 1,
+                        "--seed", seed + 1):
+            beside = cli_bench(a, *stream, "--seed", seed + 2)["itl_ms"]
+        spreads.append(alone)
+        decode_ratios.append(beside["p50"] / alone["p50"] - 1.0)
+        t_alone = cli_bench(a, *prompt, "--seed", seed + 3)["ttft_ms"]["p50"] / 1e3
+        with Background(a, "--requests", 100000, "--concurrency", 4, "--prompt-tokens", 16, "--max-tokens", 4000,
+                        "--seed", seed + 4):
+            t_beside = cli_bench(a, *prompt, "--seed", seed + 5)["ttft_ms"]["p50"] / 1e3
+        prefill_ratios.append((t_beside - t_alone - extra_step) / p.prefill_time(256))
+    qs = [(0.1, "p10"), (0.25, "p25"), (0.5, "p50"), (0.75, "p75"), (0.9, "p90"), (0.99, "p99")]
+    jitter = [[q, round(statistics.median(x[k] / x["p50"] for x in spreads), 4)] for q, k in qs]
+    for i in range(1, len(jitter)):  # medians of ratios may cross by a hair
+        jitter[i][1] = max(jitter[i][1], jitter[i - 1][1])
+    doc["decode"]["step_jitter"] = jitter
+    doc["shared_host"] = {
+        "decode_slowdown_beside_prefill": round(max(0.0, statistics.median(decode_ratios)), 4),
+        "prefill_slowdown_beside_decode": round(max(0.0, statistics.median(prefill_ratios)), 4)}
+
+
+def measure_overhead(a, doc, path):
+    """Lone requests through the router: the decode step's overhead (a lone stream's ITL p50 minus
+    the engine's step), and the prefill as the worker runs it: TTFT less the modelled transfer and
+    first step, fitted over prompt lengths as request overhead + prefill_scale · the engine's
+    prefill time (least squares; the intercept is the fixed cost of a request outside the workers'
+    compute: router, RPC hops, reservation, commit acknowledgement)."""
+    # The step as the worker runs it (the batcher's turn, sampling, handing tokens to the stream):
+    # B streams of 64 tokens after 64-token prompts, started together, for B = 1..16; each B's ITL
+    # p50 less the engine's context term at the streams' mean context, fitted as
+    # base + per_sequence·B (least squares). The engine's points stay for the record.
     p = Profile(doc, path)
-    ttft = statistics.median(t - (p.prefill_time(n) + p.transfer_time(n * p.kv_bytes_per_token + p.state_bytes)
-                                  + p.decode_step(1, n)) for n, t, _ in runs)
-    doc["request_overhead_seconds"] = max(0.0, ttft)
+    bs, steps = [], []
+    for b in (1, 2, 4, 8, 16):
+        itl = cli_bench(a, "--requests", 2 * b, "--concurrency", b, "--prompt-tokens", 64, "--max-tokens", 64,
+                        "--seed", 500 + b)["itl_ms"]["p50"] / 1e3
+        bs.append(b)
+        steps.append(itl - p.decode_per_ctx * b * 96)
+    mb, ms = statistics.mean(bs), statistics.mean(steps)
+    per_seq = max(0.0, sum((b - mb) * (y - ms) for b, y in zip(bs, steps)) / sum((b - mb) ** 2 for b in bs))
+    doc["decode"]["engine_fit"] = {"base_seconds": doc["decode"]["base_seconds"],
+                                   "per_sequence_seconds": doc["decode"]["per_sequence_seconds"]}
+    doc["decode"]["base_seconds"] = max(1e-6, ms - per_seq * mb)
+    doc["decode"]["per_sequence_seconds"] = per_seq
+    doc["decode"]["step_overhead_seconds"] = 0.0
+    p = Profile(doc, path)
+    xs, ys = [], []
+    for n in (16, 64, 256, 512):
+        for rep in range(3):  # a seed per request: no prompt shares a prefix with an earlier one
+            d = cli_bench(a, "--requests", 1, "--prompt-tokens", n, "--max-tokens", 2, "--seed", 100 + len(xs))
+            xs.append(p.engine_prefill_time(n))
+            ys.append(d["ttft_ms"]["p50"] / 1e3 - p.transfer_time(n * p.kv_bytes_per_token + p.state_bytes)
+                      - p.decode_step(1, n))
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    scale = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    doc["prefill_scale"] = round(max(0.5, scale), 4)
+    doc["request_overhead_seconds"] = max(0.0, my - doc["prefill_scale"] * mx)
+    # Resuming from a cached document (the store's lookup, read and checks, the state restored):
+    # lone requests of 64 tokens on one cached 256-token document, TTFT less the model of them.
+    p = Profile(doc, path)
+    with tempfile.NamedTemporaryFile("w", suffix=".csv") as f:
+        f.write("TIMESTAMP,ContextTokens,GeneratedTokens,DocumentId,DocumentTokens\n")
+        for i in range(6):
+            f.write("%.2f,320,2,doc,256\n" % (0.25 * i))
+        f.flush()
+        t = cli_bench(a, "--trace", f.name, "--seed", 700)["ttft_ms"]["p50"] / 1e3
+    model = (p.request_overhead + p.store_load_time(256 * p.kv_bytes_per_token + p.state_bytes) + p.slice_time(256, 64)
+             + p.transfer_time(64 * p.kv_bytes_per_token + p.state_bytes) + p.decode_step(1, 320))
+    doc["store"]["resume_overhead_seconds"] = round(max(0.0, t - model), 6)
 
 
 def main():
@@ -171,14 +258,16 @@ def main():
            "transfer": measure_transfer(a), "store": measure_store(a), "request_overhead_seconds": 0.0}
     if a.router:
         measure_overhead(a, doc, a.out)
+        measure_shared_host(a, doc, a.out)
     Profile(doc, a.out)  # the schema's own checks
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
     print("wrote %s: prefill %d points, decode fit %.3g + %.3g·B + %.3g·Σctx s (+ %.2f ms a step in the worker), "
-          "transfer %.2f GB/s, request overhead %.1f ms" % (
+          "transfer %.2f GB/s, request overhead %.1f ms, shared host %s" % (
               a.out, len(prefill), base, per_seq, per_ctx, doc["decode"].get("step_overhead_seconds", 0) * 1e3,
-              doc["transfer"]["bytes_per_second"] / 1e9, doc["request_overhead_seconds"] * 1e3))
+              doc["transfer"]["bytes_per_second"] / 1e9, doc["request_overhead_seconds"] * 1e3,
+              doc.get("shared_host", {})))
 
 
 if __name__ == "__main__":

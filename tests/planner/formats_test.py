@@ -125,6 +125,15 @@ class Profiles(unittest.TestCase):
         self.bad(with_("decode.per_sequence_seconds", None), "decode.per_sequence_seconds: missing")
         self.bad(with_("transfer.bytes_per_second", 0), "transfer.bytes_per_second: must be > 0")
         self.bad(with_("decode.points", [{"batch": 1, "context": 5}]), "decode.points[0].seconds: missing")
+        self.bad(with_("decode.step_jitter", [[0.5, 1.0], [0.9]]), "decode.step_jitter[1]: a [quantile, multiplier]")
+        self.bad(with_("decode.step_jitter", [[0.5, 1.0], [1.5, 2.0]]), "decode.step_jitter[1]: quantile in [0, 1]")
+        self.bad(with_("decode.step_jitter", [[0.5, 1.0], [0.9, 0.8]]), "decode.step_jitter[1]: quantiles must ascend")
+        self.bad(with_("decode.step_jitter", [[0.5, 1.0]]), "decode.step_jitter: at least two pairs")
+        self.bad(with_("prefill_scale", 0), "prefill_scale: must be > 0")
+        self.bad(with_("shared_host", {"decode_slowdown_beside_prefill": -0.1}),
+                 "shared_host.decode_slowdown_beside_prefill: must be >= 0")
+        self.bad(with_("store", {"latency_seconds": 0, "bytes_per_second": 1e9, "resume_overhead_seconds": "x"}),
+                 "store.resume_overhead_seconds: must be a number")
 
     def test_decode_fit_recovers_the_coefficients(self):
         pts = [(b, c, 0.004 + 0.0005 * b + 2e-8 * b * c) for b in (1, 4, 16) for c in (128, 1024)]

@@ -164,5 +164,42 @@ class Documents(unittest.TestCase):
         self.assertIsNot(r.seqs[1].decode, r.seqs[0].decode)  # the least used for the plain prompt
 
 
+class MeasuredThroughTheCluster(unittest.TestCase):
+    """The profile's terms measured through a running cluster (profiles.py)."""
+
+    def test_prefill_scale_and_resume_overhead(self):
+        p = profile(prefill_scale=1.5, transfer={"latency_seconds": 0.0, "bytes_per_second": 1e12},
+                    store={"latency_seconds": 0.001, "bytes_per_second": 1e6, "resume_overhead_seconds": 0.004})
+        r = simulate(p, Cluster(), [Request(0, 0.0, 200, 1), Request(1, 5.0, 400, 1, "d", 320)])
+        self.assertAlmostEqual(r.seqs[0].first, 1.5 * 0.2 + 0.011, places=6)
+        load = 0.001 + (320 * 1000 + 5000) / 1e6 + 0.004
+        self.assertAlmostEqual(r.seqs[1].first - 5.0, load + 1.5 * 0.08 + 0.011, places=6)
+
+    def test_step_jitter_spreads_the_steps_around_their_median(self):
+        jitter = [[0.0, 0.5], [0.5, 1.0], [1.0, 2.0]]
+        p = profile(decode={"base_seconds": 0.010, "per_sequence_seconds": 0.0, "per_context_token_seconds": 0.0,
+                            "step_jitter": jitter})
+        self.assertAlmostEqual(p.jitter(0.25), 0.75)
+        self.assertAlmostEqual(p.jitter(0.75), 1.5)
+        a = simulate(p, Cluster(), [Request(0, 0.0, 100, 400)])
+        b = simulate(p, Cluster(), [Request(0, 0.0, 100, 400)])
+        self.assertEqual(a.itl, b.itl)  # the cluster's seed fixes the draws
+        gaps = sorted(a.itl)
+        self.assertLess(gaps[0], 0.0055)
+        self.assertGreater(gaps[-1], 0.0195)
+        self.assertAlmostEqual(gaps[len(gaps) // 2], 0.010, delta=0.001)
+
+    def test_shared_host_slows_a_decode_step_beside_a_prefill(self):
+        p = profile(shared_host={"decode_slowdown_beside_prefill": 0.5, "prefill_slowdown_beside_decode": 0.0})
+        # A stream of 60 tokens, and a 1,000-token prompt arriving just after it whose prefill (1 s)
+        # outlasts the stream: its steps take 1.5× on one host, 1× on separate machines.
+        reqs = [Request(0, 0.0, 10, 60), Request(1, 0.015, 1000, 1)]
+        apart = simulate(p, Cluster(), reqs)
+        shared = simulate(p, Cluster(shared_host=1), reqs)
+        for gap in apart.seqs[0].itl:
+            self.assertAlmostEqual(gap, 0.011, places=6)
+        for gap in shared.seqs[0].itl:
+            self.assertAlmostEqual(gap, 0.011 * 1.5, places=6)
+
 if __name__ == "__main__":
     unittest.main()

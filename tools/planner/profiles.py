@@ -47,6 +47,23 @@ class Profile:
         # What a step costs in the worker beyond the engine's step (the batcher's turn, sampling,
         # handing tokens to the stream), measured through a running cluster by the profile tool.
         self.decode_overhead = d.opt_num("step_overhead_seconds", 0.0)
+        # The spread of a lone stream's step around its median, measured through a running cluster:
+        # [quantile, multiplier] pairs, quantiles ascending in [0, 1], multipliers > 0 and
+        # non-decreasing. The simulator draws each decode turn's multiplier from it (absent: every
+        # step takes its modelled time).
+        self.step_jitter = []
+        for i, q in enumerate(d.opt("step_jitter", list, [])):
+            at = where(path, None, "decode.step_jitter[%d]" % i)
+            if (not isinstance(q, list) or len(q) != 2 or not all(isinstance(x, (int, float)) and
+                                                                  not isinstance(x, bool) for x in q)):
+                raise PlanError(at + ": a [quantile, multiplier] pair of numbers")
+            if not 0 <= q[0] <= 1 or not q[1] > 0:
+                raise PlanError(at + ": quantile in [0, 1] and multiplier > 0 (got %r)" % (q,))
+            if self.step_jitter and (q[0] <= self.step_jitter[-1][0] or q[1] < self.step_jitter[-1][1]):
+                raise PlanError(at + ": quantiles must ascend and multipliers not decrease")
+            self.step_jitter.append((float(q[0]), float(q[1])))
+        if len(self.step_jitter) == 1:
+            raise PlanError(where(path, None, "decode.step_jitter") + ": at least two pairs")
         for i, p in enumerate(d.opt("points", list, [])):
             pg = _Getter(p, path, "decode.points[%d]" % i)
             pg.positive("batch"), pg.nonneg("context"), pg.positive("seconds")
@@ -58,9 +75,24 @@ class Profile:
         s = _Getter(g.opt("store", dict, {"latency_seconds": 0.0, "bytes_per_second": 1e12}), path, "store")
         self.store_latency = s.nonneg("latency_seconds")
         self.store_bw = s.positive("bytes_per_second")
+        # What resuming from a cached document costs beyond reading its bytes (lookup, checks, the
+        # state restored), measured through a running cluster by the profile tool.
+        self.resume_overhead = s.opt_num("resume_overhead_seconds", 0.0)
         # What a request pays outside the workers' compute (router, RPC hops, reservation, commit
         # acknowledgement): added to every time to first token.
         self.request_overhead = g.opt_num("request_overhead_seconds", 0.0)
+        # The prefill as the worker runs it against the engine's points (fitted through a running
+        # cluster by the profile tool; 1: as measured alone).
+        self.prefill_scale = g.opt_num("prefill_scale", 1.0)
+        if not self.prefill_scale > 0:
+            raise PlanError(where(path, None, "prefill_scale") + ": must be > 0")
+        # Where the profile's workers shared one host (the local cluster): how much slower a decode
+        # step runs while a prefill computes beside it, and a prefill while a decode worker steps
+        # (fractions, measured through the cluster by the profile tool). The simulator applies them
+        # only to a cluster set up with shared_host (a calibration on one machine).
+        h = _Getter(g.opt("shared_host", dict, {}), path, "shared_host")
+        self.decode_slowdown_beside_prefill = h.opt_num("decode_slowdown_beside_prefill", 0.0)
+        self.prefill_slowdown_beside_decode = h.opt_num("prefill_slowdown_beside_decode", 0.0)
         # A device profile may size the decode pool: its bytes for K/V (and, with state_in_pool,
         # for each sequence's fixed state too, as a GPU engine holds the self-decoder's state
         # beside the K/V; the CPU pool holds K/V rows only).
@@ -73,6 +105,9 @@ class Profile:
     # Cumulative prefill time of the first n tokens: piecewise linear through the points, through
     # (0, 0) below the first and along the last segment's slope beyond the last.
     def prefill_time(self, n):
+        return self.prefill_scale * self.engine_prefill_time(n)
+
+    def engine_prefill_time(self, n):
         if n <= 0:
             return 0.0
         xs = [p[0] for p in self.prefill_points]
@@ -91,6 +126,18 @@ class Profile:
 
     def decode_step(self, batch, context_sum):
         return self.decode_base + self.decode_overhead + self.decode_per_seq * batch + self.decode_per_ctx * context_sum
+
+    def jitter(self, u):
+        """The step multiplier at quantile u of decode.step_jitter (linear between its pairs)."""
+        j = self.step_jitter
+        if not j:
+            return 1.0
+        if u <= j[0][0]:
+            return j[0][1]
+        for (q0, m0), (q1, m1) in zip(j, j[1:]):
+            if u <= q1:
+                return m0 + (m1 - m0) * (u - q0) / (q1 - q0)
+        return j[-1][1]
 
     def transfer_time(self, nbytes):
         return self.transfer_latency + nbytes / self.transfer_bw

@@ -20,7 +20,7 @@ class Cluster:
         "chunk_tokens": 512, "max_active": 4, "prefill_max_queued_tokens": 1 << 20,
         "kv_blocks": 1024, "block_size": 32, "max_running": 32, "max_waiting": 256, "reserve_ahead_rows": 32,
         "max_in_flight": 256, "max_queued_tokens": 1 << 20, "affinity_tokens": 64, "affinity_max_extra": 4096,
-        "decode_routing": "kv", "ship_weight": 1.0, "load_weight": 1.0, "seed": 1,
+        "decode_routing": "kv", "ship_weight": 1.0, "load_weight": 1.0, "seed": 1, "shared_host": 0,
     }
 
     def __init__(self, **kw):
@@ -42,7 +42,7 @@ class Cluster:
         if key == "decode_routing" and v not in ("kv", "free-blocks"):
             raise PlanError("cluster: decode_routing: kv or free-blocks (got %r)" % v)
         lo = 0 if key in ("seed", "reserve_ahead_rows", "ship_weight", "load_weight", "max_waiting",
-                             "affinity_max_extra") else 1
+                             "affinity_max_extra", "shared_host") else 1
         if not isinstance(d, str) and v < lo:
             raise PlanError("cluster: %s: must be >= %d (got %r)" % (key, lo, v))
         setattr(self, key, v)
@@ -128,6 +128,7 @@ class Simulator:
     def __init__(self, profile, cluster, sample_interval=1.0):
         self.p, self.c = profile, cluster
         self.rng = random.Random(cluster.seed)
+        self.jitter_rng = random.Random(cluster.seed + 1)  # the decode steps' spread (profiles.py)
         self.prefill = [_PrefillWorker(i) for i in range(cluster.prefill_workers)]
         self.decode = [_DecodeWorker(i, cluster.kv_blocks) for i in range(cluster.decode_workers)]
         self.events, self.n_events, self.pending = [], 0, 0
@@ -276,7 +277,7 @@ class Simulator:
         for s in admitted:  # start_job: the cached rows and state from the store, past the resident ones
             load_rows = max(0, s.resume - s.resident_rows)
             if s.resume:
-                cost += p.store_load_time(load_rows * p.kv_bytes_per_token + p.state_bytes)
+                cost += p.store_load_time(load_rows * p.kv_bytes_per_token + p.state_bytes) + p.resume_overhead
             pw.active.append(s)
         budget, slices = c.chunk_tokens, []
         for s in pw.active:
@@ -286,6 +287,8 @@ class Simulator:
             cost += p.slice_time(s.pos, n)
             slices.append((s, n, cost))
             budget -= n
+        if c.shared_host and any(w.busy for w in self.decode):
+            cost *= 1.0 + p.prefill_slowdown_beside_decode
         pw.busy = True
         pw.busy_time += cost
         self.at(self.now + cost, self.prefill_step_done, pw, self.now, slices)
@@ -348,6 +351,11 @@ class Simulator:
             cost += p.decode_step(len(batch), sum(s.ctx for s in batch))
         if not emitted and not batch:
             return
+        f = p.jitter(self.jitter_rng.random())
+        if c.shared_host and any(pw.busy for pw in self.prefill):
+            f *= 1.0 + p.decode_slowdown_beside_prefill
+        cost *= f
+        emitted = [(s, offset * f) for s, offset in emitted]
         w.busy = True
         w.busy_time += cost
         self.at(self.now + cost, self.decode_turn_done, w, self.now, emitted, batch)
