@@ -12,9 +12,16 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cmake ninja-build g++ pkg-config \
       libopenblas-openmp-dev libdnnl-dev libboost-dev libpcre2-dev libutf8proc-dev libucx-dev libhiredis-dev nlohmann-json3-dev libcli11-dev \
-      libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
+      libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc curl ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
+# xgrammar's C++ library (structured outputs; not in Debian or Ubuntu), from its pinned PyPI source
+# distribution, in a layer of its own that only a new version rebuilds. Linked statically.
+# Behind a TLS-intercepting proxy, give its CA: --build-arg YOCO_CA_BUNDLE=PATH with the file mounted
+# there (podman build -v HOST_FILE:PATH:ro; tests/image/image_test.py does so).
+COPY scripts/build_xgrammar.sh scripts/
+ARG YOCO_CA_BUNDLE=
+RUN YOCO_DEPS_DIR=/opt/deps scripts/build_xgrammar.sh
 # The whole tree minus build outputs, tests, benchmarks and models (cuda.Dockerfile.dockerignore).
 COPY . .
 # sm_80 (A100) and sm_90a (H100/H200), as kernels/cuda/CMakeLists.txt defaults to.
@@ -23,6 +30,7 @@ ARG YOCO_CXX_FLAGS="-march=x86-64-v2"
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DYOCO_NATIVE=OFF -DYOCO_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
       -DYOCO_BUILD_TESTS=OFF -DYOCO_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS="${YOCO_CXX_FLAGS}" \
+      -DYOCO_XGRAMMAR_DIR=/opt/deps/xgrammar-0.2.8 \
  && cmake --build build --target yoco-router yoco-prefill yoco-decode yoco-cli
 
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU}
@@ -45,6 +53,7 @@ RUN apt-get update \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin yoco
 COPY --from=build /src/build/router/yoco-router /src/build/prefill_service/yoco-prefill \
                   /src/build/decode_service/yoco-decode /src/build/tools/yoco-cli /usr/local/bin/
+COPY --from=build /opt/deps/xgrammar-0.2.8/LICENSE /opt/deps/xgrammar-0.2.8/NOTICE /usr/share/doc/xgrammar/
 USER 10001:10001
 ENV OMP_WAIT_POLICY=passive \
     YOCO_METRICS_PORT=9090 \

@@ -15,7 +15,8 @@
    byte for byte the bundled one.
 4. A router + prefill + decode cluster from the image (deploy/local/cluster.py through wrappers):
    `podman run` where it works on this machine, else in a chroot of `podman image mount` as uid
-   10001 (tests/image/in_image.sh). A greedy generation equals the host build's; SIGTERM during a
+   10001 (tests/image/in_image.sh). A greedy generation equals the host build's, a structured output
+   (--regex) matches its pattern (the image has xgrammar); SIGTERM during a
    stream drains: the stream completes and every process exits 0.
 5. Clean-up, also on failure: no container, image, mount or private storage is left; the host's
    podman storage is as it was.
@@ -219,8 +220,14 @@ def clean_export(src, dest):
 
 def build(podman, ctx, work):
     build_log = os.path.join(work, "build.log")
+    # The build stage downloads xgrammar over HTTPS: it trusts what this machine trusts (a proxy's CA
+    # included), mounted read-only for the RUN steps.
+    ca = os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt"
+    ca_args = ["-v", "%s:/run/yoco-build-ca.crt:ro" % ca, "--build-arg", "YOCO_CA_BUNDLE=/run/yoco-build-ca.crt"] \
+        if os.path.isfile(ca) else []
     with open(build_log, "w") as f:
         r = podman("build", "--isolation", "chroot", "--network", "host", "--format", "docker", "--pull=never",
+                   *ca_args,
                    "--layers=false", "--force-rm", "-f", os.path.join(ctx, "deploy/docker/cpu.Dockerfile"),
                    "--ignorefile", os.path.join(ctx, "deploy/docker/cpu.Dockerfile.dockerignore"), "-t", IMAGE, ctx,
                    stdout=f, check=False, timeout=1800)
@@ -464,6 +471,19 @@ def generate_and_drain(cluster, runner, cli, src):
                           % (d.get("token_ids"), d.get("text"), ref_ids, ref_text))
     check_deploy.check("greedy generation through the image's router = the host build's yoco-cli (24 tokens: %r)"
                        % ref_text, errors)
+
+    # Structured outputs: the image's decode worker has xgrammar (deploy/docker, scripts/build_xgrammar.sh).
+    structured_errors = []
+    pattern = "[0-9]{3}-[0-9]{4}"
+    r = runner.run(["/usr/local/bin/yoco-cli", "generate", "--router", router, "--prompt", PROMPT, "--max-tokens", "16",
+                    "--temperature", "0", "--regex", pattern, "--json"])
+    if r.returncode != 0:
+        structured_errors.append("yoco-cli generate --regex exited %d: %s" % (r.returncode, r.stderr))
+    elif not re.fullmatch(pattern, json.loads(r.stdout).get("text", "")):
+        structured_errors.append("the constrained text %r does not match %s" % (json.loads(r.stdout).get("text"), pattern))
+    check_deploy.check("a structured output (--regex %s) through the image's cluster matches it" % pattern,
+                       structured_errors)
+    errors += structured_errors
 
     # A stream in flight when the cluster gets SIGTERM: it completes, and every process exits 0.
     _, long_text = host_reference(cli, src, STREAM_TOKENS)
