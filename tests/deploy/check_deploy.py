@@ -1236,6 +1236,11 @@ def check_dockerfiles(source_dir, build_dir, binaries):
         if len(stages) < 2:
             errors.append("%s: not multi-stage" % name)
         uses_cmake_build = any("cmake" in r for s in stages.values() for w, r in s["instrs"] if w == "RUN")
+        # scripts/build_xgrammar.sh's install directory in the build stage (YOCO_DEPS_DIR), and on this host.
+        deps_dir = next((m.group(1).rstrip("/") for s in stages.values() for w, r in s["instrs"] if w == "RUN"
+                         for m in [re.search(r"YOCO_DEPS_DIR=(\S+)\s+scripts/build_xgrammar\.sh", r)] if m), None)
+        host_deps = os.environ.get("YOCO_DEPS_DIR") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "yoco")
         # The build stage copies the context: every directory the top CMakeLists adds must be in it,
         # except the test and benchmark trees the image build turns off.
         if uses_cmake_build:
@@ -1266,6 +1271,9 @@ def check_dockerfiles(source_dir, build_dir, binaries):
                                 errors.append("%s: copies %s, which its build does not build (--target)" % (name, src))
                         elif src.startswith("/src/"):
                             local = os.path.join(source_dir, src[len("/src/"):])
+                        elif deps_dir and src.startswith(deps_dir + "/"):
+                            # What scripts/build_xgrammar.sh installed there: the same as on this host.
+                            local = os.path.join(host_deps, src[len(deps_dir) + 1:])
                         else:
                             errors.append("%s: COPY --from=%s %s: not under the build stage's /src" % (name, frm, src))
                             continue
