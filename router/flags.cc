@@ -32,6 +32,10 @@ FlagTable router_flags() {
       flag::optional_integer("http-port", "serve the OpenAI-compatible HTTP API on this port (0: any free port)", 0,
                              65535),
       flag::str("chat-template", "a jinja chat template file overriding the model's"),
+      flag::str("tool-call-parser",
+                "the tool-call syntax of chat replies: auto (from the chat template), hermes, llama3_json, mistral or "
+                "none",
+                "auto"),
       flag::str("served-model-name", "the name clients put in \"model\" (default: the model directory's name)"),
   };
   for (FlagSpec& s : channel_tls_flags("worker-", "the workers")) t.push_back(std::move(s));
@@ -103,6 +107,7 @@ RouterFlags read_router_flags(ServerFlags& f) {
   r.api_keys = f.str("api-keys");
   r.http_port = f.has("http-port") ? static_cast<int>(f.integer("http-port")) : -1;
   r.chat_template = f.str("chat-template");
+  r.tool_call_parser = f.str("tool-call-parser");
   r.served_model_name = served_model_name(f, r.model_dir);
   return r;
 }

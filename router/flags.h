@@ -24,6 +24,7 @@ struct RouterFlags {
   std::string api_keys;           // the --api-keys file; empty: open (docs/design.md §9b)
   int http_port = -1;             // the OpenAI API's port; -1: none
   std::string chat_template;      // a file overriding the model's template
+  std::string tool_call_parser;   // "auto" (from the template) or a syntax's name (router/tool_calls.h)
   std::string served_model_name;  // what clients put in "model"
 };
 

@@ -10,6 +10,7 @@
 #include "router/openai_chat.h"
 #include "router/openai_server.h"
 #include "router/service.h"
+#include "router/tool_calls.h"
 #include "router/workers.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
@@ -49,6 +50,9 @@ int run(int argc, char** argv) {
   RouterFlags rf = read_router_flags(f);
   OpenAiConfig openai;
   openai.served_model_name = rf.served_model_name;
+  const std::optional<ToolCallFormat> tool_format = tool_call_format_named(rf.tool_call_parser);
+  if (rf.tool_call_parser != "auto" && !tool_format)
+    f.fail("--tool-call-parser: auto, hermes, llama3_json, mistral or none, not \"" + rf.tool_call_parser + "\"");
   if (!f.ok()) return f.usage_error();
   std::unique_ptr<ApiKeys> keys;
   if (!rf.api_keys.empty()) {
@@ -63,9 +67,16 @@ int run(int argc, char** argv) {
   std::unique_ptr<HttpListener> http;
   Json::Object port_fields;
   if (rf.http_port >= 0) {
-    auto tmpl = load_chat_renderer(rf.chat_template, rf.model_dir, tok.get());
+    std::string template_text;
+    auto tmpl = load_chat_renderer(rf.chat_template, rf.model_dir, tok.get(), &template_text);
     if (!tmpl.ok()) return exit_with(kProgram, tmpl.status().message(), 2);
     openai.chat_template = std::move(tmpl).value();
+    // Tool calls (docs/design.md §3.2d): the flag's syntax, else the one the template writes.
+    openai.tool_format = tool_format ? *tool_format : detect_tool_call_format(template_text);
+    YOCO_LOG(LogLevel::kInfo, "chat tool calls",
+             LogFields()
+                 .kv("tool_call_parser", tool_call_format_name(openai.tool_format))
+                 .kv("from", tool_format ? "--tool-call-parser" : "the chat template"));
     openai.tokenizer_config = load_tokenizer_config(rf.model_dir);
     auto h = bind_http(f, so, rf.http_port);
     if (!h.ok()) return exit_with(kProgram, h.status().message(), 1);

@@ -22,10 +22,11 @@ std::string spelling(const Tokenizer* tok, std::optional<int32_t> id) {
 }  // namespace
 
 Result<ChatRenderer> load_chat_renderer(const std::string& template_file, const std::string& model_dir,
-                                        const Tokenizer* tok) {
+                                        const Tokenizer* tok, std::string* source) {
   auto found = find_template(template_file, model_dir);
   if (!found.ok()) return found.status();
   if (!found->has_value()) return ChatRenderer();
+  if (source) *source = (*found)->source();
   auto tmpl = std::make_shared<const ChatTemplate>(std::move(**found));
   const std::string bos = spelling(tok, tok ? tok->bos_id() : std::nullopt);
   const std::string eos = spelling(tok, tok ? tok->eos_id() : std::nullopt);

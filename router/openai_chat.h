@@ -12,9 +12,9 @@
 namespace yoco {
 
 // An empty renderer when neither gives a template (chat requests then answer 400 saying so).
-// Errors name the flag or the file.
+// Errors name the flag or the file. `source`, when given, receives the template's text ("" for none).
 Result<ChatRenderer> load_chat_renderer(const std::string& template_file, const std::string& model_dir,
-                                        const Tokenizer* tok);
+                                        const Tokenizer* tok, std::string* source = nullptr);
 
 // The model directory's tokenizer_config.json as /tokenizer_info serves it; null when there is
 // none or it does not parse (the tokenizer's own load names that error).

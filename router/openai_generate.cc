@@ -5,6 +5,8 @@
 #include <optional>
 #include <thread>
 
+#include "router/openai_tools.h"
+
 namespace yoco {
 
 int respond_error(HttpExchange& ex, const ApiError& e) {
@@ -22,7 +24,9 @@ struct ChoiceState {
   int64_t offset = 0;  // streamed text_offset so far
   v1::FinishReason finish = v1::FINISH_REASON_LENGTH;
   v1::Usage usage;
-  bool began = false;  // streaming: its first chunk is out
+  bool began = false;                   // streaming: its first chunk is out
+  std::optional<ToolCallStream> tools;  // streaming chat with tools: the reply parsed as it comes
+  std::vector<ToolCallOut> calls;       // streaming: the calls begun (their ids and names)
 };
 
 class Generation {
@@ -35,6 +39,8 @@ class Generation {
       if (const ChoicePlan& p = job.choices[i]; p.fork_n > 1 && p.generate)
         ctxs_.back()->AddMetadata("yoco-fork-group", job.head.id + "-" + std::to_string(p.prompt_index) + "/" +
                                                          std::to_string(p.fork_index) + "/" + std::to_string(p.fork_n));
+      if (job.chat && job.stream && job.tool_format != ToolCallFormat::kNone)
+        st_[i].tools.emplace(job.tool_format, job.max_tool_calls, job.tool_end_text);
     }
   }
 
@@ -87,6 +93,7 @@ class Generation {
 
   void on_delta(size_t i, const v1::Delta& d) {
     std::vector<LogprobItem> lps = items(d);
+    if (st_[i].tools) return emit_tool_step(i, st_[i].tools->push(d.text()), lps);
     if (job_.stream) return emit_delta(i, d.text(), lps);
     std::lock_guard<std::mutex> lk(mu_);
     st_[i].text += d.text();
@@ -97,6 +104,7 @@ class Generation {
     std::lock_guard<std::mutex> lk(mu_);
     st_[i].finish = f.finish_reason();
     st_[i].usage = f.usage();
+    if (st_[i].tools) emit_tool_step_locked(i, st_[i].tools->finish(), {});
     if (job_.stream) emit_finish(i);
   }
 
@@ -153,9 +161,42 @@ class Generation {
                                            : completion_choice(index, text, lp, Json()))));
   }
 
+  void emit_tool_step(size_t i, const ToolCallStep& step, const std::vector<LogprobItem>& lps) {
+    std::lock_guard<std::mutex> lk(mu_);
+    emit_tool_step_locked(i, step, lps);
+  }
+
+  // Content first, then each call's news; the delta's log-probs ride on the first chunk (on an
+  // empty content chunk while the text is held back: it may still become a call's marker).
+  void emit_tool_step_locked(size_t i, const ToolCallStep& step, const std::vector<LogprobItem>& lps) {
+    if (step.empty() && lps.empty()) return;
+    ChoiceState& s = st_[i];
+    const int index = static_cast<int>(i);
+    if (!s.began)
+      write_locked(sse_event(
+          chunk(chat_delta_choice(index, Json::Object{{"role", "assistant"}, {"content", ""}}, Json(), Json()))));
+    s.began = true;
+    Json lp = lps.empty() ? Json() : chat_logprobs(lps);
+    if (!step.content.empty() || step.calls.empty()) {
+      write_locked(sse_event(chunk(chat_delta_choice(index, Json::Object{{"content", step.content}}, lp, Json()))));
+      lp = Json();
+    }
+    for (const ToolCallDelta& d : step.calls) {
+      std::optional<ToolCallOut> first;
+      if (d.name) {
+        s.calls.push_back({new_tool_call_id(job_.tool_format), *d.name, ""});
+        first = s.calls.back();
+      }
+      write_locked(
+          sse_event(chunk(chat_delta_choice(index, tool_call_delta(d.index, first, d.arguments), lp, Json()))));
+      lp = Json();
+    }
+  }
+
   void emit_finish(size_t i) {  // mu_ held
     const int index = static_cast<int>(i);
-    const Json reason(finish_reason_name(st_[i].finish));
+    const Json reason(job_.chat ? chat_finish_reason_name(st_[i].finish, !st_[i].calls.empty())
+                                : finish_reason_name(st_[i].finish));
     if (job_.chat && !st_[i].began)
       write_locked(sse_event(
           chunk(chat_delta_choice(index, Json::Object{{"role", "assistant"}, {"content", ""}}, Json(), Json()))));
@@ -189,6 +230,21 @@ class Generation {
     return usage_json(prompt, completion, cached);
   }
 
+  // The whole reply parsed into content and tool calls (docs/design.md §3.2d).
+  Json tool_reply(int index, const ChoiceState& s) const {
+    const std::string_view text = strip_end_text(s.text, job_.tool_end_text);
+    ToolCallParse p = parse_tool_calls(job_.tool_format, text, /*final=*/true);
+    std::vector<ToolCallOut> calls;
+    for (const ToolCallText& c : p.calls) {
+      if (static_cast<int>(calls.size()) == job_.max_tool_calls) break;
+      calls.push_back({new_tool_call_id(job_.tool_format), c.name, c.arguments});
+    }
+    const Json lp = job_.logprobs >= 0 ? chat_logprobs(s.logprobs) : Json();
+    const Json reason(chat_finish_reason_name(s.finish, !calls.empty()));
+    if (calls.empty()) return chat_message_choice(index, std::string(text), lp, reason);
+    return chat_tool_calls_choice(index, p.content, calls, lp, reason);
+  }
+
   int answer_whole() {
     if (failed_) return respond_error(ex_, *failed_);
     Json::Array choices;
@@ -197,6 +253,10 @@ class Generation {
       ChoiceState& s = st_[i];
       const int index = static_cast<int>(i);
       const Json reason(finish_reason_name(s.finish));
+      if (job_.chat && job_.tool_format != ToolCallFormat::kNone) {
+        choices.push_back(tool_reply(index, s));
+        continue;
+      }
       if (job_.chat) {
         choices.push_back(
             chat_message_choice(index, s.text, job_.logprobs >= 0 ? chat_logprobs(s.logprobs) : Json(), reason));

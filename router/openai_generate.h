@@ -12,6 +12,7 @@
 
 #include "router/openai_errors.h"
 #include "router/openai_response.h"
+#include "router/tool_calls.h"
 #include "server/http_listener.h"
 #include "yoco/v1/yoco.grpc.pb.h"
 
@@ -31,7 +32,12 @@ struct ChoicePlan {
 struct GenerationJob {
   ResponseHead head;
   bool chat = false, stream = false, include_usage = false;
-  int logprobs = -1;                // -1: none
+  int logprobs = -1;  // -1: none
+  // Chat with tools: each choice's reply parsed into tool calls in this syntax (kNone: not parsed),
+  // at most max_tool_calls of them (docs/design.md §3.2d).
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
+  int max_tool_calls = 0;
+  std::string tool_end_text;        // the stop token's text, when special tokens' text is kept
   std::string authorization;        // the client's header, passed on as the calls' metadata
   std::vector<ChoicePlan> choices;  // index = position
 };

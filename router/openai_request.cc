@@ -223,28 +223,7 @@ std::variant<OpenAiRequest, ApiError> parse_completion_request(const Json& body)
   return r;
 }
 
-namespace {
-
-// Tool calls are refused rather than ignored: a client asking for a tool call would otherwise get
-// plain text it cannot tell apart from an answer. The tools still reach the template with
-// tool_choice "none" (OpenAI's default with tools is "auto"), as vLLM does without a tool-call
-// parser. response_format is read with the other output constraints (router/openai_structured.h).
-void read_unsupported_chat_fields(Fields& f, const Json& body) {
-  const Json* tools = body.find("tools");
-  const bool has_tools = tools && tools->is_array() && !tools->as_array().empty();
-  const Json* choice = body.find("tool_choice");
-  const bool choice_none = choice && choice->is_string() && choice->as_string() == "none";
-  if (choice && !choice->is_null() && !choice_none)
-    f.fail("tool_choice", "tool calls are not parsed from the reply: only \"none\" is supported");
-  else if (has_tools && !choice_none)
-    f.fail("tool_choice",
-           "tool calls are not parsed from the reply: with tools, set tool_choice to \"none\" (the template "
-           "still sees the tools)");
-}
-
-}  // namespace
-
-std::variant<OpenAiRequest, ApiError> parse_chat_request(const Json& body) {
+std::variant<OpenAiRequest, ApiError> parse_chat_request(const Json& body, std::string_view raw) {
   OpenAiRequest r;
   r.chat = true;
   Fields f(body);
@@ -261,8 +240,10 @@ std::variant<OpenAiRequest, ApiError> parse_chat_request(const Json& body) {
     f.fail("top_logprobs", "requires logprobs: true");
   if (logprobs) r.logprobs = static_cast<int>(top);
   f.boolean("add_generation_prompt", &r.add_generation_prompt);
-  read_unsupported_chat_fields(f, body);
   if (!f.ok()) return f.error();
+  auto tools = read_tools(body, raw);
+  if (auto* e = std::get_if<ApiError>(&tools)) return *e;
+  r.tools = std::get<ChatTools>(std::move(tools));
   auto msgs = normalize_messages(*m);
   if (auto* e = std::get_if<ApiError>(&msgs)) return *e;
   r.messages = std::get<Json>(std::move(msgs));
@@ -314,6 +295,18 @@ std::variant<Json, ApiError> normalize_messages(const Json& messages) {
       copy["content"] = Json(std::move(text));
     } else if (!content->is_string()) {
       return bad_param("messages", at + ".content must be a string or an array of text parts");
+    }
+    if (const Json* calls = msg.find("tool_calls"); calls && calls->is_null()) {
+      copy.erase("tool_calls");  // as if absent: templates test `'tool_calls' in message`
+    } else if (calls) {
+      if (!calls->is_array()) return bad_param("messages", at + ".tool_calls must be an array");
+      Json::Array out_calls;
+      for (size_t j = 0; j < calls->as_array().size(); ++j) {
+        auto c = normalize_tool_call(calls->as_array()[j], at + ".tool_calls[" + std::to_string(j) + "]");
+        if (auto* e = std::get_if<ApiError>(&c)) return *e;
+        out_calls.push_back(std::get<Json>(std::move(c)));
+      }
+      copy["tool_calls"] = Json(std::move(out_calls));
     }
     out.push_back(Json(std::move(copy)));
   }

@@ -7,11 +7,13 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
 #include "common/json.h"
 #include "router/openai_errors.h"
+#include "router/openai_tools.h"
 #include "yoco/v1/yoco.pb.h"
 
 namespace yoco {
@@ -28,6 +30,7 @@ struct OpenAiRequest {
   std::vector<PromptInput> prompts;   // completions: one or a batch
   Json messages;                      // chat: the messages array as sent
   Json template_extra;                // chat: more template variables (tools, chat_template_kwargs)
+  ChatTools tools;                    // chat: tools, tool_choice, parallel_tool_calls
   bool add_generation_prompt = true;  // chat (a vLLM field)
   v1::GenerateRequest base;           // sampling, stops, extensions; the prompt is set per choice
   bool max_tokens_given = false;      // chat without it: the rest of the context (as vLLM)
@@ -41,14 +44,16 @@ inline constexpr int kMaxTopLogprobs = 20;  // chat's top_logprobs, as OpenAI
 
 // POST /v1/completions and /v1/chat/completions bodies; an error names the field.
 std::variant<OpenAiRequest, ApiError> parse_completion_request(const Json& body);
-std::variant<OpenAiRequest, ApiError> parse_chat_request(const Json& body);
+// `raw`: the body's text (tool schemas keep the client's key order); empty: the sorted form.
+std::variant<OpenAiRequest, ApiError> parse_chat_request(const Json& body, std::string_view raw = {});
 // The JSON body of a request (400 for invalid JSON or a non-object).
 std::variant<Json, ApiError> parse_body(const std::string& body);
 // The chat template's further variables, as vLLM gives them: the members of
 // "chat_template_kwargs" and "tools" (null when neither is given).
 std::variant<Json, ApiError> template_extra(const Json& body);
-// A chat message list's checks (roles, content as text or text parts) and its content parts
-// flattened to strings, which is what chat templates read.
+// A chat message list's checks (roles, content as text or text parts, assistant tool calls) and
+// what chat templates read: content parts flattened to strings, tool calls' arguments as objects
+// (router/openai_tools.h).
 std::variant<Json, ApiError> normalize_messages(const Json& messages);
 
 }  // namespace yoco

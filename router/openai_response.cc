@@ -78,6 +78,10 @@ Json chat_logprobs(const std::vector<LogprobItem>& items) {
 
 const char* finish_reason_name(v1::FinishReason r) { return r == v1::FINISH_REASON_LENGTH ? "length" : "stop"; }
 
+const char* chat_finish_reason_name(v1::FinishReason r, bool called) {
+  return called && r != v1::FINISH_REASON_LENGTH ? "tool_calls" : finish_reason_name(r);
+}
+
 Json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
   return Json::Object{{"prompt_tokens", prompt_tokens},
                       {"completion_tokens", completion_tokens},
@@ -104,6 +108,32 @@ Json chat_message_choice(int index, std::string content, Json logprobs, Json fin
                       {"message", Json::Object{{"role", "assistant"}, {"content", std::move(content)}}},
                       {"logprobs", std::move(logprobs)},
                       {"finish_reason", std::move(finish_reason)}};
+}
+
+Json chat_tool_calls_choice(int index, const std::string& content, const std::vector<ToolCallOut>& calls, Json logprobs,
+                            Json finish_reason) {
+  Json::Array out;
+  for (const ToolCallOut& c : calls)
+    out.push_back(Json::Object{
+        {"id", c.id}, {"type", "function"}, {"function", Json::Object{{"name", c.name}, {"arguments", c.arguments}}}});
+  return Json::Object{
+      {"index", index},
+      {"message",
+       Json::Object{{"role", "assistant"}, {"content", content.empty() ? Json() : Json(content)}, {"tool_calls", out}}},
+      {"logprobs", std::move(logprobs)},
+      {"finish_reason", std::move(finish_reason)}};
+}
+
+Json tool_call_delta(int index, const std::optional<ToolCallOut>& first, const std::string& arguments) {
+  Json::Object call{{"index", index}};
+  if (first) {
+    call["id"] = Json(first->id);
+    call["type"] = Json("function");
+    call["function"] = Json::Object{{"name", first->name}, {"arguments", arguments}};
+  } else {
+    call["function"] = Json::Object{{"arguments", arguments}};
+  }
+  return Json::Object{{"tool_calls", Json::Array{Json(std::move(call))}}};
 }
 
 Json chat_delta_choice(int index, Json delta, Json logprobs, Json finish_reason) {

@@ -38,6 +38,8 @@ int64_t logprob_text_length(const std::vector<LogprobItem>& items);
 Json chat_logprobs(const std::vector<LogprobItem>& items);
 
 const char* finish_reason_name(v1::FinishReason r);  // "length" or "stop"
+// A chat reply that made tool calls ended "tool_calls" unless max_tokens cut it.
+const char* chat_finish_reason_name(v1::FinishReason r, bool called);
 Json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 
 // What every object and chunk of one response shares.
@@ -51,6 +53,15 @@ Json response_json(const ResponseHead& h, Json::Array choices, std::optional<Jso
 
 Json completion_choice(int index, std::string text, Json logprobs, Json finish_reason);
 Json chat_message_choice(int index, std::string content, Json logprobs, Json finish_reason);
+// A reply with tool calls (docs/design.md §3.2d): content null when there is none, as OpenAI's.
+struct ToolCallOut {
+  std::string id, name, arguments;
+};
+Json chat_tool_calls_choice(int index, const std::string& content, const std::vector<ToolCallOut>& calls, Json logprobs,
+                            Json finish_reason);
+// A streamed call's delta: the first one of each call has its id, type and name; later ones only
+// the next fragment of its arguments.
+Json tool_call_delta(int index, const std::optional<ToolCallOut>& first, const std::string& arguments);
 Json chat_delta_choice(int index, Json delta, Json logprobs, Json finish_reason);
 
 // "data: <json>\n\n", and the stream's last event.

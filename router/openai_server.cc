@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "proto/structured_convert.h"
 #include "router/openai_structured.h"
+#include "router/openai_tools.h"
 
 namespace yoco {
 namespace {
@@ -139,7 +140,7 @@ std::variant<std::vector<int32_t>, ApiError> OpenAiServer::chat_prompt(const Htt
                                                                        bool add_generation_prompt,
                                                                        const Json& extra) const {
   if (!config_.chat_template) return no_chat_template();
-  auto text = config_.chat_template(messages, add_generation_prompt, extra, ex.request().body);
+  auto text = config_.chat_template(messages, add_generation_prompt, extra, with_parsed_arguments(ex.request().body));
   if (!text.ok()) return bad_param("messages", "the chat template failed: " + text.status().message());
   return tokenize_text(ex, *text, /*add_bos=*/false, /*allow_special=*/true);
 }
@@ -154,9 +155,11 @@ int OpenAiServer::completions(HttpExchange& ex, bool chat) {
   Json body;
   if (auto e = take(parse_body(ex.request().body), &body)) return respond_error(ex, *e);
   OpenAiRequest r;
-  if (auto e = take(chat ? parse_chat_request(body) : parse_completion_request(body), &r)) return respond_error(ex, *e);
+  if (auto e = take(chat ? parse_chat_request(body, ex.request().body) : parse_completion_request(body), &r))
+    return respond_error(ex, *e);
   StructuredOutput constraint;
   if (auto e = take(read_structured_output(body, ex.request().body), &constraint)) return respond_error(ex, *e);
+  if (auto e = plan_tools(body, constraint, r)) return respond_error(ex, *e);
   if (constraint.constrained()) *r.base.mutable_structured_output() = structured_to_proto(constraint);
   if (!r.model.empty() && r.model != config_.served_model_name)
     return respond_error(ex, not_found_error("the model \"" + r.model + "\" does not exist (this router serves \"" +
@@ -170,12 +173,39 @@ int OpenAiServer::completions(HttpExchange& ex, bool chat) {
   job.stream = r.stream;
   job.include_usage = r.include_usage;
   job.logprobs = r.logprobs;
+  if (r.tools.parsed()) {
+    job.tool_format = config_.tool_format;
+    job.max_tool_calls = r.tools.parallel ? kMaxTools : 1;
+    if (r.base.has_skip_special_tokens() && !r.base.skip_special_tokens() && tok_ && tok_->eos_id())
+      job.tool_end_text = tok_->id_to_token(*tok_->eos_id()).value_or("");
+  }
   job.authorization = ex.request().header("authorization");
   // The router's logprobs is top-n with 0 meaning none: ask for at least one to get the chosen token's.
   if (r.logprobs >= 0) r.base.set_logprobs(static_cast<uint32_t>(std::max(1, r.logprobs)));
   if (auto e = chat ? plan_chat(ex, r, &job.choices) : plan_completions(ex, r, &job.choices))
     return respond_error(ex, *e);
   return run_generation(*stub_, job, ex);
+}
+
+// Tool calls (docs/design.md §3.2d): "auto" needs a syntax to parse, and "required" or a named
+// function becomes the request's output constraint (so it is the only one).
+std::optional<ApiError> OpenAiServer::plan_tools(const Json& body, StructuredOutput& constraint,
+                                                 OpenAiRequest& r) const {
+  if (!r.tools.parsed()) return std::nullopt;
+  if (config_.tool_format == ToolCallFormat::kNone)
+    return bad_param("tool_choice",
+                     "this router parses no tool calls: its chat template writes none of the tool-call syntaxes it "
+                     "knows (start it with --tool-call-parser hermes, llama3_json or mistral), so only \"none\" is "
+                     "served");
+  // Mistral's [TOOL_CALLS] is a special token: its text must stay in the reply to be parsed.
+  if (config_.tool_format == ToolCallFormat::kMistral && !body.find("skip_special_tokens"))
+    r.base.set_skip_special_tokens(false);
+  if (!r.tools.enforced()) return std::nullopt;
+  if (constraint.constrained())
+    return bad_param("tool_choice",
+                     "a required tool call is an output constraint of its own: it cannot be combined "
+                     "with response_format or structured_outputs");
+  return take(tool_call_constraint(r.tools, config_.tool_format), &constraint);
 }
 
 namespace {

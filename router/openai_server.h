@@ -16,10 +16,12 @@
 #include <variant>
 #include <vector>
 
+#include "common/structured_output.h"
 #include "router/metrics.h"
 #include "router/openai_errors.h"
 #include "router/openai_generate.h"
 #include "router/openai_request.h"
+#include "router/tool_calls.h"
 #include "server/http_listener.h"
 #include "tokenizer/tokenizer.h"
 #include "yoco/v1/yoco.grpc.pb.h"
@@ -36,6 +38,9 @@ struct OpenAiConfig {
   std::string served_model_name;
   ChatRenderer chat_template;  // --chat-template, else the model's; empty: chat answers 400
   Json tokenizer_config;       // the model's tokenizer_config.json (null without one): /tokenizer_info
+  // The tool-call syntax replies are parsed in and enforced calls written in (docs/design.md
+  // §3.2d): --tool-call-parser, else what the chat template writes; kNone: tool_choice "none" only.
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
 };
 
 class OpenAiServer {
@@ -66,6 +71,7 @@ class OpenAiServer {
   // The choices of a completions request: echo (the prompt's own log-probs from Score), n per prompt.
   std::optional<ApiError> plan_completions(const HttpExchange& ex, const OpenAiRequest& r,
                                            std::vector<ChoicePlan>* plans) const;
+  std::optional<ApiError> plan_tools(const Json& body, StructuredOutput& constraint, OpenAiRequest& r) const;
   std::optional<ApiError> plan_chat(const HttpExchange& ex, const OpenAiRequest& r,
                                     std::vector<ChoicePlan>* plans) const;
   std::optional<ApiError> echo_logprobs(const HttpExchange& ex, const std::vector<int32_t>& ids, int top_n,

@@ -28,7 +28,12 @@ std::string xgrammar_message(const char* what) {
   return m;
 }
 
-// One EBNF string literal: '"' and '\' escaped, control bytes as \xHH, UTF-8 as it is.
+}  // namespace
+
+bool structured_outputs_enabled() { return true; }
+
+int background_compiles() { return g_background.load(); }
+
 std::string ebnf_literal(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
@@ -46,12 +51,6 @@ std::string ebnf_literal(const std::string& s) {
   }
   return out + "\"";
 }
-
-}  // namespace
-
-bool structured_outputs_enabled() { return true; }
-
-int background_compiles() { return g_background.load(); }
 
 xgrammar::Grammar to_grammar(const StructuredOutput& s) {
   using K = StructuredOutput::Kind;

@@ -2,6 +2,7 @@
 // UNIMPLEMENTED, so a request asking for one never gets free text in its place.
 #include "structured/check.h"
 #include "structured/compiler.h"
+#include "structured/compose.h"
 #include "structured/token_mask.h"
 
 namespace yoco {
@@ -24,6 +25,11 @@ int background_compiles() { return 0; }
 
 Status check_structured_output(const StructuredOutput& s, std::string_view field, const StructuredLimits&) {
   return s.constrained() ? unavailable(field) : Status::Ok();
+}
+
+Result<StructuredOutput> json_slots_grammar(const std::vector<JsonSlot>&, std::string_view field,
+                                            const StructuredLimits&) {
+  return unavailable(field);
 }
 
 ConstraintCompiler::ConstraintCompiler(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}

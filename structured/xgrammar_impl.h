@@ -23,6 +23,9 @@ struct CompiledConstraint {
 // (docs/design.md §3.2c).
 xgrammar::Grammar to_grammar(const StructuredOutput& s);
 
+// One EBNF string literal: '"' and '\' escaped, control bytes as \xHH, UTF-8 as it is.
+std::string ebnf_literal(const std::string& s);
+
 // The size limits of `lim`, INVALID_ARGUMENT naming `field`.
 Status check_sizes(const StructuredOutput& s, std::string_view field, const StructuredLimits& lim);
 

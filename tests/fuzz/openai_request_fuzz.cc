@@ -1,8 +1,8 @@
 // libFuzzer target: the OpenAI-compatible API's request decoding on arbitrary bytes, as the
 // router's HTTP handler runs it (router/openai_request.h): the body's JSON, then the completions
-// and the chat parsers and the message checks. Whatever is accepted must become a GenerateRequest
-// that protobuf serializes and parses back (every string UTF-8), and every refusal must be an
-// error body that is valid JSON. Built with clang -fsanitize=fuzzer,address,undefined when
+// and the chat parsers (tools included) and the message checks. Whatever is accepted must become
+// a GenerateRequest that protobuf serializes and parses back (every string UTF-8), and every
+// refusal must be an error body that is valid JSON. Built with clang -fsanitize=fuzzer,address,undefined when
 // YOCO_FUZZ=ON; the same entry point is replayed over tests/fuzz/corpus/openai_request by a ctest
 // in every build.
 #include <cstddef>
@@ -50,7 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const yoco::Json& j = std::get<yoco::Json>(body);
   run(j, yoco::parse_completion_request);
-  run(j, yoco::parse_chat_request);
+  run(j, [&](const yoco::Json& b) { return yoco::parse_chat_request(b, text); });
   if (const yoco::Json* m = j.find("messages")) {
     auto msgs = yoco::normalize_messages(*m);
     if (auto* e = std::get_if<yoco::ApiError>(&msgs)) check_error(*e);

@@ -72,6 +72,7 @@ class Cluster:
         self.state = tempfile.mkdtemp(prefix="yoco-openai-test.")
         self.launcher = None
         self.bare = None  # the second router's process
+        self.routers = []  # further routers (start_router)
         self.keys = {}
         self.ca = None  # with secure: the CA file that signed the router's certificate
         atexit.register(self.stop)
@@ -151,6 +152,28 @@ class Cluster:
         self.bare_http = "http://127.0.0.1:%d" % self._http_port(port_file)
         self.bare_grpc = "127.0.0.1:%d" % read_json(port_file)["grpc_port"]
 
+    def start_router(self, name, *args):
+        """A further router with no API keys on the same workers, with `args` (stopped by stop()); its
+        HTTP base URL."""
+        port_file = os.path.join(self.state, name + "-router.port.json")
+        cmd = [os.path.join(self.bin_dir, "router", "yoco-router"), "--model", self.model, "--listen", "127.0.0.1:0",
+               "--metrics-listen", "127.0.0.1:0", "--http-port", "0", "--port-file", port_file,
+               "--prefill", ",".join(p["grpc"] for p in self.info["prefill"]),
+               "--decode", ",".join(d["grpc"] for d in self.info["decode"])] + list(args)
+        log_path = os.path.join(self.state, name + "-router.log")
+        with open(log_path, "wb") as log:
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 preexec_fn=_die_with_parent)
+        self.routers.append(p)
+        deadline = time.monotonic() + READY_SECONDS
+        while read_json(port_file) is None:
+            if p.poll() is not None:
+                raise RuntimeError("router %s exited:\n%s" % (name, tail(log_path)))
+            if time.monotonic() > deadline:
+                raise RuntimeError("router %s was not ready" % name)
+            time.sleep(0.1)
+        return "http://127.0.0.1:%d" % self._http_port(port_file)
+
     # ---- use ----
 
     def cli_json(self, *args, key=None):
@@ -193,7 +216,7 @@ class Cluster:
         return "\n".join(out)
 
     def stop(self, failed=False):
-        for p in (self.bare, self.launcher):  # the bare router first: it uses the launcher's workers
+        for p in self.routers + [self.bare, self.launcher]:  # the routers first: they use the launcher's workers
             if p is not None and p.poll() is None:
                 p.send_signal(signal.SIGTERM)
                 try:
@@ -202,6 +225,7 @@ class Cluster:
                     p.kill()
                     p.wait()
         self.bare = self.launcher = None
+        self.routers = []
         if failed:
             sys.stderr.write(self.logs() + "\n")
         if os.path.isdir(self.state):

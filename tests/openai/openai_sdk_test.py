@@ -1,7 +1,8 @@
 """The router's OpenAI-compatible HTTP API (docs/design.md, HTTP API) driven by the official `openai` Python
 SDK, a client nobody here wrote: completions and chat, streaming and not, n, logprobs, echo scoring
-against the gRPC Score, stop strings, our extension fields, usage, and errors raised as the SDK's own
-exception types with our messages. Greedy completions are compared token by token with the gRPC
+against the gRPC Score, stop strings, our extension fields, usage, structured outputs, tool calls
+(routers with each template family's chat template), and errors raised as the SDK's own exception
+types with our messages. Greedy completions are compared token by token with the gRPC
 Generate path (yoco-cli --json). One local cluster on 127.0.0.1 (tests/openai/harness.py) for all.
 
     build/.venv/bin/python3 tests/openai/openai_sdk_test.py --source-dir . --bin-dir build
@@ -9,6 +10,7 @@ Generate path (yoco-cli --json). One local cluster on 127.0.0.1 (tests/openai/ha
 
 import argparse
 import json
+import os
 import ssl
 import sys
 import threading
@@ -583,6 +585,215 @@ class StructuredOutputs(unittest.TestCase):
         r = client().completions.create(model=self.model, prompt=PROMPT, max_tokens=4, temperature=0)
         self.assertEqual(r.usage.completion_tokens, 4)
         self.assertIsNone(C.launcher.poll(), "the cluster launcher exited")
+
+
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "chat_templates")
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city of the Bible",
+    "parameters": {"type": "object", "properties": {
+        "city": {"enum": ["Jerusalem", "Babylon", "Nineveh"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+        "required": ["city", "days"], "additionalProperties": False}}}
+PSALM = {"type": "function", "function": {
+    "name": "find_psalm",
+    "parameters": {"type": "object", "properties": {
+        "number": {"type": "integer", "minimum": 1, "maximum": 150},
+        "holy": {"type": "boolean"}},
+        "required": ["number", "holy"], "additionalProperties": False}}}
+TOOLS = [WEATHER, PSALM]
+ASK = [{"role": "user", "content": "What weather is in Nineveh?"}]
+# Each family's syntax for one call (router/tool_calls.h), and a router whose template writes it;
+# "hermes-flag" names the syntax with --tool-call-parser over a template that writes none.
+CALL_TEXT = {
+    "hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Nineveh", "days": 3}}\n</tool_call>',
+    "llama3_json": '{"name": "get_weather", "parameters": {"city": "Nineveh", "days": 3}}',
+    "mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Nineveh", "days": 3}}]',
+}
+FAMILIES = {"hermes": ("qwen2.jinja", []), "llama3_json": ("llama3.jinja", []), "mistral": ("mistral.jinja", []),
+            "hermes-flag": ("chatml.jinja", ["--tool-call-parser=hermes"])}
+
+
+class ToolCalls(unittest.TestCase):
+    """Tool calls on chat (docs/design.md §3.2d), one router per template family on the cluster's
+    workers: "required" and a named function enforced (the reply IS a call, its arguments valid for
+    the schema), "auto" parsed from whatever the reply is (here a reply forced into each family's
+    syntax by a choice constraint), "none" not parsed; streamed and not; a call's round trip through
+    the template; bad definitions answered 400 naming the field with every process alive."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.base = {name: C.start_router("tools-" + name, "--chat-template=" + os.path.join(TEMPLATES, t), *flags)
+                    for name, (t, flags) in FAMILIES.items()}
+        cls.model = model_id()
+
+    def sdk(self, family):
+        return client(key="none", base=self.base[family])
+
+    def check_call(self, family, call):
+        self.assertEqual(call.type, "function")
+        if family == "mistral":  # its templates take 9 alphanumerics
+            self.assertRegex(call.id, r"^[A-Za-z0-9]{9}$")
+        else:
+            self.assertRegex(call.id, r"^call_[A-Za-z0-9]{24}$")
+        args = json.loads(call.function.arguments)
+        if call.function.name == "get_weather":
+            self.assertEqual(list(args), ["city", "days"], args)  # the schema's order
+            self.assertIn(args["city"], ("Jerusalem", "Babylon", "Nineveh"))
+            self.assertTrue(isinstance(args["days"], int) and 1 <= args["days"] <= 7, args)
+        else:
+            self.assertEqual(call.function.name, "find_psalm")
+            self.assertEqual(list(args), ["number", "holy"], args)
+            self.assertTrue(isinstance(args["number"], int) and 1 <= args["number"] <= 150, args)
+            self.assertIsInstance(args["holy"], bool)
+        return args
+
+    @staticmethod
+    def assemble(chunks):
+        """A streamed chat reply: (content, [(id, name, arguments, argument fragments)], finish_reason)."""
+        content, calls, finish = "", {}, None
+        for c in chunks:
+            if not c.choices:
+                continue
+            d = c.choices[0].delta
+            content += d.content or ""
+            for t in d.tool_calls or []:
+                if t.index not in calls:  # its first delta: id, type and name
+                    assert t.id and t.type == "function" and t.function.name, t
+                    calls[t.index] = [t.id, t.function.name, "", 0]
+                else:
+                    assert t.id is None and t.function.name is None, t
+                calls[t.index][2] += t.function.arguments or ""
+                calls[t.index][3] += bool(t.function.arguments)
+            finish = c.choices[0].finish_reason or finish
+        return content, [tuple(calls[i]) for i in sorted(calls)], finish
+
+    def create(self, family, stream=False, **kw):
+        args = dict(model=self.model, messages=ASK, tools=TOOLS, max_tokens=96, temperature=0)
+        args.update(kw)
+        r = self.sdk(family).chat.completions.create(stream=stream, **args)
+        return self.assemble(list(r)) if stream else r
+
+    def test_required_is_one_valid_call_in_every_family(self):
+        for family in FAMILIES:
+            with self.subTest(family=family):
+                r = self.create(family, tool_choice="required")
+                choice = r.choices[0]
+                self.assertEqual(choice.finish_reason, "tool_calls", choice)
+                self.assertIsNone(choice.message.content)
+                self.assertEqual(len(choice.message.tool_calls), 1)
+                self.check_call(family, choice.message.tool_calls[0])
+
+    def test_a_named_function_streamed_equals_not_streamed(self):
+        named = {"type": "function", "function": {"name": "find_psalm"}}
+        for family in FAMILIES:
+            with self.subTest(family=family):
+                whole = self.create(family, tool_choice=named).choices[0]
+                self.assertEqual(whole.finish_reason, "tool_calls")
+                self.assertEqual([c.function.name for c in whole.message.tool_calls], ["find_psalm"])
+                self.check_call(family, whole.message.tool_calls[0])
+                content, calls, finish = self.create(family, stream=True, tool_choice=named)
+                self.assertEqual(content, "")
+                self.assertEqual(finish, "tool_calls")
+                self.assertEqual(len(calls), 1)
+                _, name, arguments, fragments = calls[0]
+                self.assertEqual(name, "find_psalm")
+                self.assertEqual(arguments, whole.message.tool_calls[0].function.arguments)
+                self.assertGreater(fragments, 1, "the arguments came in one piece, not as they were generated")
+
+    def test_auto_parses_whatever_the_reply_is(self):
+        for family, text in CALL_TEXT.items():
+            with self.subTest(family=family):
+                prefix = "" if family == "llama3_json" else "Let me see. "  # Llama's calls are the whole reply
+                forced = {"structured_outputs": {"choice": [prefix + text]}}
+                whole = self.create(family, extra_body=forced).choices[0]  # tool_choice: "auto" by default
+                self.assertEqual(whole.finish_reason, "tool_calls")
+                self.assertEqual(whole.message.content, prefix or None)
+                self.assertEqual(len(whole.message.tool_calls), 1)
+                self.assertEqual(self.check_call(family, whole.message.tool_calls[0]), {"city": "Nineveh", "days": 3})
+                content, calls, finish = self.create(family, stream=True, tool_choice="auto", extra_body=forced)
+                self.assertEqual((content, finish), (prefix, "tool_calls"))
+                self.assertEqual([(c[1], c[2]) for c in calls], [("get_weather", '{"city": "Nineveh", "days": 3}')])
+        # A reply with no call is content, equal to what tool_choice "none" gives for the same prompt.
+        free = self.create("hermes", max_tokens=12).choices[0]
+        none = self.create("hermes", max_tokens=12, tool_choice="none").choices[0]
+        if not free.message.tool_calls:
+            self.assertEqual(free.message.content, none.message.content)
+            self.assertIn(free.finish_reason, ("stop", "length"))
+        content, calls, _ = self.create("hermes", stream=True, max_tokens=12)
+        self.assertEqual((content, bool(calls)), (free.message.content or "", bool(free.message.tool_calls)))
+
+    def test_none_is_not_parsed(self):
+        forced = {"structured_outputs": {"choice": [CALL_TEXT["hermes"]]}}
+        r = self.create("hermes", tool_choice="none", extra_body=forced).choices[0]
+        self.assertEqual(r.message.content, CALL_TEXT["hermes"])
+        self.assertFalse(r.message.tool_calls)
+        self.assertEqual(r.finish_reason, "stop")
+
+    def rendered(self, family, messages):
+        """The prompt the router renders for `messages` (vLLM's /tokenize with messages), as text."""
+        status, tok, _ = C.post("/tokenize", {"messages": messages, "tools": TOOLS}, key="", base=self.base[family])
+        self.assertEqual(status, 200, tok)
+        status, text, _ = C.post("/detokenize", {"tokens": tok["tokens"]}, key="", base=self.base[family])
+        self.assertEqual(status, 200, text)
+        return text["prompt"]
+
+    def test_a_call_round_trips(self):
+        """assistant tool_calls -> a tool message -> an answer: the template renders the call as the
+        family writes it and the result, and the model answers in text."""
+        shown = {"hermes": ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "%s", "days": %d}}\n'
+                            '</tool_call>', "<tool_response>\n{\"forecast\": \"hail\"}\n</tool_response>"),
+                 "llama3_json": ('{"name": "get_weather", "parameters": {"city": "%s", "days": %d}}',
+                                 "<|start_header_id|>ipython<|end_header_id|>"),
+                 "mistral": ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "%s", "days": %d}, "id": ',
+                             '[TOOL_RESULTS]{"content": {"forecast": "hail"}, "call_id": ')}
+        for family in shown:
+            with self.subTest(family=family):
+                first = self.create(family, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+                call = first.choices[0].message.tool_calls[0]
+                args = json.loads(call.function.arguments)
+                messages = ASK + [
+                    {"role": "assistant", "content": None, "tool_calls": [
+                        {"id": call.id, "type": "function",
+                         "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+                    {"role": "tool", "tool_call_id": call.id, "content": '{"forecast": "hail"}'}]
+                prompt = self.rendered(family, messages)
+                self.assertIn(shown[family][0] % (args["city"], args["days"]), prompt)
+                self.assertIn(shown[family][1], prompt)
+                answer = self.sdk(family).chat.completions.create(model=self.model, messages=messages, tools=TOOLS,
+                                                                  tool_choice="none", max_tokens=8, temperature=0)
+                self.assertEqual(answer.usage.completion_tokens, 8)
+                self.assertTrue(answer.choices[0].message.content)
+                self.assertFalse(answer.choices[0].message.tool_calls)
+
+    def bad(self, param, base=None, **kw):
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client(key="none", base=base or self.base["hermes"]).chat.completions.create(
+                model=self.model, messages=ASK, max_tokens=8, **kw)
+        self.assertEqual(cm.exception.status_code, 400)
+        self.assertEqual(cm.exception.param, param, cm.exception.body)
+        self.assertIn(param, cm.exception.message)
+
+    def test_bad_tool_definitions_are_400s_naming_the_field_and_everything_stays_up(self):
+        unnamed = {"type": "function", "function": {"name": "has a space"}}
+        self.bad("tools[0].function.name", tools=[unnamed])
+        nonsense = {"type": "function", "function": {"name": "p", "parameters": {"type": "nonsense"}}}
+        self.bad("tools[1].function.parameters", tools=[WEATHER, nonsense])
+        self.bad("tools[0].type", tools=[{"type": "retrieval", "function": WEATHER["function"]}])
+        self.bad("tool_choice.function.name", tools=TOOLS,
+                 tool_choice={"type": "function", "function": {"name": "smite"}})
+        self.bad("tool_choice", tools=TOOLS, tool_choice="required", response_format={"type": "json_object"})
+        self.bad("tool_choice", tool_choice="required")  # no tools
+        # A router whose template writes no tool-call syntax serves tool_choice "none" only.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client().chat.completions.create(model=self.model, messages=ASK, tools=TOOLS, max_tokens=4)
+        self.assertEqual(cm.exception.param, "tool_choice")
+        r = client().chat.completions.create(model=self.model, messages=ASK, tools=TOOLS, tool_choice="none",
+                                             max_tokens=4, temperature=0)
+        self.assertEqual(r.usage.completion_tokens, 4)
+        self.assertIsNone(C.launcher.poll(), "the cluster launcher exited")
+        for p in C.routers:
+            self.assertIsNone(p.poll(), "a router exited")
+        self.assertEqual(self.create("hermes", tool_choice="required").choices[0].finish_reason, "tool_calls")
 
 
 class Secure(unittest.TestCase):

@@ -139,13 +139,21 @@ TEST(OpenAiRequest, Chat) {
 
   auto chat = [&](const std::string& t) { return parse_chat_request(body_of(t)); };
   EXPECT_TRUE(q.template_extra.is_null());
-  const auto with_extra =
-      std::get<OpenAiRequest>(chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}],)"
-                                   R"("tool_choice":"none","chat_template_kwargs":{"enable_thinking":false}})"));
-  EXPECT_EQ(with_extra.template_extra.dump(), R"({"enable_thinking":false,"tools":[{"type":"function"}]})");
+  const auto with_extra = std::get<OpenAiRequest>(
+      chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],)"
+           R"("tool_choice":"none","chat_template_kwargs":{"enable_thinking":false}})"));
+  EXPECT_EQ(with_extra.template_extra.dump(),
+            R"({"enable_thinking":false,"tools":[{"function":{"name":"f"},"type":"function"}]})");
+  EXPECT_EQ(with_extra.tools.choice, ChatTools::Choice::kNone);
   EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"tools":{}})")), "tools");
-  // Tool calls are refused, not silently ignored; response_format is read by read_structured_output.
-  EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})")), "tool_choice");
+  // Tool calls (router/openai_tools.h): with tools, tool_choice defaults to "auto" (parsed); a tool
+  // without a function is refused naming it; tool_choice without tools is refused.
+  // response_format is read by read_structured_output.
+  const auto with_tools = std::get<OpenAiRequest>(
+      chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]})"));
+  EXPECT_EQ(with_tools.tools.choice, ChatTools::Choice::kAuto);
+  EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})")),
+            "tools[0].function");
   EXPECT_EQ(bad(chat(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"auto"})")), "tool_choice");
   EXPECT_TRUE(std::holds_alternative<OpenAiRequest>(
       chat(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})")));
@@ -338,6 +346,26 @@ TEST(OpenAiResponse, ObjectsChunksAndUsage) {
   EXPECT_EQ(models.find("object")->as_string(), "list");
   EXPECT_EQ(models.find("data")->as_array()[0].find("max_model_len")->as_int(), 4096);
   EXPECT_EQ(models.find("data")->as_array()[0].find("id")->as_string(), "kjv-yoco");
+}
+
+// Tool calls in OpenAI's shapes (docs/design.md §3.2d): the whole message (content null without
+// text) and the streamed deltas (id, type and name in a call's first one only).
+TEST(OpenAiResponse, ToolCallShapes) {
+  EXPECT_EQ(chat_tool_calls_choice(0, "", {{"call_1", "f", R"({"a": 1})"}}, Json(), Json("tool_calls")).dump(),
+            R"({"finish_reason":"tool_calls","index":0,"logprobs":null,"message":{"content":null,"role":"assistant",)"
+            R"("tool_calls":[{"function":{"arguments":"{\"a\": 1}","name":"f"},"id":"call_1","type":"function"}]}})");
+  EXPECT_EQ(
+      chat_tool_calls_choice(0, "Hm.", {{"c", "f", "{}"}}, Json(), Json()).find("message")->find("content")->dump(),
+      R"("Hm.")");
+  EXPECT_EQ(
+      tool_call_delta(2, ToolCallOut{"call_1", "f", ""}, "{\"").dump(),
+      R"({"tool_calls":[{"function":{"arguments":"{\"","name":"f"},"id":"call_1","index":2,"type":"function"}]})");
+  EXPECT_EQ(tool_call_delta(2, std::nullopt, "1}").dump(),
+            R"({"tool_calls":[{"function":{"arguments":"1}"},"index":2}]})");
+  EXPECT_EQ(std::string(chat_finish_reason_name(v1::FINISH_REASON_EOS, true)), "tool_calls");
+  EXPECT_EQ(std::string(chat_finish_reason_name(v1::FINISH_REASON_STOP, true)), "tool_calls");
+  EXPECT_EQ(std::string(chat_finish_reason_name(v1::FINISH_REASON_LENGTH, true)), "length");
+  EXPECT_EQ(std::string(chat_finish_reason_name(v1::FINISH_REASON_EOS, false)), "stop");
 }
 
 TEST(OpenAiResponse, InvalidUtf8IsReplaced) {
