@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <utility>
 
 #include "common/json.h"
 
@@ -278,25 +279,23 @@ ToolCallParse parse_llama3(std::string_view s, bool final) {
 
 }  // namespace
 
+namespace {
+// Each format's name, as --tool-call-parser spells it: both directions read this one table.
+constexpr std::pair<ToolCallFormat, const char*> kFormatNames[] = {{ToolCallFormat::kHermes, "hermes"},
+                                                                   {ToolCallFormat::kLlama3Json, "llama3_json"},
+                                                                   {ToolCallFormat::kMistral, "mistral"},
+                                                                   {ToolCallFormat::kNone, "none"}};
+}  // namespace
+
 std::optional<ToolCallFormat> tool_call_format_named(std::string_view name) {
-  if (name == "hermes") return ToolCallFormat::kHermes;
-  if (name == "llama3_json") return ToolCallFormat::kLlama3Json;
-  if (name == "mistral") return ToolCallFormat::kMistral;
-  if (name == "none") return ToolCallFormat::kNone;
+  for (const auto& [f, n] : kFormatNames)
+    if (name == n) return f;
   return std::nullopt;
 }
 
 const char* tool_call_format_name(ToolCallFormat f) {
-  switch (f) {
-    case ToolCallFormat::kHermes:
-      return "hermes";
-    case ToolCallFormat::kLlama3Json:
-      return "llama3_json";
-    case ToolCallFormat::kMistral:
-      return "mistral";
-    case ToolCallFormat::kNone:
-      break;
-  }
+  for (const auto& [g, n] : kFormatNames)
+    if (g == f) return n;
   return "none";
 }
 
