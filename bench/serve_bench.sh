@@ -9,6 +9,8 @@
 # ({"setup": "disaggregated"|"colocated", "rate": R, "result": <yoco-cli bench --json>}) instead of
 # printing the tables (bench/paper/ uses it); each run then gets its own prompts (seed 1, 2, ...),
 # so no run is served from the prompts a previous run left in the prefill worker's prompt cache.
+# SERVE_DEVICE=cuda runs both workers with --device=cuda (the colocated router reaches the same
+# CUDA decode worker); SERVE_MODEL picks another model directory (default models/kjv-yoco).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${YOCO_BUILD_DIR:-build}
@@ -18,8 +20,16 @@ MAXTOK=${3:-64}
 shift 3 2>/dev/null || true
 RATES=${*:-4 16}
 state=$(mktemp -d -t yoco-bench.XXXXXX)
-python3 deploy/local/cluster.py --bin-dir "$BUILD" --model models/kjv-yoco --prefill 1 --decode 1 --threads 1 \
-  --ucx-tls "${SERVE_UCX_TLS:-tcp}" --state-dir "$state" >"$state/out" 2>"$state/err" &
+MODEL=${SERVE_MODEL:-models/kjv-yoco}
+device_args=()
+if [[ ${SERVE_DEVICE:-cpu} == cuda ]]; then
+  device_args=(--prefill-arg=--device=cuda --decode-arg=--device=cuda)
+elif [[ ${SERVE_DEVICE:-cpu} != cpu ]]; then
+  echo "serve_bench: SERVE_DEVICE is cpu or cuda, not \"$SERVE_DEVICE\"" >&2
+  exit 2
+fi
+python3 deploy/local/cluster.py --bin-dir "$BUILD" --model "$MODEL" --prefill 1 --decode 1 --threads 1 \
+  --ucx-tls "${SERVE_UCX_TLS:-tcp}" --state-dir "$state" ${device_args[@]+"${device_args[@]}"} >"$state/out" 2>"$state/err" &
 launcher=$!
 colo=
 trap 'kill $colo $launcher 2>/dev/null; wait $colo $launcher 2>/dev/null; rm -rf "$state"' EXIT
@@ -27,7 +37,7 @@ for ((i = 0; i < 600; i++)); do [[ -f "$state/cluster.json" ]] && break; sleep 0
 get() { python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$state/cluster.json" "$1"; }
 router=$(get 'd["router"]["grpc"]')
 decode=$(get 'd["decode"][0]["grpc"]')
-"$BUILD"/router/yoco-router --model models/kjv-yoco --decode "$decode" --listen 127.0.0.1:0 \
+"$BUILD"/router/yoco-router --model "$MODEL" --decode "$decode" --listen 127.0.0.1:0 \
   --port-file "$state/colocated.port" 2>"$state/colocated.log" &
 colo=$!
 for ((i = 0; i < 600; i++)); do [[ -f "$state/colocated.port" ]] && break; sleep 0.1; done
