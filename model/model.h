@@ -69,7 +69,12 @@ class Model {
   // embedding, output head) is rounded to bf16 and its fp32 copy freed, so resident weights halve;
   // products then run bf16 × bf16 with fp32 sums, and norms, softmax, retention state and
   // log-decays stay fp32. Call once, before any engine is made over the model; CPU engine only.
-  void use_bf16_weights();
+  // `inputs` says how a product takes x: kCpu splits it into two bf16 terms for gRet's
+  // self-decoder (below, model_bf16.cc); kOneTerm rounds every x to one bf16 term, as the CUDA
+  // engine does, so its tests compare it with a CPU engine of the same roundings (docs/design.md
+  // §2.5).
+  enum class Bf16Inputs { kCpu, kOneTerm };
+  void use_bf16_weights(Bf16Inputs inputs = Bf16Inputs::kCpu);
   bool bf16_weights() const { return !bf16_.empty(); }
   // Bytes of resident weights (fp32 tensors plus bf16 matrices).
   int64_t weight_bytes() const;

@@ -52,7 +52,7 @@ Status apply_dtype_flag(Model& model, const std::string& dtype, int device) {
   return Status::Ok();
 }
 
-void Model::use_bf16_weights() {
+void Model::use_bf16_weights(Bf16Inputs inputs) {
   if (bf16_weights()) return;
   for (std::vector<float>* t : matrices(w_)) {
     if (t->empty()) continue;
@@ -66,7 +66,7 @@ void Model::use_bf16_weights() {
   // two bf16 terms. Measured (bench/README.md, "Goal 2"): mid-gret max |Δ log p| 0.050 → 0.009
   // over 511 tokens, prefill 2.0× → 1.6× the fp32 path. SWA and the Transformer stay within 2e-2
   // without it.
-  if (!cfg_.is_swa() && !cfg_.is_transformer())
+  if (inputs == Bf16Inputs::kCpu && !cfg_.is_swa() && !cfg_.is_transformer())
     for (auto& L : w_.self_layers) {
       std::vector<std::vector<float>*> ffn;
       add_experts(L.moe, ffn);

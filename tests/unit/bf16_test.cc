@@ -248,6 +248,32 @@ INSTANTIATE_TEST_SUITE_P(Presets, Bf16Engine,
                            return s;
                          });
 
+// Bf16Inputs::kOneTerm (the CUDA engine's roundings, the oracle of tests/gpu/cuda_engine_test.cc)
+// drops only gated retention's two-term activations: on SWA it is the default path bit for bit; on
+// gRet, where the products run on bf16 instructions, the scores move (and only there).
+TEST_P(Bf16Engine, OneTermInputsDropOnlyTheGretSplit) {
+  test::TempDir dir;
+  auto cfg = find_preset(GetParam());
+  ASSERT_TRUE(cfg.ok());
+  ASSERT_TRUE(write_random_model(dir.path(), cfg.value(), 42, DType::kBF16).ok());
+  auto split = load(dir.path()), one = load(dir.path());
+  ASSERT_TRUE(split && one);
+  split->use_bf16_weights();
+  one->use_bf16_weights(Model::Bf16Inputs::kOneTerm);
+  const auto t = tokens(80, cfg->vocab_size, 3);
+  PrefillOptions opt;
+  opt.chunk_tokens = 48;  // products of 48 rows: past the split's 16-row threshold
+  auto a = split->score(t, opt), b = one->score(t, opt);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const double d = test::max_abs_diff(a->data(), b->data(), a->size());
+  if (cfg->is_swa() || cfg->is_transformer() || cpu::linear_bf16_widens()) {
+    EXPECT_EQ(d, 0.0);
+  } else {
+    EXPECT_GT(d, 0.0);
+    EXPECT_LT(d, 2 * tolerance(GetParam()));  // both are bf16 paths of the same checkpoint
+  }
+}
+
 // A mixture of experts on the golden models (tests/reference/goldens/moe_*), rounded to a bf16
 // checkpoint as above: a random model may have tokens whose k-th and (k+1)-th experts nearly tie,
 // where the bf16 path's rounding upstream of the router (the router itself stays fp32) may choose
