@@ -1,8 +1,13 @@
 // Paged cross-attention decode (flash-decoding): a partial kernel per (sequence, kv head, split of
 // the keys) leaves an unnormalized (max, sum, acc) per query head, and a combine kernel merges the
-// splits. Reference-quality first version; later: bf16 pool, K/V tiles staged through shared memory
-// with cp.async/TMA, vectorized loads, tensor-core scores for large GQA groups, and a split count
-// tuned to the SM count when lengths are short.
+// splits. The partial kernel walks its keys in tiles of kTileKeys: (1) a warp per key scores it
+// against the group's query heads, lane l holding dims l, l + 32, … of q (pre-scaled) in registers,
+// two keys in flight per warp, a butterfly sum per head; (2) a warp per head takes the tile's max,
+// the exponentials and their sum, and the factor that rescales what came before (online softmax);
+// (3) a warp per key adds p·v into its lanes' accumulators for every head of the group. Each K and
+// V element is read from the pool once per block, coalesced (a row is 32 lanes × 4 bytes per load),
+// and no step is serial over the keys. At the end the warps' accumulators are summed through shared
+// memory. Later: bf16 pool, cp.async/TMA staging, tensor-core scores for large GQA groups.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -11,15 +16,37 @@ namespace yoco::cuda {
 namespace {
 
 constexpr int kThreads = 128;  // 4 warps
-constexpr int kTile = 128;     // keys scored per pass through shared memory
+constexpr int kWarps = kThreads / 32;
+constexpr int kTileKeys = 64;  // keys scored per pass through shared memory
 constexpr int kMaxHeadDim = 256;
-constexpr int kDimsPerThread = kMaxHeadDim / kThreads;
 constexpr int kMaxGroup = 16;
 constexpr int kDefaultSplitKeys = 512;
 
-// G bounds the GQA group (query heads per kv head) at compile time so the per-head scores and
-// accumulators live in registers; `group` ≤ G is the actual size.
-template <int G>
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// One K (or V) row's dims for this lane: d = lane + 32·i.
+template <int DPL>
+__device__ __forceinline__ void load_row(const float* __restrict__ r, int hd, int lane, float (&x)[DPL]) {
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) {
+    const int d = lane + 32 * i;
+    x[i] = d < hd ? r[d] : 0.f;
+  }
+}
+
+// G bounds the GQA group (query heads per kv head) and DPL the dims per lane (head_dim / 32,
+// rounded up to 1, 2, 4 or 8) at compile time, so q and the accumulators live in registers;
+// `group` ≤ G is the actual size.
+template <int G, int DPL>
 __global__ void __launch_bounds__(kThreads)
     paged_decode_partial_kernel(const PagedDecodeArgs a, int group, int split_keys, int n_splits,
                                 float* __restrict__ part_acc, float* __restrict__ part_ml) {
@@ -29,9 +56,9 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  int64_t* row_s = reinterpret_cast<int64_t*>(smem_raw);  // [kTile] element offsets of K/V rows
-  float* q_s = reinterpret_cast<float*>(row_s + kTile);   // [group, hd]
-  float* p_s = q_s + group * hd;                          // [group, kTile] scores, then weights
+  float* sum_s = reinterpret_cast<float*>(smem_raw);  // [group, hd]: the warps' accumulators, summed
+  __shared__ int64_t row_s[kTileKeys];                // element offsets of the tile's K/V rows
+  __shared__ float p_s[G][kTileKeys];                 // scores, then weights
   __shared__ float m_s[G], l_s[G], corr_s[G];
 
   const int64_t len = a.lengths[b];
@@ -39,97 +66,125 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t end = min(len, start + split_keys);
   const int h0 = kvh * group;  // the group's query heads are adjacent (docs/design.md §2.4: h / group)
 
-  for (int i = tid; i < group * hd; i += kThreads) q_s[i] = a.q[static_cast<int64_t>(b) * a.ldq + h0 * hd + i];
+  float q[G][DPL], acc[G][DPL];
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      const int d = lane + 32 * i;
+      q[g][i] = g < group && d < hd
+                    ? a.q[static_cast<int64_t>(b) * a.ldq + static_cast<int64_t>(h0 + g) * hd + d] * a.scale
+                    : 0.f;
+      acc[g][i] = 0.f;
+    }
   if (tid < G) {
     m_s[tid] = -INFINITY;
     l_s[tid] = 0.f;
   }
-  float acc[G][kDimsPerThread];
-#pragma unroll
-  for (int g = 0; g < G; ++g)
-#pragma unroll
-    for (int i = 0; i < kDimsPerThread; ++i) acc[g][i] = 0.f;
-  __syncthreads();
 
-  for (int64_t t0 = start; t0 < end; t0 += kTile) {
-    const int nt = static_cast<int>(min(static_cast<int64_t>(kTile), end - t0));
+  for (int64_t t0 = start; t0 < end; t0 += kTileKeys) {
+    const int nt = static_cast<int>(min(static_cast<int64_t>(kTileKeys), end - t0));
     for (int tt = tid; tt < nt; tt += kThreads) {
       const int64_t t = t0 + tt;
       const int64_t blk = a.block_tables[static_cast<int64_t>(b) * a.max_blocks + t / a.block_size];
       row_s[tt] = (blk * a.block_size + t % a.block_size) * pool_ld + static_cast<int64_t>(kvh) * hd;
     }
     __syncthreads();
-    // Scores: a warp per key, lanes over the head dims; each K row is read once for the group.
-    for (int tt = warp; tt < nt; tt += kThreads / 32) {
-      const float* kr = a.k_pool + row_s[tt];
-      float s[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) s[g] = 0.f;
-      for (int d = lane; d < hd; d += 32) {
-        const float kd = kr[d];
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-          if (g < group) s[g] += q_s[g * hd + d] * kd;
-      }
+    // (1) Scores, two keys per warp in flight.
+    for (int tt = warp; tt < nt; tt += 2 * kWarps) {
+      const int tt2 = tt + kWarps;
+      float k1[DPL], k2[DPL];
+      load_row<DPL>(a.k_pool + row_s[tt], hd, lane, k1);
+      if (tt2 < nt) load_row<DPL>(a.k_pool + row_s[tt2], hd, lane, k2);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         if (g >= group) break;
-        float v = s[g];
-        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-        if (lane == 0) p_s[g * kTile + tt] = v * a.scale;
+        float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) {
+          s1 += q[g][i] * k1[i];
+          s2 += q[g][i] * k2[i];
+        }
+        s1 = warp_sum(s1);
+        s2 = warp_sum(s2);
+        if (lane == 0) {
+          p_s[g][tt] = s1;
+          if (tt2 < nt) p_s[g][tt2] = s2;
+        }
       }
     }
     __syncthreads();
-    // Online softmax: new running max per head and the factor that rescales what came before.
-    if (tid < group) {
-      float mt = -INFINITY;
-      for (int tt = 0; tt < nt; ++tt) mt = fmaxf(mt, p_s[tid * kTile + tt]);
-      const float m_new = fmaxf(m_s[tid], mt);
-      corr_s[tid] = expf(m_s[tid] - m_new);  // exp(-inf) = 0 on the first tile
-      m_s[tid] = m_new;
-    }
-    __syncthreads();
-    for (int i = tid; i < group * nt; i += kThreads) {
-      const int g = i / nt, tt = i % nt;
-      p_s[g * kTile + tt] = expf(p_s[g * kTile + tt] - m_s[g]);
-    }
-    __syncthreads();
-    if (tid < group) {
+    // (2) Online softmax, a warp per head.
+    for (int g = warp; g < group; g += kWarps) {
+      const float m_old = m_s[g];
+      float mx = -INFINITY;
+      for (int tt = lane; tt < nt; tt += 32) mx = fmaxf(mx, p_s[g][tt]);
+      const float m_new = fmaxf(m_old, warp_max(mx));
       float sum = 0.f;
-      for (int tt = 0; tt < nt; ++tt) sum += p_s[tid * kTile + tt];
-      l_s[tid] = l_s[tid] * corr_s[tid] + sum;
+      for (int tt = lane; tt < nt; tt += 32) {
+        const float e = expf(p_s[g][tt] - m_new);
+        p_s[g][tt] = e;
+        sum += e;
+      }
+      sum = warp_sum(sum);
+      __syncwarp();
+      if (lane == 0) {
+        const float corr = expf(m_old - m_new);  // exp(-inf) = 0 on the first tile
+        corr_s[g] = corr;
+        l_s[g] = l_s[g] * corr + sum;
+        m_s[g] = m_new;
+      }
     }
-    // acc += P·V: a thread per head dim, each V element read once for the whole group.
+    __syncthreads();
+    // (3) acc = acc·corr + Σ p·v, a warp per key.
 #pragma unroll
-    for (int i = 0; i < kDimsPerThread; ++i) {
-      const int d = tid + i * kThreads;
-      if (d >= hd) break;
+    for (int g = 0; g < G; ++g) {
+      if (g >= group) break;
+      const float c = corr_s[g];
 #pragma unroll
-      for (int g = 0; g < G; ++g)
-        if (g < group) acc[g][i] *= corr_s[g];
-      for (int tt = 0; tt < nt; ++tt) {
-        const float vd = a.v_pool[row_s[tt] + d];
+      for (int i = 0; i < DPL; ++i) acc[g][i] *= c;
+    }
+    for (int tt = warp; tt < nt; tt += 2 * kWarps) {
+      const int tt2 = tt + kWarps;
+      float v1[DPL], v2[DPL];
+      load_row<DPL>(a.v_pool + row_s[tt], hd, lane, v1);
+      const bool two = tt2 < nt;
+      if (two) load_row<DPL>(a.v_pool + row_s[tt2], hd, lane, v2);
 #pragma unroll
-        for (int g = 0; g < G; ++g)
-          if (g < group) acc[g][i] += p_s[g * kTile + tt] * vd;
+      for (int g = 0; g < G; ++g) {
+        if (g >= group) break;
+        const float p1 = p_s[g][tt], p2 = two ? p_s[g][tt2] : 0.f;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) acc[g][i] += p1 * v1[i] + (two ? p2 * v2[i] : 0.f);
       }
     }
     __syncthreads();  // row_s, p_s and corr_s are rewritten by the next tile
   }
 
+  // The warps' accumulators, summed in warp order.
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp == w) {
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    if (g >= group) break;
+      for (int g = 0; g < G; ++g) {
+        if (g >= group) break;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) {
+          const int d = lane + 32 * i;
+          if (d < hd) sum_s[g * hd + d] = w == 0 ? acc[g][i] : sum_s[g * hd + d] + acc[g][i];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int i = tid; i < group * hd; i += kThreads) {
+    const int g = i / hd, d = i % hd;
     const int64_t slot = (static_cast<int64_t>(b) * a.n_q_heads + h0 + g) * n_splits + split;
-#pragma unroll
-    for (int i = 0; i < kDimsPerThread; ++i) {
-      const int d = tid + i * kThreads;
-      if (d < hd) part_acc[slot * hd + d] = acc[g][i];
-    }
-    if (tid == 0) {
-      part_ml[slot * 2] = m_s[g];
-      part_ml[slot * 2 + 1] = l_s[g];
-    }
+    part_acc[slot * hd + d] = sum_s[i];
+  }
+  if (tid < group) {
+    const int64_t slot = (static_cast<int64_t>(b) * a.n_q_heads + h0 + tid) * n_splits + split;
+    part_ml[slot * 2] = m_s[tid];
+    part_ml[slot * 2 + 1] = l_s[tid];
   }
 }
 
@@ -165,7 +220,15 @@ __global__ void __launch_bounds__(kThreads)
 template <int G>
 void launch_partial(dim3 grid, size_t smem, cudaStream_t s, const PagedDecodeArgs& a, int group, int split_keys,
                     int n_splits, float* part_acc, float* part_ml) {
-  paged_decode_partial_kernel<G><<<grid, kThreads, smem, s>>>(a, group, split_keys, n_splits, part_acc, part_ml);
+  // The one place the runtime head dim becomes DPL.
+  if (a.head_dim <= 32)
+    paged_decode_partial_kernel<G, 1><<<grid, kThreads, smem, s>>>(a, group, split_keys, n_splits, part_acc, part_ml);
+  else if (a.head_dim <= 64)
+    paged_decode_partial_kernel<G, 2><<<grid, kThreads, smem, s>>>(a, group, split_keys, n_splits, part_acc, part_ml);
+  else if (a.head_dim <= 128)
+    paged_decode_partial_kernel<G, 4><<<grid, kThreads, smem, s>>>(a, group, split_keys, n_splits, part_acc, part_ml);
+  else
+    paged_decode_partial_kernel<G, 8><<<grid, kThreads, smem, s>>>(a, group, split_keys, n_splits, part_acc, part_ml);
 }
 
 }  // namespace
@@ -212,7 +275,7 @@ Status decode_attention_paged(const PagedDecodeArgs& a, void* stream) {
   float* part_acc = static_cast<float*>(*buf);
   float* part_ml = part_acc + slots * a.head_dim;
 
-  const size_t smem = kTile * sizeof(int64_t) + static_cast<size_t>(group) * (a.head_dim + kTile) * sizeof(float);
+  const size_t smem = static_cast<size_t>(group) * a.head_dim * sizeof(float);
   const dim3 grid(static_cast<unsigned>(a.batch), static_cast<unsigned>(a.n_kv_heads), static_cast<unsigned>(n_splits));
   cudaStream_t s = detail::as_stream(stream);
   // The one place the runtime group size becomes a template parameter.

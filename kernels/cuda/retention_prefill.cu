@@ -8,6 +8,11 @@
 //      tile staying in registers as the left operand of the second product.
 //   3. S ← exp(b_C)·S + (k' ⊙ exp(b_C − b))ᵀ v in the fp32 accumulators; their bf16 copy,
 //      transposed, is the right operand of the next chunk's cross term.
+// The two products that can cancel, q·S_prev and q·k'ᵀ, take each operand as two bf16 terms
+// (x = hi + lo, lo = bf16(x − hi)) and sum hi·hi + hi·lo + lo·hi, about 16 bits of mantissa
+// instead of 8, so these sums are close to the fp32 CPU op's (docs/design.md §2.5). Measured on
+// an H100 (bench/README.md, GPU): yoco-3b prefill 4.5% slower. head_dim > 128 keeps one term (the
+// extra tiles would not fit in an sm_80 block's shared memory).
 // Every block recomputes q k'ᵀ for its slice (head_dim / kDV times per head): the price of
 // head_dim / kDV times more blocks for one sequence. Later: cp.async double buffering of the next
 // chunk, bf16 q/k/v inputs, several sequences per launch, fusing the per-head RMSNorm and gate.
@@ -30,22 +35,35 @@ constexpr int kDV = 32;  // value columns (state columns) per block
 constexpr int kNT = kDV / 8;
 constexpr int kMaxHeadDim = 256;
 
-// Shared-memory layout, in bf16 elements then the fp32 per-token arrays.
+// Shared-memory layout, in bf16 elements then the fp32 per-token arrays. With kSplit the low
+// terms of q, k' and the S slice follow (kQl, kKl, kStl); without, they alias the high ones.
 template <int HD, int C>
 struct Smem {
-  static constexpr int kLdH = HD + 8;           // row stride of [*][HD] tiles
-  static constexpr int kLdC = C + 8;            // row stride of [*][C] tiles
-  static constexpr int kQ = 0;                  // [C][HD]  q
-  static constexpr int kK = kQ + C * kLdH;      // [C][HD]  k'
-  static constexpr int kKt = kK + C * kLdH;     // [HD][C]  k'·exp(b_C − b_j), transposed
-  static constexpr int kVt = kKt + HD * kLdC;   // [kDV][C] v slice, transposed
-  static constexpr int kSt = kVt + kDV * kLdC;  // [kDV][HD] S slice before the chunk, transposed
-  static constexpr int kEnd = kSt + kDV * kLdH;
+  static constexpr bool kSplit = HD <= 128;
+  static constexpr int kLdH = HD + 8;                         // row stride of [*][HD] tiles
+  static constexpr int kLdC = C + 8;                          // row stride of [*][C] tiles
+  static constexpr int kQ = 0;                                // [C][HD]  q
+  static constexpr int kK = kQ + C * kLdH;                    // [C][HD]  k'
+  static constexpr int kKt = kK + C * kLdH;                   // [HD][C]  k'·exp(b_C − b_j), transposed
+  static constexpr int kVt = kKt + HD * kLdC;                 // [kDV][C] v slice, transposed
+  static constexpr int kSt = kVt + kDV * kLdC;                // [kDV][HD] S slice before the chunk, transposed
+  static constexpr int kQl = kSplit ? kSt + kDV * kLdH : kQ;  // [C][HD]  q − hi(q)
+  static constexpr int kKl = kSplit ? kQl + C * kLdH : kK;    // [C][HD]  k' − hi(k')
+  static constexpr int kStl = kSplit ? kKl + C * kLdH : kSt;  // [kDV][HD] S − hi(S), transposed
+  static constexpr int kEnd = kSplit ? kStl + kDV * kLdH : kSt + kDV * kLdH;
   static constexpr size_t kBytes = kEnd * sizeof(bf16) + 3 * C * sizeof(float);  // b, exp(b), exp(b_C − b)
 };
 
-template <int M, int HD>
-__device__ __forceinline__ void store_state_bf16(const float (&s)[M][kNT][4], bf16* st, int ld, int warp, int lane) {
+// x as hi + lo, both bf16 (lo = 0 when x is bf16 already).
+__device__ __forceinline__ void split_bf16(float x, bf16& hi, bf16& lo) {
+  hi = __float2bfloat16_rn(x);
+  lo = __float2bfloat16_rn(x - __bfloat162float(hi));
+}
+
+// The S slice's bf16 copy, transposed; with kSplit also its low terms in st_lo.
+template <int M, int HD, bool kSplit>
+__device__ __forceinline__ void store_state_bf16(const float (&s)[M][kNT][4], bf16* st, bf16* st_lo, int ld, int warp,
+                                                 int lane) {
 #pragma unroll
   for (int mi = 0; mi < M; ++mi) {
     const int mt = warp + mi * kWarps;
@@ -53,14 +71,32 @@ __device__ __forceinline__ void store_state_bf16(const float (&s)[M][kNT][4], bf
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        st[(nt * 8 + c_col(lane, e)) * ld + mt * 16 + c_row(lane, e)] = __float2bfloat16_rn(s[mi][nt][e]);
+      for (int e = 0; e < 4; ++e) {
+        const int at = (nt * 8 + c_col(lane, e)) * ld + mt * 16 + c_row(lane, e);
+        if constexpr (kSplit) {
+          split_bf16(s[mi][nt][e], st[at], st_lo[at]);
+        } else {
+          st[at] = __float2bfloat16_rn(s[mi][nt][e]);
+        }
+      }
+  }
+}
+
+// acc += a·b on hi/lo operands: hi·hi + hi·lo + lo·hi (the lo·lo term is below the sum's rounding).
+template <bool kSplit>
+__device__ __forceinline__ void mma_split(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&a_lo)[4],
+                                          const uint32_t (&b)[2], const uint32_t (&b_lo)[2]) {
+  detail::mma_16816(acc, a, b);
+  if constexpr (kSplit) {
+    detail::mma_16816(acc, a, b_lo);
+    detail::mma_16816(acc, a_lo, b);
   }
 }
 
 template <int HD, int C>
 __global__ void __launch_bounds__(kThreads) retention_prefill_kernel(const RetentionPrefillArgs a) {
   using L = Smem<HD, C>;
+  constexpr bool kSplit = L::kSplit;
   constexpr int kLdH = L::kLdH, kLdC = L::kLdC;
   constexpr int kRowWarps = C / 16;  // warps that own 16 query rows
   constexpr int kMTiles = HD / 16;   // 16-row tiles of the state (key dims)
@@ -74,6 +110,9 @@ __global__ void __launch_bounds__(kThreads) retention_prefill_kernel(const Reten
   bf16* const kt_s = sm + L::kKt;
   bf16* const vt_s = sm + L::kVt;
   bf16* const st_s = sm + L::kSt;
+  bf16* const ql_s = sm + L::kQl;
+  bf16* const kl_s = sm + L::kKl;
+  bf16* const stl_s = sm + L::kStl;
   float* const b_s = reinterpret_cast<float*>(sm + L::kEnd);  // a, then the running sum b
   float* const eq_s = b_s + C;                                // exp(b_i)
   float* const ek_s = eq_s + C;                               // exp(b_C − b_j)
@@ -102,7 +141,7 @@ __global__ void __launch_bounds__(kThreads) retention_prefill_kernel(const Reten
         s_acc[mi][nt][e] = (mt < kMTiles && d < hd && col < nv) ? sh[static_cast<int64_t>(d) * hd + col] : 0.f;
       }
   }
-  store_state_bf16<kMPerWarp, HD>(s_acc, st_s, kLdH, warp, lane);
+  store_state_bf16<kMPerWarp, HD, kSplit>(s_acc, st_s, stl_s, kLdH, warp, lane);
 
   for (int t0 = 0; t0 < a.n; t0 += C) {
     const int c = min(C, a.n - t0);
@@ -115,8 +154,13 @@ __global__ void __launch_bounds__(kThreads) retention_prefill_kernel(const Reten
         qv = qh[t * a.ldq + d];
         kv = kh[t * a.ldk + d] * a.k_scale;
       }
-      q_s[r * kLdH + d] = __float2bfloat16_rn(qv);
-      k_s[r * kLdH + d] = __float2bfloat16_rn(kv);
+      if constexpr (kSplit) {
+        split_bf16(qv, q_s[r * kLdH + d], ql_s[r * kLdH + d]);
+        split_bf16(kv, k_s[r * kLdH + d], kl_s[r * kLdH + d]);
+      } else {
+        q_s[r * kLdH + d] = __float2bfloat16_rn(qv);
+        k_s[r * kLdH + d] = __float2bfloat16_rn(kv);
+      }
     }
     for (int i = tid; i < C * kDV; i += kThreads) {
       const int r = i / kDV, col = i % kDV;
@@ -165,13 +209,15 @@ __global__ void __launch_bounds__(kThreads) retention_prefill_kernel(const Reten
           // Cross term q·S_prev, then each row scaled by exp(b_i).
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk) {
-        uint32_t af[4];
+        uint32_t af[4], af_lo[4];
         detail::load_a(af, q_s, kLdH, r0, kk * 16, lane);
+        if constexpr (kSplit) detail::load_a(af_lo, ql_s, kLdH, r0, kk * 16, lane);
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-          uint32_t bfr[2];
+          uint32_t bfr[2], bfr_lo[2];
           detail::load_b(bfr, st_s, kLdH, nt * 8, kk * 16, lane);
-          detail::mma_16816(o[nt], af, bfr);
+          if constexpr (kSplit) detail::load_b(bfr_lo, stl_s, kLdH, nt * 8, kk * 16, lane);
+          mma_split<kSplit>(o[nt], af, af_lo, bfr, bfr_lo);
         }
       }
       const int i_lo = r0 + (lane >> 2), i_hi = i_lo + 8;
@@ -192,14 +238,16 @@ __global__ void __launch_bounds__(kThreads) retention_prefill_kernel(const Reten
         for (int e = 0; e < 4; ++e) sc[nt][e] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < HD / 16; ++kk) {
-        uint32_t af[4];
+        uint32_t af[4], af_lo[4];
         detail::load_a(af, q_s, kLdH, r0, kk * 16, lane);
+        if constexpr (kSplit) detail::load_a(af_lo, ql_s, kLdH, r0, kk * 16, lane);
 #pragma unroll
         for (int nt = 0; nt < kKeyTiles; ++nt) {
           if (nt >= n_key_tiles) continue;
-          uint32_t bfr[2];
+          uint32_t bfr[2], bfr_lo[2];
           detail::load_b(bfr, k_s, kLdH, nt * 8, kk * 16, lane);
-          detail::mma_16816(sc[nt], af, bfr);
+          if constexpr (kSplit) detail::load_b(bfr_lo, kl_s, kLdH, nt * 8, kk * 16, lane);
+          mma_split<kSplit>(sc[nt], af, af_lo, bfr, bfr_lo);
         }
       }
       const float b_lo = b_s[i_lo], b_hi = b_s[i_hi];
@@ -255,7 +303,7 @@ __global__ void __launch_bounds__(kThreads) retention_prefill_kernel(const Reten
         }
       }
     }
-    store_state_bf16<kMPerWarp, HD>(s_acc, st_s, kLdH, warp, lane);
+    store_state_bf16<kMPerWarp, HD, kSplit>(s_acc, st_s, stl_s, kLdH, warp, lane);
     __syncthreads();  // the next chunk overwrites every tile
   }
 
