@@ -5,7 +5,7 @@
 //   cuda_engine_bench [--preset yoco-3b | --model DIR] [--prefill-lens 1024,4096,16384]
 //                     [--chunk-tokens 4096] [--decode-batches 1,8,16,32,64]
 //                     [--decode-contexts 1024,8192] [--decode-steps 16] [--repeats 3]
-//                     [--peak-gbps 3350] [--device 0]
+//                     [--peak-gbps 3350] [--device 0] [--cuda-graphs]
 //   cuda_engine_bench --compare-prefill yoco-3b,transformer-3b [--compare-lens 4096,16384,65536,262144]
 //                     [--chunk-tokens 4096] [--device 0]
 //     YOCO vs its Transformer baseline (docs/design.md §2.6) on the same engine: YOCO's prefill (self-decoder
@@ -237,7 +237,8 @@ DecodeBytes decode_bytes(const ModelConfig& c, int batch, int64_t context) {
   DecodeBytes b;
   b.weights = static_cast<double>(c.n_loops) * c.n_self_layers * self_layer + 2 * (2 * KV * D) +
               c.n_cross_layers() * cross_layer + 2 * V * D;
-  b.kv = static_cast<double>(batch) * static_cast<double>(context + 1) * 2 * KV * 4;
+  // Each cross layer attends over the one global K/V (docs/design.md §2.4): Lc reads of it per step.
+  b.kv = static_cast<double>(c.n_cross_layers()) * batch * static_cast<double>(context + 1) * 2 * KV * 4;
   const double per_state = c.is_swa() ? 2.0 * std::min<int64_t>(context + 1, c.sliding_window) * D * 4  // read
                                       : 2.0 * Hs * hd * hd * 4;                                         // read + write
   b.state = static_cast<double>(batch) * c.n_loops * c.n_self_layers * per_state;
@@ -263,6 +264,7 @@ int main(int argc, char** argv) {
            flag::integer("seed", "seed of the random weights", 1, 0, std::numeric_limits<int64_t>::max()),
            flag::str("compare-prefill", "two presets (YOCO,Transformer): compare their prefill and exit"),
            flag::int_list("compare-lens", "--compare-prefill's prompt lengths", 1, kMax, "4096,16384,65536,262144"),
+           flag::boolean("cuda-graphs", "decode steps as CUDA graphs (CudaEngineOptions::cuda_graphs)"),
            flag::boolean("json", "also print one JSON line per table row")});
   if (Status s = f.parse(argc, argv, 1); !s.ok()) return die(s);
   if (cuda::device_count() == 0) {
@@ -289,6 +291,7 @@ int main(int argc, char** argv) {
   opt.max_chunk_tokens = static_cast<int>(chunk);
   opt.max_context = std::max(max_len, max_ctx + extra);
   opt.kv_block_size = 64;
+  opt.cuda_graphs = f.boolean("cuda-graphs");
   const int64_t per_seq = (max_ctx + extra + opt.kv_block_size - 1) / opt.kv_block_size;
   opt.kv_blocks =
       static_cast<int>(std::max((max_len + opt.kv_block_size - 1) / opt.kv_block_size, per_seq * max_batch) + 1);
@@ -366,7 +369,10 @@ int main(int argc, char** argv) {
 
   // --- decode ----------------------------------------------------------------------------------
   std::printf("\ndecode step (self-decoder step + 1 K/V row + cross-decoder + output head; equal contexts)\n");
-  std::printf("  bytes = weights (bf16, self-decoder once per loop) + B*(ctx+1)*2*KV*4 (fp32 K/V read)\n");
+  std::printf(
+      "  bytes = weights (bf16, self-decoder once per loop) + Lc*B*(ctx+1)*2*KV*4 (fp32 K/V, read by each of\n"
+      "          the Lc = %d cross layers)\n",
+      c.n_cross_layers());
   std::printf("        + B*Ls*T*%s; roofline = bytes / %.0f GB/s\n\n",
               c.is_swa() ? "2*min(ctx+1,W)*D*4 (window read)" : "2*Hs*hd^2*4 (S read + write)", peak);
   std::printf("  %6s %8s %10s %12s %10s %10s %10s %12s %10s\n", "batch", "context", "ms/step", "tokens/s", "weights MB",
@@ -406,6 +412,8 @@ int main(int argc, char** argv) {
         o["batch"] = Json(b);
         o["context"] = Json(ctx);
         o["seconds_per_step"] = Json(t);
+        o["cuda_graphs"] = Json(opt.cuda_graphs);
+        o["n_loops"] = Json(c.n_loops);
         o["tokens_per_s"] = Json(b / t);
         o["state_bytes"] = Json(by.state);
         std::cout << Json(std::move(o)).dump() << "\n";
