@@ -56,7 +56,7 @@ inline void write_file(const std::string& p, const std::string& data) {
 }
 
 // $YOCO_SOURCE_DIR, when set, replaces the build's path (tests run from a copied tree, e.g. on a
-// device machine: bench/gpu/pack_cluster.sh).
+// device machine: bench/gpu/pack.sh).
 inline std::string source_dir() {
   const char* e = std::getenv("YOCO_SOURCE_DIR");
   return e && *e ? e : YOCO_SOURCE_DIR;
