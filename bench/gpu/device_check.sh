@@ -20,6 +20,7 @@
 #   moe     cuda_engine_bench on yoco-u-moe and yoco-u-dense-active
 #   serve   bench/serve_bench.sh with CUDA workers: 1 prefill + 1 decode vs colocated, 3 rates
 #   fla     bench/gpu/fla_compare.py against cuda_ops_bench's retention/swa lines (carry .whl)
+#   sanitize  compute-sanitizer memcheck and racecheck on the golden intermediates that fail
 #   ncu     Nsight Compute's per-kernel summary of one yoco-u-1.3b 16K prefill
 # Logs go to $OUT/logs.tar.gz, re-packed after every step (the tool returns 8 files; a call stopped
 # at its limit still returns the steps that ended).
@@ -138,6 +139,12 @@ if [[ $mode == packed || $mode == cluster ]]; then  # prebuilt here by bench/gpu
         step fla 200 env PYTHONUNBUFFERED=1 python3 bench/gpu/fla_compare.py run
         cat "$L"/ops*.log >"$L/ours.txt"
         python3 bench/gpu/compare_fla.py "$L/ours.txt" "$L/fla.log" >"$L/fla_table.md" && cat "$L/fla_table.md" ;;
+      sanitize)  # the two golden cases that are off in one stage, under compute-sanitizer
+        for tool in memcheck racecheck; do
+          step "sanitize_$tool" 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$B/tests/cuda_intermediates_test" \
+            --gtest_filter='Configs/CudaIntermediatesTest.*/1:Configs/CudaIntermediatesTest.*/7'
+          grep -E "ERROR SUMMARY|Invalid|Race|hazard" "$L/sanitize_$tool.log" | head -10
+        done ;;
       ncu)
         step ncu 120 ncu --metrics gpu__time_duration.sum --print-summary per-kernel --clock-control none "$eb" --preset yoco-u-1.3b \
           --prefill-lens 16384 --repeats 1 --decode-contexts 1024 --decode-batches 1 --decode-steps 1
