@@ -2,13 +2,13 @@
 """At scale, on paper (issue 32, part 5): YOCO vs a Transformer of the same size on the same traffic,
 as the planner sizes them: GPUs to meet the SLOs and the prefill : decode split.
 
-  bench/planner/fleet.py [--slice-rates transformer=10,yoco=40] [--fleet-gpus 1000] [--seconds 90]
-                         [--out-dir bench/results/planner]
+  bench/planner/fleet.py [--slice-rates transformer=10,yoco=40,yoco-measured=40] [--fleet-gpus 1000]
+                         [--seconds 90] [--out-dir bench/results/planner]
 
-Profiles: the seed paper's Tables 8–9 (prefill and decode throughput of the 1.3B YOCO and
-Transformer on one H100, Nano-vLLM, bf16, block 256, 70% of memory for the cache) stand in for
-GPU profiles we have not measured (bench/planner/profiles/, each says so in its "source").
-These are simulated numbers, not timings.
+Profiles (bench/planner/profiles/, each says what it is in its "source"): the seed paper's Tables
+8–9 (prefill and decode throughput of the 1.3B YOCO and Transformer on one H100, Nano-vLLM, bf16,
+block 256, 70% of memory for the cache) as stand-ins, and yoco-measured, our CUDA engine measured
+on an H100 (bench/planner/h100_profile.py; fp32 K/V). These are simulated numbers, not timings.
 
 Method: the planner searches the smallest prefill + decode counts meeting the SLOs for a slice of
 the traffic (--slice-rates requests/s, per model: big enough that the split is not all ones); the
@@ -54,7 +54,8 @@ def plan_one(name, rate, seconds, max_workers):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--slice-rates", default="transformer=10,yoco=40", help="requests/s of each model's simulated slice")
+    ap.add_argument("--slice-rates", default="transformer=10,yoco=40,yoco-measured=40",
+                    help="requests/s of each model's simulated slice (the transformer first: it sets the traffic)")
     ap.add_argument("--seconds", type=float, default=90.0, help="simulated traffic per configuration")
     ap.add_argument("--fleet-gpus", type=int, default=1000)
     ap.add_argument("--max-workers", type=int, default=32)
@@ -65,7 +66,9 @@ def main():
     for kv in a.slice_rates.split(","):
         k, _, v = kv.partition("=")
         rates["h100-%s-1.3b" % k.strip()] = float(v)
-    plans = {m: plan_one(m, rates[m], a.seconds, a.max_workers) for m in ("h100-transformer-1.3b", "h100-yoco-1.3b")}
+    if "h100-transformer-1.3b" not in rates:
+        ap.error("--slice-rates: the transformer's rate is needed (it sets the fleet's traffic)")
+    plans = {m: plan_one(m, r, a.seconds, a.max_workers) for m, r in rates.items()}
     t = plans["h100-transformer-1.3b"]["recommended"]
     fleet_rate = rates["h100-transformer-1.3b"] * a.fleet_gpus / (t["prefill"] + t["decode"])
     rows = []
@@ -104,7 +107,7 @@ def main():
         for i, (p, d) in enumerate(zip(pre, dec)):
             ax.text(i, p + d, "%d (P:D %.2f)" % (p + d, p / d), ha="center", va="bottom", fontsize=9)
         ax.set_ylabel("H100s to meet TTFT p90 %.1f s, ITL p90 %.0f ms" % (SLO.ttft_p90, SLO.itl_p90 * 1e3), fontsize=8)
-        ax.set_title("Same traffic (%.0f req/s, prompts 2K-32K): simulated, seed Tables 8-9 profiles" % fleet_rate,
+        ax.set_title("Same traffic (%.0f req/s, prompts 2K-32K): simulated; seed Tables 8-9 and measured" % fleet_rate,
                      fontsize=8)
         ax.legend(fontsize=8)
         fig.tight_layout()
