@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools", "planner"))
 
-from profiles import Profile, fit_decode  # noqa: E402
+from seed_profiles import ASSUMED, decode_of, write_profile  # noqa: E402
 
 RUNS = os.path.join(ROOT, "bench", "results", "gpu-h100")
 HIDDEN, SELF_LAYERS, WINDOW = 2560, 10, 512
@@ -33,8 +33,6 @@ def main():
     pre = json_lines(os.path.join(RUNS, "run1", "engine_t1.log"), "prefill")
     dec_rows = json_lines(os.path.join(RUNS, "run2", "decode_t1_graphs.log"), "decode")
     dec = [(r["batch"], r["context"], r["seconds_per_step"]) for r in dec_rows]
-    _, _, per_ctx = fit_decode(dec)  # one batch size: the per-sequence term goes to the base
-    base = max(0.0, sum(s - per_ctx * b * n for b, n, s in dec) / len(dec))
     weights = pre[0]["weight_bytes"]
     doc = {"schema": "yoco-profile/1", "device": "cuda", "model": "yoco-measured-1.3b",
            "source": "measured: our CUDA engine on one H100 80GB HBM3, 2026-11-27 (bench/results/gpu-h100/): "
@@ -46,17 +44,8 @@ def main():
            "state_bytes": SELF_LAYERS * 2 * WINDOW * HIDDEN * 4, "state_in_pool": True,
            "kv_memory_bytes": 80e9 * 0.7 - weights,
            "prefill": [{"tokens": r["tokens"], "seconds": r["seconds"]} for r in pre],
-           "decode": {"base_seconds": base, "per_sequence_seconds": 0.0, "per_context_token_seconds": per_ctx,
-                      "points": [{"batch": b, "context": n, "seconds": s} for b, n, s in dec]},
-           "transfer": {"latency_seconds": 0.001, "bytes_per_second": 50e9},
-           "store": {"latency_seconds": 0.001, "bytes_per_second": 25e9},
-           "request_overhead_seconds": 0.005}
-    Profile(doc)
-    path = os.path.join(HERE, "profiles", "h100-yoco-measured-1.3b.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    print("wrote", path)
+           "decode": decode_of(dec), **ASSUMED}
+    write_profile(doc, "h100-yoco-measured-1.3b")
 
 
 if __name__ == "__main__":
