@@ -27,6 +27,21 @@ float logsigmoid(float x) { return std::min(x, 0.0f) - std::log1p(std::exp(-std:
 // 2^18 multiply-adds and up is split across threads.
 bool worth_threads(int64_t multiply_adds) { return multiply_adds > (1 << 18); }
 
+// fn(i) for i < n, split across the threads when `parallel`, else on this thread. Not an OpenMP
+// `if` clause: a region made inactive by one still counts as a nesting level, and libgomp starts
+// fresh threads (not its pool's) for a region nested in one, so a kernel's own parallel region
+// inside would create a thread per call: a one-sequence decode step did so once per layer
+// (bench/README.md, "decode attention").
+template <typename Fn>
+void rows_in_parallel(int n, bool parallel, Fn&& fn) {
+  if (!parallel || n <= 1) {
+    for (int i = 0; i < n; ++i) fn(i);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic)
+  for (int i = 0; i < n; ++i) fn(i);
+}
+
 // The FFN's normed input, fc1|gate product and activation: every layer of a prefill chunk needs
 // these (tens of MB at 2K rows), so they stay on the calling thread from call to call instead of
 // being allocated per layer, which would zero and fault in fresh pages on one thread while the
@@ -300,8 +315,7 @@ CpuBackend::Tensor CpuBackend::window_attention(const Site& at, const Tensor& q,
   }
   const int B = n;
   // q·K and P·V over the window for every head.
-#pragma omp parallel for schedule(static) if (B > 1 && worth_threads(2 * static_cast <int64_t>(B) * window * Dl))
-  for (int b = 0; b < B; ++b) {
+  rows_in_parallel(B, worth_threads(2 * static_cast<int64_t>(B) * window * Dl), [&](int b) {
     SelfLayerState& S = rows_.states[b]->self[at.state];
     // The ring holds W rows, so after inserting this token it is exactly the window.
     S.ring_push(k.data + static_cast<int64_t>(b) * k.ld, v.data + static_cast<int64_t>(b) * v.ld, Dl);
@@ -314,7 +328,7 @@ CpuBackend::Tensor CpuBackend::window_attention(const Site& at, const Tensor& q,
     cpu::KvBlocks kv{kb, vb, S.capacity, S.count, rows};
     cpu::decode_attention(q.data + static_cast<int64_t>(b) * q.ld, kv, o.data + static_cast<size_t>(b) * Dl, Hs, Hs, hd,
                           scale);
-  }
+  });
   return o;
 }
 
@@ -375,8 +389,7 @@ CpuBackend::Tensor CpuBackend::attention(const Site& at, const Tensor& q) {
     return o;
   }
   // q·K and P·V over every attended row for every query head (KV · group = the query width).
-#pragma omp parallel for schedule(dynamic) if (rows > 1 && worth_threads(2 * attended_rows_ * KV * (Ha / KVh)))
-  for (int b = 0; b < rows; ++b) {
+  rows_in_parallel(rows, worth_threads(2 * attended_rows_ * KV * (Ha / KVh)), [&](int b) {
     // Keys in fixed chunks of kKvChunkRows rows, read in place wherever they are stored
     // (contiguous or paged; a transformer's chunk holds each layer's rows as one block).
     const SequenceState& st = *rows_.states[b];
@@ -389,7 +402,7 @@ CpuBackend::Tensor CpuBackend::attention(const Site& at, const Tensor& q) {
     cpu::KvBlocks kv{kb.data(), vb.data(), kKvChunkRows, n};
     cpu::decode_attention(q.data + static_cast<int64_t>(b) * q.ld, kv, o.data + static_cast<size_t>(b) * Dq, Ha, KVh,
                           hd, scale);
-  }
+  });
   return o;
 }
 

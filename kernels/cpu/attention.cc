@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/ops.h"
@@ -126,6 +127,240 @@ float exp_sum(float* x, int64_t n, float shift) {
   return fn(x, n, shift);
 }
 
+// --- decode attention, fused (head_dim a multiple of 16) ----------------------------------------
+// One query per head against all the sequence's keys, in two streams: pass 1 reads K front to
+// back once and writes every head's scaled scores s[h · n + c]; the softmax runs over each row of
+// s (exp_sum); pass 2 reads V front to back once and accumulates the unnormalised P·V, which is
+// divided by the sum at the end. Each K/V row is read whole (all kv heads), so memory sees one
+// sequential stream per thread rather than one strided stream per kv head, which reads at half the
+// rate (membw's "4 streams" against "1 stream"). Keys are cut into parts of kDecodePart rows by
+// absolute index: a part is one thread's work, and P·V sums each part's rows in key order into the
+// part's own accumulators, which are then added in part order. Every result is therefore the same
+// whatever the blocks and the thread count. Rows are taken kSubRows at a time, so a sub-block stays
+// in L1 while every head of every group reads it.
+constexpr int kSubRows = 32;
+constexpr int kMaxSubGroup = 4;
+constexpr int64_t kDecodePart = 256;
+// Below this many K elements (n · kv_dim) one thread does the whole step (measured: bench/README.md,
+// "decode attention").
+constexpr int64_t kDecodeThreadElems = int64_t{1} << 17;
+
+// s[g · lds + r] = scale · q_g · k_r for the rows of one sub-block.
+template <int Gs>
+[[gnu::always_inline]] inline void decode_scores(const float* q, int hd, const float* k, int ldk, int rows, float scale,
+                                                 float* s, int64_t lds) {
+  using vec::v16;
+  for (int r = 0; r < rows; ++r) {
+    const float* kr = k + static_cast<int64_t>(r) * ldk;
+    v16 acc[Gs];
+#pragma GCC unroll 4
+    for (int g = 0; g < Gs; ++g) acc[g] = v16{};
+    for (int p = 0; p < hd; p += vec::kLanes) {
+      const v16 kp = vec::load(kr + p);
+#pragma GCC unroll 4
+      for (int g = 0; g < Gs; ++g) acc[g] += vec::load(q + static_cast<int64_t>(g) * hd + p) * kp;
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < Gs; ++g) s[static_cast<int64_t>(g) * lds + r] = scale * vec::hsum(acc[g]);
+  }
+}
+
+// acc[(A · Gs + g) · hd + d] += p[g · lds + r] · v_r[d] for the rows of one sub-block, where the
+// set A (of kAcc) is the key's absolute index c0 + r modulo kAcc: with one or two heads per group,
+// two sets of independent sums keep the multiply-adds from waiting on each other.
+template <int Gs, int kAcc>
+[[gnu::always_inline]] inline void decode_pv(const float* p, int64_t lds, const float* v, int ldv, int rows, int64_t c0,
+                                             int hd, float* acc, int64_t ld_set) {
+  using vec::v16;
+  for (int d = 0; d < hd; d += vec::kLanes) {
+    v16 a[kAcc][Gs];
+#pragma GCC unroll 4
+    for (int A = 0; A < kAcc; ++A)
+#pragma GCC unroll 4
+      for (int g = 0; g < Gs; ++g) a[A][g] = vec::load(acc + A * ld_set + static_cast<int64_t>(g) * hd + d);
+    int r = 0;
+    if (kAcc == 2 && (c0 & 1) && rows > 0) {  // an odd first key goes to the second set
+      const v16 vr = vec::load(v + d);
+#pragma GCC unroll 4
+      for (int g = 0; g < Gs; ++g) a[kAcc - 1][g] += vec::splat(p[static_cast<int64_t>(g) * lds]) * vr;
+      r = 1;
+    }
+    for (; r + kAcc <= rows; r += kAcc)
+#pragma GCC unroll 4
+      for (int A = 0; A < kAcc; ++A) {
+        const v16 vr = vec::load(v + static_cast<int64_t>(r + A) * ldv + d);
+#pragma GCC unroll 4
+        for (int g = 0; g < Gs; ++g) a[A][g] += vec::splat(p[static_cast<int64_t>(g) * lds + r + A]) * vr;
+      }
+    if (r < rows) {  // one even key left: the first set
+      const v16 vr = vec::load(v + static_cast<int64_t>(r) * ldv + d);
+#pragma GCC unroll 4
+      for (int g = 0; g < Gs; ++g) a[0][g] += vec::splat(p[static_cast<int64_t>(g) * lds + r]) * vr;
+    }
+#pragma GCC unroll 4
+    for (int A = 0; A < kAcc; ++A)
+#pragma GCC unroll 4
+      for (int g = 0; g < Gs; ++g) vec::store(acc + A * ld_set + static_cast<int64_t>(g) * hd + d, a[A][g]);
+  }
+}
+
+// fn(g0, Gs) over the heads of a group, up to kMaxSubGroup at a time.
+template <typename Fn>
+[[gnu::always_inline]] inline void for_sub_groups(int group, Fn&& fn) {
+  for (int g0 = 0; g0 < group; g0 += kMaxSubGroup) {
+    switch (std::min(kMaxSubGroup, group - g0)) {
+      case 1:
+        fn(g0, std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        fn(g0, std::integral_constant<int, 2>{});
+        break;
+      case 3:
+        fn(g0, std::integral_constant<int, 3>{});
+        break;
+      default:
+        fn(g0, std::integral_constant<int, 4>{});
+        break;
+    }
+  }
+}
+
+// The step's shape, shared by both passes.
+struct DecodeShape {
+  const KvBlocks* kv;
+  const int64_t* start_of;  // first key of every block
+  int64_t n_blocks;
+  int n_q_heads, n_kv_heads, hd, group;
+  float scale;
+  int n_acc;       // accumulator sets per head (2 for groups of one or two heads)
+  int64_t ld_set;  // floats per set: n_q_heads · hd
+};
+
+// fn(block, first row in the block, rows, absolute index of that row) for the sub-blocks of keys
+// [c_lo, c_hi).
+template <typename Fn>
+[[gnu::always_inline]] inline void for_sub_blocks(const DecodeShape& sh, int64_t c_lo, int64_t c_hi, Fn&& fn) {
+  int64_t b = std::upper_bound(sh.start_of, sh.start_of + sh.n_blocks, c_lo) - sh.start_of - 1;
+  for (int64_t c = c_lo; c < c_hi;) {
+    while (c >= sh.start_of[b + 1]) ++b;
+    const int64_t r0 = c - sh.start_of[b];
+    const int rows = static_cast<int>(std::min({static_cast<int64_t>(kSubRows), sh.start_of[b + 1] - c, c_hi - c}));
+    fn(b, static_cast<int>(r0), rows, c);
+    c += rows;
+  }
+}
+
+// Pass 1 over keys [c_lo, c_hi): every head's scores.
+[[gnu::always_inline]] inline void decode_scores_part_body(const DecodeShape& sh, const float* q, int64_t c_lo,
+                                                           int64_t c_hi, float* s) {
+  const int hd = sh.hd, ld = sh.n_kv_heads * hd;
+  const int64_t n = sh.kv->n_tokens;
+  for_sub_blocks(sh, c_lo, c_hi, [&](int64_t b, int r0, int rows, int64_t c) {
+    const float* k = sh.kv->k_blocks[b] + static_cast<int64_t>(r0) * ld;
+    for (int kvh = 0; kvh < sh.n_kv_heads; ++kvh)
+      for_sub_groups(sh.group, [&](int g0, auto gs) {
+        const int h = kvh * sh.group + g0;
+        decode_scores<decltype(gs)::value>(q + static_cast<int64_t>(h) * hd, hd, k + static_cast<int64_t>(kvh) * hd, ld,
+                                           rows, sh.scale, s + h * n + c, n);
+      });
+  });
+}
+
+// Pass 2 over keys [c_lo, c_hi): P·V added to acc (n_acc sets of ld_set floats).
+[[gnu::always_inline]] inline void decode_pv_part_body(const DecodeShape& sh, const float* s, int64_t c_lo,
+                                                       int64_t c_hi, float* acc) {
+  const int hd = sh.hd, ld = sh.n_kv_heads * hd;
+  const int64_t n = sh.kv->n_tokens;
+  for_sub_blocks(sh, c_lo, c_hi, [&](int64_t b, int r0, int rows, int64_t c) {
+    const float* v = sh.kv->v_blocks[b] + static_cast<int64_t>(r0) * ld;
+    for (int kvh = 0; kvh < sh.n_kv_heads; ++kvh) {
+      const int h0 = kvh * sh.group;
+      const float* vh = v + static_cast<int64_t>(kvh) * hd;
+      const float* p = s + h0 * n + c;
+      float* ah = acc + static_cast<int64_t>(h0) * hd;
+      if (sh.group == 1) decode_pv<1, 2>(p, n, vh, ld, rows, c, hd, ah, sh.ld_set);
+      else if (sh.group == 2) decode_pv<2, 2>(p, n, vh, ld, rows, c, hd, ah, sh.ld_set);
+      else
+        for_sub_groups(sh.group, [&](int g0, auto gs) {
+          decode_pv<decltype(gs)::value, 1>(p + static_cast<int64_t>(g0) * n, n, vh, ld, rows, c, hd,
+                                            ah + static_cast<int64_t>(g0) * hd, sh.ld_set);
+        });
+    }
+  });
+}
+
+using ScoresPartFn = void (*)(const DecodeShape&, const float*, int64_t, int64_t, float*);
+using PvPartFn = void (*)(const DecodeShape&, const float*, int64_t, int64_t, float*);
+void decode_scores_part_default(const DecodeShape& sh, const float* q, int64_t lo, int64_t hi, float* s) {
+  decode_scores_part_body(sh, q, lo, hi, s);
+}
+__attribute__((target("avx2,fma"))) void decode_scores_part_avx2(const DecodeShape& sh, const float* q, int64_t lo,
+                                                                 int64_t hi, float* s) {
+  decode_scores_part_body(sh, q, lo, hi, s);
+}
+__attribute__((target("avx512f"))) void decode_scores_part_avx512(const DecodeShape& sh, const float* q, int64_t lo,
+                                                                  int64_t hi, float* s) {
+  decode_scores_part_body(sh, q, lo, hi, s);
+}
+void decode_pv_part_default(const DecodeShape& sh, const float* s, int64_t lo, int64_t hi, float* acc) {
+  decode_pv_part_body(sh, s, lo, hi, acc);
+}
+__attribute__((target("avx2,fma"))) void decode_pv_part_avx2(const DecodeShape& sh, const float* s, int64_t lo,
+                                                             int64_t hi, float* acc) {
+  decode_pv_part_body(sh, s, lo, hi, acc);
+}
+__attribute__((target("avx512f"))) void decode_pv_part_avx512(const DecodeShape& sh, const float* s, int64_t lo,
+                                                              int64_t hi, float* acc) {
+  decode_pv_part_body(sh, s, lo, hi, acc);
+}
+
+// The fused step (the variants for the running CPU, vec::isa()).
+void decode_attention_fused(const float* q, const KvBlocks& kv, const std::vector<int64_t>& start_of, float* out,
+                            int n_q_heads, int n_kv_heads, int hd, float scale) {
+  static const ScoresPartFn scores_part =
+      vec::pick<ScoresPartFn>(&decode_scores_part_default, &decode_scores_part_avx2, &decode_scores_part_avx512);
+  static const PvPartFn pv_part =
+      vec::pick<PvPartFn>(&decode_pv_part_default, &decode_pv_part_avx2, &decode_pv_part_avx512);
+  const int group = n_q_heads / n_kv_heads;
+  const int64_t n = kv.n_tokens;
+  DecodeShape sh{&kv,   start_of.data(),    static_cast<int64_t>(start_of.size()) - 1, n_q_heads, n_kv_heads, hd, group,
+                 scale, group <= 2 ? 2 : 1, static_cast<int64_t>(n_q_heads) * hd};
+  const int64_t n_parts = std::max<int64_t>(1, (n + kDecodePart - 1) / kDecodePart);
+  const int64_t part_floats = sh.n_acc * sh.ld_set;
+  thread_local std::vector<float> s, acc;
+  s.resize(static_cast<size_t>(n_q_heads) * n);
+  acc.assign(static_cast<size_t>(n_parts * part_floats), 0.0f);
+  float* sp = s.data();
+  float* ap = acc.data();
+  std::vector<float> inv(n_q_heads);
+  const bool par = !omp_in_parallel() && n_parts > 1 && n * n_kv_heads * hd >= kDecodeThreadElems;
+#pragma omp parallel if (par)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n_parts; ++i) scores_part(sh, q, i * kDecodePart, std::min(n, (i + 1) * kDecodePart), sp);
+#pragma omp for schedule(static)
+    for (int h = 0; h < n_q_heads; ++h) {
+      float* sh_row = sp + static_cast<int64_t>(h) * n;
+      float mx = kNegInf;
+      for (int64_t c = 0; c < n; ++c) mx = std::max(mx, sh_row[c]);
+      const float sum = exp_sum(sh_row, n, mx);
+      inv[h] = sum > 0 ? 1.0f / sum : 0.0f;
+    }
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n_parts; ++i)
+      pv_part(sh, sp, i * kDecodePart, std::min(n, (i + 1) * kDecodePart), ap + i * part_floats);
+#pragma omp for schedule(static)
+    for (int h = 0; h < n_q_heads; ++h)
+      for (int d = 0; d < hd; ++d) {
+        const int64_t e = static_cast<int64_t>(h) * hd + d;
+        float sum = 0;
+        for (int64_t i = 0; i < n_parts; ++i)
+          for (int A = 0; A < sh.n_acc; ++A) sum += ap[i * part_floats + A * sh.ld_set + e];
+        out[e] = sum * inv[h];
+      }
+  }
+}
+
 }  // namespace
 
 void attention(const AttentionArgs& a) {
@@ -246,6 +481,10 @@ void decode_attention(const float* q, const KvBlocks& kv, float* out, int n_q_he
     done += rows;
   }
   const int64_t n_blocks = static_cast<int64_t>(rows_of.size());
+  if (hd % vec::kLanes == 0) {
+    start_of.push_back(n);
+    return decode_attention_fused(q, kv, start_of, out, n_q_heads, n_kv_heads, hd, scale);
+  }
   const bool par = !omp_in_parallel() && n_kv_heads > 1 && n * kv_dim > (1 << 20);
 #pragma omp parallel for schedule(static) if (par)
   for (int kvh = 0; kvh < n_kv_heads; ++kvh) {

@@ -197,6 +197,61 @@ TEST(Attention, DecodeOverBlocksMatchesReference) {
   }
 }
 
+// The fused decode kernel (head_dim a multiple of 16): the models' shapes, every group size up to
+// eight (sub-groups of four, the two-set sums of groups of one and two), against the textbook
+// version; and bitwise the same result whatever the blocks (a paged pool, one run, a ring's two
+// halves) and however many threads join (keys are cut into parts by absolute index).
+TEST(Attention, FusedDecodeIsExactAndLayoutAndThreadIndependent) {
+  struct Shape {
+    int hq, hkv, hd;
+  };
+  for (const Shape sh : {Shape{16, 4, 64}, Shape{8, 8, 64}, Shape{6, 3, 32}, Shape{12, 4, 128}, Shape{8, 1, 16},
+                         Shape{10, 2, 48}, Shape{14, 2, 64}, Shape{16, 2, 16}}) {
+    const int kv_dim = sh.hkv * sh.hd;
+    for (int n : {1, 2, 31, 33, 255, 256, 257, 700, 2100}) {
+      auto q = randn(static_cast<size_t>(sh.hq) * sh.hd, n), k = randn(static_cast<size_t>(n) * kv_dim, n + 1),
+           v = randn(k.size(), n + 2);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(sh.hd));
+      std::vector<float> ref(static_cast<size_t>(sh.hq) * sh.hd);
+      cpu::AttentionArgs a{q.data(), sh.hq * sh.hd, k.data(), kv_dim, v.data(), kv_dim, ref.data(), sh.hq * sh.hd, 1,
+                           n,        sh.hq,         sh.hkv,   sh.hd,  n - 1,    0,      0,          scale};
+      cpu::attention_reference(a);
+      // One run, on one thread.
+      std::vector<float> one(ref.size());
+      const float* k1[1] = {k.data()};
+      const float* v1[1] = {v.data()};
+      cpu::set_num_threads(1);
+      cpu::decode_attention(q.data(), cpu::KvBlocks{k1, v1, n, n}, one.data(), sh.hq, sh.hkv, sh.hd, scale);
+      EXPECT_LT(test::max_abs_diff(one.data(), ref.data(), ref.size()), 2e-5)
+          << sh.hq << "/" << sh.hkv << "x" << sh.hd << " n=" << n;
+      // Blocks of 32 rows (the pool's), of 7, and a ring's two uneven halves, on two threads.
+      cpu::set_num_threads(2);
+      for (int bs : {32, 7, 0}) {
+        std::vector<const float*> kb, vb;
+        std::vector<int> rows;
+        if (bs == 0) {
+          const int first = n / 3 + 1;
+          kb = {k.data(), k.data() + static_cast<size_t>(first) * kv_dim};
+          vb = {v.data(), v.data() + static_cast<size_t>(first) * kv_dim};
+          rows = {first, n - first};
+        } else {
+          for (int b0 = 0; b0 < n; b0 += bs) {
+            kb.push_back(k.data() + static_cast<size_t>(b0) * kv_dim);
+            vb.push_back(v.data() + static_cast<size_t>(b0) * kv_dim);
+          }
+        }
+        std::vector<float> o(ref.size());
+        cpu::KvBlocks blocks{kb.data(), vb.data(), bs, n, bs == 0 ? rows.data() : nullptr};
+        cpu::decode_attention(q.data(), blocks, o.data(), sh.hq, sh.hkv, sh.hd, scale);
+        for (size_t i = 0; i < o.size(); ++i)
+          ASSERT_EQ(o[i], one[i]) << sh.hq << "/" << sh.hkv << "x" << sh.hd << " n=" << n << " blocks=" << bs << " at "
+                                  << i;
+      }
+      cpu::set_num_threads(0);
+    }
+  }
+}
+
 TEST(Vec, ExpIsCloseToLibm) {
   // The softmax's and the decays' exp: relative error within a few ulp, exactly 0 far below and at −inf.
   double worst = 0;
