@@ -138,12 +138,12 @@ float exp_sum(float* x, int64_t n, float shift) {
 // part's own accumulators, which are then added in part order. Every result is therefore the same
 // whatever the blocks and the thread count. Rows are taken kSubRows at a time, so a sub-block stays
 // in L1 while every head of every group reads it.
-constexpr int kSubRows = 32;
+constexpr int kSubRows = 16;
 constexpr int kMaxSubGroup = 4;
-constexpr int64_t kDecodePart = 256;
+constexpr int64_t kDecodePart = 128;
 // Below this many K elements (n · kv_dim) one thread does the whole step (measured: bench/README.md,
 // "decode attention").
-constexpr int64_t kDecodeThreadElems = int64_t{1} << 17;
+constexpr int64_t kDecodeThreadElems = int64_t{1} << 16;
 
 // s[g · lds + r] = scale · q_g · k_r for the rows of one sub-block.
 template <int Gs>
