@@ -4,16 +4,24 @@
 # Each round runs engine_bench from BUILD_A then BUILD_B (every other round B first); compare
 # medians. Never asserts; run on an idle machine.
 #   bench/ab_engine.sh BUILD_A BUILD_B PRESET DTYPE ROUNDS [prefill|decode]
+# PRESET may be a model directory (engine_bench --model; --write-model makes one, so the rounds
+# do not each generate random weights). Environment: AB_CONTEXT (decode context, default 512),
+# AB_BATCHES (default 1,2), YOCO_CPU_ISA (passed on: avx2 runs an AVX2-only CPU's path).
 set -euo pipefail
 a=$1 b=$2 preset=$3 dtype=$4 rounds=$5 what=${6:-decode}
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
+model=(--preset "$preset")
+[[ -d $preset ]] && model=(--model "$preset")
 if [[ $what == prefill ]]; then args=(--prefill-lens 1024,2048 --decode-batches 1 --decode-steps 2 --repeats 2)
-else args=(--prefill-lens 16 --decode-batches 1,2 --decode-context 512 --decode-steps 48 --repeats 3); fi
+else
+  args=(--prefill-lens 16 --decode-batches "${AB_BATCHES:-1,2}" --decode-context "${AB_CONTEXT:-512}" --decode-steps 48
+    --repeats 3)
+fi
 for ((r = 0; r < rounds; r++)); do
   order=("$a" "$b")
   ((r % 2 == 0)) || order=("$b" "$a")
   for build in "${order[@]}"; do
-    "$build/bench/engine_bench" --preset "$preset" --threads 2 --dtype "$dtype" --json "${args[@]}" 2>/dev/null |
+    "$build/bench/engine_bench" "${model[@]}" --threads 2 --dtype "$dtype" --json "${args[@]}" 2>/dev/null |
       python3 -c '
 import json, sys
 d = json.load(sys.stdin)
