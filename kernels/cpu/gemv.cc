@@ -16,9 +16,15 @@ using vec::load;
 using vec::v16;
 
 constexpr int kRowTile = 4;  // rows of W per tile: each is read from memory once for all m rows of x
-// bf16 rows are half as long: at m <= 2, tiles of twice as many rows keep as many bytes in flight
-// (measured, 2 threads: 25.5 -> 28.3 GB/s at m = 1; at m >= 3 the taller tile is slower).
-constexpr int kBf16RowTile = 8;
+// At m <= 2 rows of W go one at a time, fp32 and bf16 alike: each thread then reads W as one
+// sequential stream, where several rows side by side are several streams, which this memory
+// serves more slowly (measured, interleaved runs, 2 threads, mid-gret's Transformer at B = 1 on
+// the AVX2 path: fp32 29.8 -> 24 ms a step, bf16 18.3 -> 15.0; bench/README.md, "Weight
+// streaming"). The m rows of x stay in L1, so re-reading them per row of W costs nothing.
+// (bf16 had tiles of 8 rows here, fp32 of 4.)
+constexpr int kSmallMRowTile = 1;
+// A split product gives each thread whole runs of this many rows.
+constexpr int kThreadRows = 8;
 
 using vec::widen;
 [[gnu::always_inline]] inline float widen(float f) { return f; }
@@ -105,7 +111,7 @@ template <int R, typename W>
 template <typename W>
 [[gnu::always_inline]] inline void rows_body(int m, int k, float alpha, const float* a, int lda, const W* b, int ldb,
                                              float beta, float* c, int ldc, int j0, int j1) {
-  if (sizeof(W) == 2 && m <= 2) row_tiles<kBf16RowTile, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
+  if (m <= 2) row_tiles<kSmallMRowTile, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
   else row_tiles<kRowTile, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
 }
 
@@ -140,7 +146,7 @@ void small_m(int m, int n, int k, float alpha, const float* a, int lda, const W*
              int ldc) {
   const int64_t weight_bytes = static_cast<int64_t>(n) * k * static_cast<int64_t>(sizeof(W));
   const int threads = weight_bytes >= kSmallMThreadBytes && !omp_in_parallel() ? num_threads() : 1;
-  constexpr int kRows = kBf16RowTile;  // whole tiles of either height per thread
+  constexpr int kRows = kThreadRows;
   const int tiles = (n + kRows - 1) / kRows;
   if (threads <= 1 || tiles < 2) {
     rows(m, k, alpha, a, lda, b, ldb, beta, c, ldc, 0, n);

@@ -32,8 +32,9 @@ inline void linear(const float* x, const float* w, float* y, int m, int n, int k
 bool gemm_uses_blas();
 
 // --- gemv.cc -----------------------------------------------------------------------
-// gemm with b_trans for m <= kSmallM rows (a decode step: m = batch): tiles of 4 rows of B are
-// read from memory once for all m rows, so a step costs one pass over the weights whatever m.
+// gemm with b_trans for m <= kSmallM rows (a decode step: m = batch): tiles of rows of B (4, or
+// one at m <= 2) are read from memory once for all m rows, so a step costs one pass over the
+// weights whatever m.
 // Each output is computed by the same operations whatever m is.
 constexpr int kSmallM = 16;
 // Products with a smaller B run on one thread (waking the others costs more than they save).
