@@ -295,66 +295,61 @@ template <typename Fn>
   });
 }
 
-using ScoresPartFn = void (*)(const DecodeShape&, const float*, int64_t, int64_t, float*);
-using PvPartFn = void (*)(const DecodeShape&, const float*, int64_t, int64_t, float*);
-void decode_scores_part_default(const DecodeShape& sh, const float* q, int64_t lo, int64_t hi, float* s) {
-  decode_scores_part_body(sh, q, lo, hi, s);
+// One pass over keys [lo, hi): scores from q into s, or P·V from s into acc.
+enum class DecodePass { kScores, kPv };
+[[gnu::always_inline]] inline void decode_part_body(DecodePass pass, const DecodeShape& sh, const float* in, int64_t lo,
+                                                    int64_t hi, float* out) {
+  if (pass == DecodePass::kScores) decode_scores_part_body(sh, in, lo, hi, out);
+  else decode_pv_part_body(sh, in, lo, hi, out);
 }
-__attribute__((target("avx2,fma"))) void decode_scores_part_avx2(const DecodeShape& sh, const float* q, int64_t lo,
-                                                                 int64_t hi, float* s) {
-  decode_scores_part_body(sh, q, lo, hi, s);
+using DecodePartFn = void (*)(DecodePass, const DecodeShape&, const float*, int64_t, int64_t, float*);
+void decode_part_default(DecodePass pass, const DecodeShape& sh, const float* in, int64_t lo, int64_t hi, float* out) {
+  decode_part_body(pass, sh, in, lo, hi, out);
 }
-__attribute__((target("avx512f"))) void decode_scores_part_avx512(const DecodeShape& sh, const float* q, int64_t lo,
-                                                                  int64_t hi, float* s) {
-  decode_scores_part_body(sh, q, lo, hi, s);
+__attribute__((target("avx2,fma"))) void decode_part_avx2(DecodePass pass, const DecodeShape& sh, const float* in,
+                                                          int64_t lo, int64_t hi, float* out) {
+  decode_part_body(pass, sh, in, lo, hi, out);
 }
-void decode_pv_part_default(const DecodeShape& sh, const float* s, int64_t lo, int64_t hi, float* acc) {
-  decode_pv_part_body(sh, s, lo, hi, acc);
-}
-__attribute__((target("avx2,fma"))) void decode_pv_part_avx2(const DecodeShape& sh, const float* s, int64_t lo,
-                                                             int64_t hi, float* acc) {
-  decode_pv_part_body(sh, s, lo, hi, acc);
-}
-__attribute__((target("avx512f"))) void decode_pv_part_avx512(const DecodeShape& sh, const float* s, int64_t lo,
-                                                              int64_t hi, float* acc) {
-  decode_pv_part_body(sh, s, lo, hi, acc);
+__attribute__((target("avx512f"))) void decode_part_avx512(DecodePass pass, const DecodeShape& sh, const float* in,
+                                                           int64_t lo, int64_t hi, float* out) {
+  decode_part_body(pass, sh, in, lo, hi, out);
 }
 
 // The fused step (the variants for the running CPU, vec::isa()).
 void decode_attention_fused(const float* q, const KvBlocks& kv, const std::vector<int64_t>& start_of, float* out,
                             int n_q_heads, int n_kv_heads, int hd, float scale) {
-  static const ScoresPartFn scores_part =
-      vec::pick<ScoresPartFn>(&decode_scores_part_default, &decode_scores_part_avx2, &decode_scores_part_avx512);
-  static const PvPartFn pv_part =
-      vec::pick<PvPartFn>(&decode_pv_part_default, &decode_pv_part_avx2, &decode_pv_part_avx512);
+  static const DecodePartFn part =
+      vec::pick<DecodePartFn>(&decode_part_default, &decode_part_avx2, &decode_part_avx512);
   const int group = n_q_heads / n_kv_heads;
   const int64_t n = kv.n_tokens;
   DecodeShape sh{&kv,   start_of.data(),    static_cast<int64_t>(start_of.size()) - 1, n_q_heads, n_kv_heads, hd, group,
                  scale, group <= 2 ? 2 : 1, static_cast<int64_t>(n_q_heads) * hd};
   const int64_t n_parts = std::max<int64_t>(1, (n + kDecodePart - 1) / kDecodePart);
   const int64_t part_floats = sh.n_acc * sh.ld_set;
-  thread_local std::vector<float> s, acc;
+  thread_local std::vector<float> s, acc, inv;
   s.resize(static_cast<size_t>(n_q_heads) * n);
   acc.assign(static_cast<size_t>(n_parts * part_floats), 0.0f);
   float* sp = s.data();
   float* ap = acc.data();
-  std::vector<float> inv(n_q_heads);
+  inv.resize(n_q_heads);
+  float* ip = inv.data();  // the caller's: the region's threads each have their own thread_locals
   const bool par = !omp_in_parallel() && n_parts > 1 && n * n_kv_heads * hd >= kDecodeThreadElems;
 #pragma omp parallel if (par)
   {
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < n_parts; ++i) scores_part(sh, q, i * kDecodePart, std::min(n, (i + 1) * kDecodePart), sp);
+    for (int64_t i = 0; i < n_parts; ++i)
+      part(DecodePass::kScores, sh, q, i * kDecodePart, std::min(n, (i + 1) * kDecodePart), sp);
 #pragma omp for schedule(static)
     for (int h = 0; h < n_q_heads; ++h) {
       float* sh_row = sp + static_cast<int64_t>(h) * n;
       float mx = kNegInf;
       for (int64_t c = 0; c < n; ++c) mx = std::max(mx, sh_row[c]);
       const float sum = exp_sum(sh_row, n, mx);
-      inv[h] = sum > 0 ? 1.0f / sum : 0.0f;
+      ip[h] = sum > 0 ? 1.0f / sum : 0.0f;
     }
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < n_parts; ++i)
-      pv_part(sh, sp, i * kDecodePart, std::min(n, (i + 1) * kDecodePart), ap + i * part_floats);
+      part(DecodePass::kPv, sh, sp, i * kDecodePart, std::min(n, (i + 1) * kDecodePart), ap + i * part_floats);
 #pragma omp for schedule(static)
     for (int h = 0; h < n_q_heads; ++h)
       for (int d = 0; d < hd; ++d) {
@@ -362,7 +357,7 @@ void decode_attention_fused(const float* q, const KvBlocks& kv, const std::vecto
         float sum = 0;
         for (int64_t i = 0; i < n_parts; ++i)
           for (int A = 0; A < sh.n_acc; ++A) sum += ap[i * part_floats + A * sh.ld_set + e];
-        out[e] = sum * inv[h];
+        out[e] = sum * ip[h];
       }
   }
 }
