@@ -2,6 +2,7 @@
 // peak RSS and state bytes per token. Prints a table, or JSON with --json. Never asserts speed.
 //   engine_bench --model DIR | --preset NAME (e.g. small-gret, small-transformer)  [--threads N] [--prefill-lens 1024,4096]
 //                [--decode-batches 1,8,32] [--decode-context 512] [--decode-steps 16] [--repeats 3] [--dtype fp32|bf16]
+//                [--kv-dtype f32|bf16] [--kv-pool]
 // With --preset, the config may be changed before the random weights are made (bench/paper/ uses
 // these for the Transformer and YOCO-U of a preset's sizes): --transformer (the Transformer
 // baseline of the same sizes), --loops T, --nope (no RoPE in the cross-decoder). --write-model DIR
@@ -30,6 +31,7 @@
 #include "common/json.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "model/kv_pool.h"
 #include "model/model.h"
 #include "model/random_model.h"
 #include "model/trace.h"
@@ -135,6 +137,9 @@ FlagTable engine_bench_flags() {
       flag::str("write-model", "with --preset: only write the random model to this directory"),
       flag::boolean("describe", "with --preset: only print the config and its KV bytes per token (JSON)"),
       flag::str("dtype", "weights held as fp32 or bf16", "fp32"),
+      flag::str("kv-dtype",
+                "decode's K/V rows: f32, or bf16 (16-bit K/V, in a paged pool as a decode worker keeps them)", "f32"),
+      flag::boolean("kv-pool", "decode from a paged K/V pool (as a decode worker) even with --kv-dtype f32"),
       flag::str("trace-out", "write every named intermediate of one prefill + one decode step to this file"),
       flag::boolean("score",
                     "also time Model::score over each --prefill-lens prompt (the full forward: self-decoder, "
@@ -241,10 +246,30 @@ int main(int argc, char** argv) {
   SequenceState base = model.new_sequence();
   if (Status s = model.prefill(base, random_tokens(static_cast<int>(ctx), c.vocab_size, 7), popt); !s.ok())
     return die(s);
+  auto kv_dtype = parse_kv_dtype(f.str("kv-dtype"));
+  if (!kv_dtype.ok()) return die(kv_dtype.status());
+  const bool paged = f.boolean("kv-pool") || *kv_dtype == KvDType::kBF16;
+  const int W = c.kv_row_floats();
+  const int64_t base_rows = static_cast<int64_t>(base.k.size()) / W;  // a transformer's last chunk whole
   for (int64_t b : batches) {
     std::vector<SequenceState> seqs(b, base);
     std::vector<SequenceState*> ptrs;
     for (auto& s : seqs) ptrs.push_back(&s);
+    std::unique_ptr<KvPool> pool;
+    if (paged) {  // every sequence's rows copied (rounded to bf16) into its own pool blocks
+      const int bs = 64;
+      const int64_t per_seq = (ctx + steps + 2 + kKvChunkRows + bs - 1) / bs + 1;
+      auto p = KvPool::create(static_cast<int>(per_seq * b), bs, W, *kv_dtype);
+      if (!p.ok()) return die(p.status());
+      pool = std::move(p).value();
+      for (auto& s : seqs) {
+        s.k.clear();
+        s.v.clear();
+        s.pages = pool->new_pages();
+        if (Status st = pool->reserve(*s.pages, ctx + steps + 2 + kKvChunkRows); !st.ok()) return die(st);
+        for (int64_t r = 0; r < base_rows; ++r) s.write_kv(r, W, 0, W, base.k_row(r, W), base.v_row(r, W));
+      }
+    }
     std::vector<float> logits(static_cast<size_t>(b) * c.vocab_size);
     std::vector<int32_t> next(b, 1);
     if (Status s = model.decode_step(ptrs, next, logits.data()); !s.ok()) return die(s);  // warm-up
@@ -259,6 +284,8 @@ int main(int argc, char** argv) {
     Json::Object row;
     row["batch"] = Json(b);
     row["context"] = Json(ctx);
+    row["kv_dtype"] = Json(kv_dtype_name(*kv_dtype));
+    row["kv_paged"] = Json(paged);
     row["steps"] = Json(steps);
     row["seconds"] = Json(sec);
     row["tokens_per_s"] = Json(static_cast<double>(b * steps) / sec);

@@ -51,7 +51,7 @@ Status ContinuousBatcher::validate(const DecodeRequest& req) const {
     if (!req.generated_before.empty() && mask.terminated())
       return invalid_argument("generated: already completes the structured output constraint");
   }
-  if (req.state && (!req.state->pages || req.state->pages->k_pool != pool_.k_data()))
+  if (req.state && (!req.state->pages || !pool_.owns(*req.state->pages)))
     return invalid_argument("state: a shipped state must hold its K/V rows in this worker's pool");
   if (req.state && req.state->position != static_cast<int64_t>(req.prompt.size() + req.generated_before.size()))
     return invalid_argument("state: position " + std::to_string(req.state->position) + " != prompt + generated tokens");
@@ -60,7 +60,7 @@ Status ContinuousBatcher::validate(const DecodeRequest& req) const {
 
 Result<uint64_t> ContinuousBatcher::submit(DecodeRequest req) {
   if (Status v = validate(req); !v.ok()) {
-    if (req.state && req.state->pages && req.state->pages->k_pool == pool_.k_data()) pool_.release(*req.state->pages);
+    if (req.state && req.state->pages && pool_.owns(*req.state->pages)) pool_.release(*req.state->pages);
     return v;
   }
   auto s = std::make_unique<Seq>();

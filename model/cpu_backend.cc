@@ -338,10 +338,9 @@ void CpuBackend::write_kv(const Site& at, const Tensor& k, const Tensor& v) {
   for (int r = 0; r < rows_.count; ++r) {
     SequenceState& st = sequence(r);
     const int64_t p = rows_.positions[r];
-    float* kd = at.part == Part::kLayer ? st.layer_k_row(p, at.layer, L, KV) : st.k_row(p, KV);
-    float* vd = at.part == Part::kLayer ? st.layer_v_row(p, at.layer, L, KV) : st.v_row(p, KV);
-    std::memcpy(kd, k.data + static_cast<int64_t>(r) * k.ld, KV * 4);
-    std::memcpy(vd, v.data + static_cast<int64_t>(r) * v.ld, KV * 4);
+    const float *ks = k.data + static_cast<int64_t>(r) * k.ld, *vs = v.data + static_cast<int64_t>(r) * v.ld;
+    if (at.part == Part::kLayer) st.write_layer_kv(p, at.layer, L, KV, ks, vs);
+    else st.write_kv(p, KV, 0, KV, ks, vs);
   }
 }
 
@@ -362,10 +361,9 @@ CpuBackend::Tensor CpuBackend::attention(const Site& at, const Tensor& q) {
       // This layer's keys 0..last as one run (prefill is compute-bound: the copy is noise).
       k_all_.resize(static_cast<size_t>(total) * KV);
       v_all_.resize(static_cast<size_t>(total) * KV);
-      for (int t = 0; t < total; ++t) {
-        std::memcpy(&k_all_[static_cast<size_t>(t) * KV], st.layer_k_row(t, at.layer, L, KV), KV * 4);
-        std::memcpy(&v_all_[static_cast<size_t>(t) * KV], st.layer_v_row(t, at.layer, L, KV), KV * 4);
-      }
+      for (int t = 0; t < total; ++t)
+        st.read_layer_kv(t, at.layer, L, KV, &k_all_[static_cast<size_t>(t) * KV],
+                         &v_all_[static_cast<size_t>(t) * KV]);
       keys = k_all_.data();
       values = v_all_.data();
     } else if (st.pages) {
@@ -374,10 +372,8 @@ CpuBackend::Tensor CpuBackend::attention(const Site& at, const Tensor& q) {
       if (global_rows_ != total) {
         global_k_.resize(static_cast<size_t>(total) * KV);
         global_v_.resize(static_cast<size_t>(total) * KV);
-        for (int t = 0; t < total; ++t) {
-          std::memcpy(&global_k_[static_cast<size_t>(t) * KV], st.k_row(t, KV), KV * 4);
-          std::memcpy(&global_v_[static_cast<size_t>(t) * KV], st.v_row(t, KV), KV * 4);
-        }
+        for (int t = 0; t < total; ++t)
+          st.read_kv(t, KV, 0, KV, &global_k_[static_cast<size_t>(t) * KV], &global_v_[static_cast<size_t>(t) * KV]);
         global_rows_ = total;
       }
       keys = global_k_.data();
@@ -395,11 +391,19 @@ CpuBackend::Tensor CpuBackend::attention(const Site& at, const Tensor& q) {
     const SequenceState& st = *rows_.states[b];
     const int64_t n = positions[b] + 1;
     std::vector<const float*> kb, vb;
+    std::vector<const uint16_t*> kb16, vb16;  // a 16-bit pool's rows (model/state.h)
     for (int64_t r = 0; r < n; r += kKvChunkRows) {
+      if (st.kv16()) {
+        const int64_t col = own ? SequenceState::layer_row_offset(r, at.layer, KV) : 0;
+        kb16.push_back(st.k_row16(r) + col);
+        vb16.push_back(st.v_row16(r) + col);
+        continue;
+      }
       kb.push_back(own ? st.layer_k_row(r, at.layer, L, KV) : st.k_row(r, KV));
       vb.push_back(own ? st.layer_v_row(r, at.layer, L, KV) : st.v_row(r, KV));
     }
-    cpu::KvBlocks kv{kb.data(), vb.data(), kKvChunkRows, n};
+    cpu::KvBlocks kv{kb.data(), vb.data(), kKvChunkRows, n, nullptr, kb16.data(), vb16.data()};
+    if (!st.kv16()) kv.k16_blocks = kv.v16_blocks = nullptr;
     cpu::decode_attention(q.data + static_cast<int64_t>(b) * q.ld, kv, o.data + static_cast<size_t>(b) * Dq, Ha, KVh,
                           hd, scale);
   });

@@ -22,7 +22,7 @@ CpuEngine::~CpuEngine() {
 }
 
 Result<Engine::SeqId> CpuEngine::adopt(SequenceState& st) {
-  if (st.pages && (!pool_ || st.pages->k_pool != pool_->k_data()))
+  if (st.pages && (!pool_ || !pool_->owns(*st.pages)))
     return invalid_argument("state: its K/V rows are paged in a pool this engine does not own");
   SeqId id = 0;
   if (!free_.empty()) {
@@ -102,10 +102,7 @@ Status CpuEngine::read_rows(SeqId id, int64_t first, int64_t n, float* k, float*
     return invalid_argument("rows: [" + std::to_string(first) + ", " + std::to_string(first + n) +
                             ") is outside the sequence's " + std::to_string(s->position) + " rows");
   const int KV = model_.shard().kv_dim;
-  for (int64_t r = 0; r < n; ++r) {
-    std::memcpy(k + r * KV, s->k_row(first + r, KV), static_cast<size_t>(KV) * 4);
-    std::memcpy(v + r * KV, s->v_row(first + r, KV), static_cast<size_t>(KV) * 4);
-  }
+  for (int64_t r = 0; r < n; ++r) s->read_kv(first + r, KV, 0, KV, k + r * KV, v + r * KV);
   return Status::Ok();
 }
 
@@ -146,11 +143,15 @@ Result<Engine::SeqId> CpuEngine::fork(SeqId id) {
       pool_->release(pages);
       return r;
     }
-    const size_t floats = static_cast<size_t>(p.block_size) * p.kv_dim;
-    const size_t src = static_cast<size_t>(p.blocks[whole]) * floats,
-                 dst = static_cast<size_t>(pages.blocks.back()) * floats;
-    std::memcpy(p.k_pool + dst, p.k_pool + src, floats * 4);
-    std::memcpy(p.v_pool + dst, p.v_pool + src, floats * 4);
+    const size_t n = static_cast<size_t>(p.block_size) * p.kv_dim;
+    const size_t src = static_cast<size_t>(p.blocks[whole]) * n, dst = static_cast<size_t>(pages.blocks.back()) * n;
+    if (p.bf16()) {
+      std::memcpy(p.k16_pool + dst, p.k16_pool + src, n * 2);
+      std::memcpy(p.v16_pool + dst, p.v16_pool + src, n * 2);
+    } else {
+      std::memcpy(p.k_pool + dst, p.k_pool + src, n * 4);
+      std::memcpy(p.v_pool + dst, p.v_pool + src, n * 4);
+    }
   }
   c.pages = std::move(pages);
   return adopt(c);

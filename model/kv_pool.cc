@@ -7,20 +7,29 @@
 
 namespace yoco {
 
-Result<std::unique_ptr<KvPool>> KvPool::create(int n_blocks, int block_size, int kv_dim) {
+Result<KvDType> parse_kv_dtype(const std::string& value, const std::string& flag) {
+  if (value == "f32" || value == "fp32") return KvDType::kF32;
+  if (value == "bf16") return KvDType::kBF16;
+  return invalid_argument(flag + ": '" + value + "' is not f32 or bf16");
+}
+
+Result<std::unique_ptr<KvPool>> KvPool::create(int n_blocks, int block_size, int kv_dim, KvDType dtype) {
   if (n_blocks <= 0) return invalid_argument("kv pool: n_blocks must be > 0");
   if (block_size <= 0 || block_size % kKvChunkRows != 0)
     return invalid_argument("kv pool: block_size must be a positive multiple of " + std::to_string(kKvChunkRows));
   if (kv_dim <= 0) return invalid_argument("kv pool: kv_dim must be > 0");
-  return std::unique_ptr<KvPool>(new KvPool(n_blocks, block_size, kv_dim));
+  return std::unique_ptr<KvPool>(new KvPool(n_blocks, block_size, kv_dim, dtype));
 }
 
-KvPool::KvPool(int n_blocks, int block_size, int kv_dim)
+KvPool::KvPool(int n_blocks, int block_size, int kv_dim, KvDType dtype)
     : n_blocks_(n_blocks),
       block_size_(block_size),
       kv_dim_(kv_dim),
-      k_(static_cast<size_t>(n_blocks) * block_size * kv_dim),
+      dtype_(dtype),
+      k_(dtype == KvDType::kF32 ? static_cast<size_t>(n_blocks) * block_size * kv_dim : 0),
       v_(k_.size()),
+      k16_(dtype == KvDType::kBF16 ? static_cast<size_t>(n_blocks) * block_size * kv_dim : 0),
+      v16_(k16_.size()),
       refs_(n_blocks, 0),
       used_at_(n_blocks, 0),
       depth_(n_blocks, 0) {
@@ -113,8 +122,7 @@ std::vector<int32_t> KvPool::claim_prefix(std::span<const BlockKey> block_hashes
 }
 
 Status KvPool::reserve(KvPages& pages, int64_t rows) {
-  if (pages.k_pool != k_.data() || pages.block_size != block_size_)
-    return invalid_argument("kv pool: pages belong to another pool");
+  if (!owns(pages) || pages.block_size != block_size_) return invalid_argument("kv pool: pages belong to another pool");
   const int64_t need_blocks = (rows + block_size_ - 1) / block_size_ - static_cast<int64_t>(pages.blocks.size());
   if (need_blocks <= 0) return Status::Ok();
   std::lock_guard<std::mutex> lock(mu_);
@@ -168,8 +176,12 @@ void KvPool::hold_blocks(std::span<const int32_t> blocks) {
 }
 
 int KvPool::share_prefix(KvPages& pages, std::span<const BlockKey> block_hashes) {
-  if (pages.k_pool != k_.data()) return 0;
-  const size_t block_floats = static_cast<size_t>(block_size_) * kv_dim_;
+  if (!owns(pages)) return 0;
+  const size_t block_bytes = static_cast<size_t>(block_size_) * kv_dim_ * elem_bytes();
+  const auto* k_bytes = dtype_ == KvDType::kBF16 ? reinterpret_cast<const uint8_t*>(k16_.data())
+                                                 : reinterpret_cast<const uint8_t*>(k_.data());
+  const auto* v_bytes = dtype_ == KvDType::kBF16 ? reinterpret_cast<const uint8_t*>(v16_.data())
+                                                 : reinterpret_cast<const uint8_t*>(v_.data());
   std::lock_guard<std::mutex> lock(mu_);
   ++tick_;
   int shared = 0;
@@ -188,9 +200,9 @@ int KvPool::share_prefix(KvPages& pages, std::span<const BlockKey> block_hashes)
     touch_locked(theirs, i);
     if (theirs == mine) continue;
     // Equal hashes, but only equal bytes are shared: the output never depends on sharing.
-    const size_t off = static_cast<size_t>(theirs) * block_floats, own = static_cast<size_t>(mine) * block_floats;
-    if (std::memcmp(&k_[off], &k_[own], block_floats * 4) != 0 ||
-        std::memcmp(&v_[off], &v_[own], block_floats * 4) != 0)
+    const size_t off = static_cast<size_t>(theirs) * block_bytes, own = static_cast<size_t>(mine) * block_bytes;
+    if (std::memcmp(k_bytes + off, k_bytes + own, block_bytes) != 0 ||
+        std::memcmp(v_bytes + off, v_bytes + own, block_bytes) != 0)
       continue;
     hold_locked(theirs);
     pages.blocks[i] = theirs;

@@ -9,6 +9,7 @@
 #include <list>
 #include <mutex>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -19,10 +20,16 @@
 
 namespace yoco {
 
+// A `--kv-dtype` flag's value: "f32" (or "fp32") or "bf16"; INVALID_ARGUMENT naming `flag`.
+Result<KvDType> parse_kv_dtype(const std::string& value, const std::string& flag = "--kv-dtype");
+
 class KvPool final : public KvBlockPool {
  public:
-  // block_size must be a multiple of kKvChunkRows.
-  static Result<std::unique_ptr<KvPool>> create(int n_blocks, int block_size, int kv_dim);
+  // block_size must be a multiple of kKvChunkRows. `dtype` is how the rows are kept: fp32, or
+  // bf16 (16-bit K/V, docs/design.md: half the bytes for decode attention to read; rows are
+  // rounded to nearest even as they are written).
+  static Result<std::unique_ptr<KvPool>> create(int n_blocks, int block_size, int kv_dim,
+                                                KvDType dtype = KvDType::kF32);
 
   int block_size() const override { return block_size_; }
   int row_floats() const override { return kv_dim_; }
@@ -31,14 +38,24 @@ class KvPool final : public KvBlockPool {
   int free_blocks() const;
   float* k_base() override { return k_.data(); }
   float* v_base() override { return v_.data(); }
+  KvDType dtype() const { return dtype_; }
+  // The fp32 arrays (null in a bf16 pool) and the bf16 ones (null in an fp32 pool).
   float* k_data() { return k_.data(); }
   float* v_data() { return v_.data(); }
+  uint16_t* k16_data() { return k16_.data(); }
+  uint16_t* v16_data() { return v16_.data(); }
+  // Bytes per element (4 or 2).
+  int elem_bytes() const { return dtype_ == KvDType::kBF16 ? 2 : 4; }
 
   // Empty pages bound to this pool, or pages over blocks this pool handed out (the caller's hold
   // moves into them).
   KvPages new_pages(std::vector<int32_t> blocks = {}) {
-    return KvPages{k_.data(), v_.data(), block_size_, kv_dim_, std::move(blocks)};
+    KvPages p{k_.data(), v_.data(), block_size_, kv_dim_, std::move(blocks), k16_.data(), v16_.data(), this};
+    if (dtype_ == KvDType::kBF16) p.k_pool = p.v_pool = nullptr;
+    else p.k16_pool = p.v16_pool = nullptr;
+    return p;
   }
+  bool owns(const KvPages& pages) const { return pages.pool == this; }
   // Grows `pages` so it holds at least `rows` rows. All or nothing: RESOURCE_EXHAUSTED leaves
   // the pages and the pool as they were.
   Status reserve(KvPages& pages, int64_t rows);
@@ -81,7 +98,7 @@ class KvPool final : public KvBlockPool {
   std::vector<uint64_t> resident_keys(size_t max) const;
 
  private:
-  KvPool(int n_blocks, int block_size, int kv_dim);
+  KvPool(int n_blocks, int block_size, int kv_dim, KvDType dtype);
   void drop_locked(int32_t block);
   // A free block for a new holder: a truly free one, else the oldest kept one (unindexed).
   int32_t take_locked();
@@ -89,7 +106,9 @@ class KvPool final : public KvBlockPool {
   void touch_locked(int32_t block, size_t depth);  // used now, as block `depth` of a chain
 
   const int n_blocks_, block_size_, kv_dim_;
-  std::vector<float> k_, v_;
+  const KvDType dtype_;
+  std::vector<float> k_, v_;         // fp32 pools
+  std::vector<uint16_t> k16_, v16_;  // bf16 pools
   mutable std::mutex mu_;
   std::vector<int32_t> free_;  // a stack: recently freed blocks are reused first (warm in cache)
   std::vector<int32_t> refs_;  // holders per block (0: free)

@@ -26,6 +26,32 @@ void SelfLayerState::ring_skip(int rows) {
   count = std::min(filled, capacity);
 }
 
+void SequenceState::read_kv(int64_t r, int kv_dim, int64_t col, int n, float* k_out, float* v_out) const {
+  if (!kv16()) {
+    std::memcpy(k_out, k_row(r, kv_dim) + col, static_cast<size_t>(n) * 4);
+    std::memcpy(v_out, v_row(r, kv_dim) + col, static_cast<size_t>(n) * 4);
+    return;
+  }
+  const uint16_t *k16 = k_row16(r) + col, *v16 = v_row16(r) + col;
+  for (int i = 0; i < n; ++i) {
+    k_out[i] = bf16_to_f32(k16[i]);
+    v_out[i] = bf16_to_f32(v16[i]);
+  }
+}
+
+void SequenceState::write_kv(int64_t r, int kv_dim, int64_t col, int n, const float* k_in, const float* v_in) {
+  if (!kv16()) {
+    std::memcpy(k_row(r, kv_dim) + col, k_in, static_cast<size_t>(n) * 4);
+    std::memcpy(v_row(r, kv_dim) + col, v_in, static_cast<size_t>(n) * 4);
+    return;
+  }
+  uint16_t *k16 = k_row16(r) + col, *v16 = v_row16(r) + col;
+  for (int i = 0; i < n; ++i) {
+    k16[i] = f32_to_bf16(k_in[i]);
+    v16[i] = f32_to_bf16(v_in[i]);
+  }
+}
+
 int64_t SequenceState::self_state_bytes() const {
   int64_t n = 0;
   for (const auto& s : self) n += static_cast<int64_t>(s.s.size() + s.k.size() + s.v.size()) * 4;
@@ -79,8 +105,17 @@ std::vector<uint8_t> serialize_state(const SequenceState& st, const ModelConfig&
   h.shape = state_shape(c);
   h.has_last_hidden = !st.last_hidden.empty();
   StateBlobWriter w(h);
-  for (int64_t r = row_begin; r < row_end; ++r) w.put_kv_row(st.k_row(r, kv_dim));
-  for (int64_t r = row_begin; r < row_end; ++r) w.put_kv_row(st.v_row(r, kv_dim));
+  if (st.kv16()) {  // widened exactly: a bf16 blob carries the pool's values bit for bit
+    std::vector<float> k(kv_dim), v(kv_dim);
+    for (int which = 0; which < 2; ++which)
+      for (int64_t r = row_begin; r < row_end; ++r) {
+        st.read_kv(r, kv_dim, 0, kv_dim, k.data(), v.data());
+        w.put_kv_row(which == 0 ? k.data() : v.data());
+      }
+  } else {
+    for (int64_t r = row_begin; r < row_end; ++r) w.put_kv_row(st.k_row(r, kv_dim));
+    for (int64_t r = row_begin; r < row_end; ++r) w.put_kv_row(st.v_row(r, kv_dim));
+  }
   for (const auto& s : st.self) {
     if (!c.is_swa()) {
       w.put_retention(s.s.data());

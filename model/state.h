@@ -36,12 +36,19 @@ struct SelfLayerState {
 
 // Global K/V rows held in a shared paged pool (decode workers) instead of in the state: row r
 // lives in block blocks[r / block_size] at row r % block_size. The pool outlives the state.
+// A pool keeps its values as fp32 or as bf16 (KvPool::create's dtype, docs/design.md, 16-bit
+// K/V): exactly one pair of the pointers below is set, and `pool` names the pool either way.
 struct KvPages {
-  float* k_pool = nullptr;  // [pool blocks, block_size, kv_dim]
+  float* k_pool = nullptr;  // [pool blocks, block_size, kv_dim] fp32, or null
   float* v_pool = nullptr;
   int block_size = 0;
   int kv_dim = 0;
-  std::vector<int32_t> blocks;  // the block table
+  std::vector<int32_t> blocks;   // the block table
+  uint16_t* k16_pool = nullptr;  // the same layout in bf16, or null
+  uint16_t* v16_pool = nullptr;
+  const void* pool = nullptr;  // the owning pool (KvPool::owns)
+
+  bool bf16() const { return k16_pool != nullptr; }
 
   int64_t capacity() const { return static_cast<int64_t>(blocks.size()) * block_size; }
   int64_t offset(int64_t r) const {
@@ -81,6 +88,7 @@ struct SequenceState {
   // logits (prefill exits early, so the decode side runs the cross-decoder on it).
   std::vector<float> last_hidden;
 
+  // fp32 rows (contiguous, or paged in an fp32 pool); kv16() states use k_row16 / v_row16.
   const float* k_row(int64_t r, int kv_dim) const {
     return pages ? pages->k_pool + pages->offset(r) : k.data() + r * kv_dim;
   }
@@ -104,6 +112,23 @@ struct SequenceState {
   }
   static int64_t layer_row_offset(int64_t r, int layer, int kv_dim) {
     return (static_cast<int64_t>(layer) * kKvChunkRows + r % kKvChunkRows) * kv_dim;
+  }
+  // 16-bit K/V: the rows live in a bf16 pool (only paged states are 16-bit).
+  bool kv16() const { return pages && pages->bf16(); }
+  const uint16_t* k_row16(int64_t r) const { return pages->k16_pool + pages->offset(r); }
+  const uint16_t* v_row16(int64_t r) const { return pages->v16_pool + pages->offset(r); }
+  uint16_t* k_row16(int64_t r) { return pages->k16_pool + pages->offset(r); }
+  uint16_t* v_row16(int64_t r) { return pages->v16_pool + pages->offset(r); }
+  // Whatever the storage: `n` values of K (V) row r, starting `col` values in, as fp32 (bf16
+  // widened exactly), and written from fp32 (rounded to nearest even into a bf16 pool).
+  void read_kv(int64_t r, int kv_dim, int64_t col, int n, float* k_out, float* v_out) const;
+  void write_kv(int64_t r, int kv_dim, int64_t col, int n, const float* k_in, const float* v_in);
+  // The same for a transformer layer's row (layout above; kv_dim is one layer's).
+  void read_layer_kv(int64_t r, int layer, int n_layers, int kv_dim, float* k_out, float* v_out) const {
+    read_kv(r - r % kKvChunkRows, n_layers * kv_dim, layer_row_offset(r, layer, kv_dim), kv_dim, k_out, v_out);
+  }
+  void write_layer_kv(int64_t r, int layer, int n_layers, int kv_dim, const float* k_in, const float* v_in) {
+    write_kv(r - r % kKvChunkRows, n_layers * kv_dim, layer_row_offset(r, layer, kv_dim), kv_dim, k_in, v_in);
   }
   int64_t kv_bytes() const { return static_cast<int64_t>(k.size() + v.size()) * 4; }
   int64_t self_state_bytes() const;

@@ -148,15 +148,17 @@ constexpr int64_t kDecodePart = 128;
 constexpr int64_t kDecodeThreadElems = int64_t{1} << 16;
 
 // s[g · lds + r] = scale · q_g · k_r for the rows of one sub-block.
-template <int Gs>
-[[gnu::always_inline]] inline void decode_scores(const float* q, int hd, const float* k, int ldk, int rows, float scale,
+// T is the stored element: float, or uint16_t for bf16 (vec::load widens it exactly).
+template <int Gs, typename T>
+[[gnu::always_inline]] inline void decode_scores(const float* q, int hd, const T* k, int ldk, int rows, float scale,
                                                  float* s, int64_t lds) {
   using vec::v16;
+  constexpr int kLine = 64 / sizeof(T);  // elements per cache line
   for (int r = 0; r < rows; ++r) {
-    const float* kr = k + static_cast<int64_t>(r) * ldk;
+    const T* kr = k + static_cast<int64_t>(r) * ldk;
     // The same columns kSubRows rows on (the next sub-block): the prefetchers alone leave most of
     // the bandwidth unused on rows read a head's slice at a time. A prefetch never faults.
-    for (int p = 0; p < hd; p += 16) __builtin_prefetch(kr + static_cast<int64_t>(kPrefetchRows) * ldk + p, 0, 3);
+    for (int p = 0; p < hd; p += kLine) __builtin_prefetch(kr + static_cast<int64_t>(kPrefetchRows) * ldk + p, 0, 3);
     v16 acc[Gs];
 #pragma GCC unroll 4
     for (int g = 0; g < Gs; ++g) acc[g] = v16{};
@@ -173,8 +175,8 @@ template <int Gs>
 // acc[(A · Gs + g) · hd + d] += p[g · lds + r] · v_r[d] for the rows of one sub-block, where the
 // set A (of kAcc) is the key's absolute index c0 + r modulo kAcc: with one or two heads per group,
 // two sets of independent sums keep the multiply-adds from waiting on each other.
-template <int Gs, int kAcc>
-[[gnu::always_inline]] inline void decode_pv(const float* p, int64_t lds, const float* v, int ldv, int rows, int64_t c0,
+template <int Gs, int kAcc, typename T>
+[[gnu::always_inline]] inline void decode_pv(const float* p, int64_t lds, const T* v, int ldv, int rows, int64_t c0,
                                              int hd, float* acc, int64_t ld_set) {
   using vec::v16;
   for (int d = 0; d < hd; d += vec::kLanes) {
@@ -256,40 +258,54 @@ template <typename Fn>
   }
 }
 
+// Block b's K (V) rows as T (float, or uint16_t for a bf16 pool).
+template <typename T>
+[[gnu::always_inline]] inline const T* k_block(const KvBlocks& kv, int64_t b) {
+  if constexpr (std::is_same_v<T, float>) return kv.k_blocks[b];
+  else return kv.k16_blocks[b];
+}
+template <typename T>
+[[gnu::always_inline]] inline const T* v_block(const KvBlocks& kv, int64_t b) {
+  if constexpr (std::is_same_v<T, float>) return kv.v_blocks[b];
+  else return kv.v16_blocks[b];
+}
+
 // Pass 1 over keys [c_lo, c_hi): every head's scores.
+template <typename T>
 [[gnu::always_inline]] inline void decode_scores_part_body(const DecodeShape& sh, const float* q, int64_t c_lo,
                                                            int64_t c_hi, float* s) {
   const int hd = sh.hd, ld = sh.n_kv_heads * hd;
   const int64_t n = sh.kv->n_tokens;
   for_sub_blocks(sh, c_lo, c_hi, [&](int64_t b, int r0, int rows, int64_t c) {
-    const float* k = sh.kv->k_blocks[b] + static_cast<int64_t>(r0) * ld;
+    const T* k = k_block<T>(*sh.kv, b) + static_cast<int64_t>(r0) * ld;
     for (int kvh = 0; kvh < sh.n_kv_heads; ++kvh)
       for_sub_groups(sh.group, [&](int g0, auto gs) {
         const int h = kvh * sh.group + g0;
-        decode_scores<decltype(gs)::value>(q + static_cast<int64_t>(h) * hd, hd, k + static_cast<int64_t>(kvh) * hd, ld,
-                                           rows, sh.scale, s + h * n + c, n);
+        decode_scores<decltype(gs)::value, T>(q + static_cast<int64_t>(h) * hd, hd, k + static_cast<int64_t>(kvh) * hd,
+                                              ld, rows, sh.scale, s + h * n + c, n);
       });
   });
 }
 
 // Pass 2 over keys [c_lo, c_hi): P·V added to acc (n_acc sets of ld_set floats).
+template <typename T>
 [[gnu::always_inline]] inline void decode_pv_part_body(const DecodeShape& sh, const float* s, int64_t c_lo,
                                                        int64_t c_hi, float* acc) {
   const int hd = sh.hd, ld = sh.n_kv_heads * hd;
   const int64_t n = sh.kv->n_tokens;
   for_sub_blocks(sh, c_lo, c_hi, [&](int64_t b, int r0, int rows, int64_t c) {
-    const float* v = sh.kv->v_blocks[b] + static_cast<int64_t>(r0) * ld;
+    const T* v = v_block<T>(*sh.kv, b) + static_cast<int64_t>(r0) * ld;
     for (int kvh = 0; kvh < sh.n_kv_heads; ++kvh) {
       const int h0 = kvh * sh.group;
-      const float* vh = v + static_cast<int64_t>(kvh) * hd;
+      const T* vh = v + static_cast<int64_t>(kvh) * hd;
       const float* p = s + h0 * n + c;
       float* ah = acc + static_cast<int64_t>(h0) * hd;
-      if (sh.group == 1) decode_pv<1, 2>(p, n, vh, ld, rows, c, hd, ah, sh.ld_set);
-      else if (sh.group == 2) decode_pv<2, 2>(p, n, vh, ld, rows, c, hd, ah, sh.ld_set);
+      if (sh.group == 1) decode_pv<1, 2, T>(p, n, vh, ld, rows, c, hd, ah, sh.ld_set);
+      else if (sh.group == 2) decode_pv<2, 2, T>(p, n, vh, ld, rows, c, hd, ah, sh.ld_set);
       else
         for_sub_groups(sh.group, [&](int g0, auto gs) {
-          decode_pv<decltype(gs)::value, 1>(p + static_cast<int64_t>(g0) * n, n, vh, ld, rows, c, hd,
-                                            ah + static_cast<int64_t>(g0) * hd, sh.ld_set);
+          decode_pv<decltype(gs)::value, 1, T>(p + static_cast<int64_t>(g0) * n, n, vh, ld, rows, c, hd,
+                                               ah + static_cast<int64_t>(g0) * hd, sh.ld_set);
         });
     }
   });
@@ -299,8 +315,14 @@ template <typename Fn>
 enum class DecodePass { kScores, kPv };
 [[gnu::always_inline]] inline void decode_part_body(DecodePass pass, const DecodeShape& sh, const float* in, int64_t lo,
                                                     int64_t hi, float* out) {
-  if (pass == DecodePass::kScores) decode_scores_part_body(sh, in, lo, hi, out);
-  else decode_pv_part_body(sh, in, lo, hi, out);
+  const bool bf16 = sh.kv->k16_blocks != nullptr;
+  if (pass == DecodePass::kScores) {
+    if (bf16) decode_scores_part_body<uint16_t>(sh, in, lo, hi, out);
+    else decode_scores_part_body<float>(sh, in, lo, hi, out);
+  } else {
+    if (bf16) decode_pv_part_body<uint16_t>(sh, in, lo, hi, out);
+    else decode_pv_part_body<float>(sh, in, lo, hi, out);
+  }
 }
 using DecodePartFn = void (*)(DecodePass, const DecodeShape&, const float*, int64_t, int64_t, float*);
 void decode_part_default(DecodePass pass, const DecodeShape& sh, const float* in, int64_t lo, int64_t hi, float* out) {
@@ -482,6 +504,22 @@ void decode_attention(const float* q, const KvBlocks& kv, float* out, int n_q_he
     done += rows;
   }
   const int64_t n_blocks = static_cast<int64_t>(rows_of.size());
+  if (kv.k16_blocks && hd % vec::kLanes != 0) {
+    // The general path below is fp32: widen the rows once (head sizes no model here uses).
+    std::vector<float> k32(static_cast<size_t>(n) * kv_dim), v32(k32.size());
+    for (int64_t b = 0; b < n_blocks; ++b)
+      for (int64_t i = 0; i < static_cast<int64_t>(rows_of[b]) * kv_dim; ++i) {
+        k32[start_of[b] * kv_dim + i] = vec::widen(kv.k16_blocks[b][i]);
+        v32[start_of[b] * kv_dim + i] = vec::widen(kv.v16_blocks[b][i]);
+      }
+    std::vector<const float*> kp(n_blocks), vp(n_blocks);  // the same blocks, so the same sums
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      kp[b] = k32.data() + start_of[b] * kv_dim;
+      vp[b] = v32.data() + start_of[b] * kv_dim;
+    }
+    const KvBlocks wide{kp.data(), vp.data(), kv.block_size, n, rows_of.data()};
+    return decode_attention(q, wide, out, n_q_heads, n_kv_heads, head_dim, scale);
+  }
   if (hd % vec::kLanes == 0) {
     start_of.push_back(n);
     return decode_attention_fused(q, kv, start_of, out, n_q_heads, n_kv_heads, hd, scale);

@@ -113,6 +113,10 @@ struct KvBlocks {
   int block_size;  // rows per block when block_rows is null (the last may be partial)
   int64_t n_tokens;
   const int* block_rows = nullptr;  // optional per-block row counts
+  // 16-bit K/V: when set, the blocks are bf16 (widened exactly as they are read) and k_blocks /
+  // v_blocks are ignored. The result is the fp32 kernel's on the widened values, bit for bit.
+  const uint16_t* const* k16_blocks = nullptr;
+  const uint16_t* const* v16_blocks = nullptr;
 };
 void decode_attention(const float* q, const KvBlocks& kv, float* out, int n_q_heads, int n_kv_heads, int head_dim,
                       float scale);

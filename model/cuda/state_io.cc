@@ -107,10 +107,7 @@ Result<CudaEngine::SeqId> CudaEngine::upload(const SequenceState& st) {
     if (rows <= 0) break;
     kb.resize(static_cast<size_t>(rows) * w);
     vb.resize(kb.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(&kb[r * w], st.k_row(r0 + r, w), static_cast<size_t>(w) * 4);
-      std::memcpy(&vb[r * w], st.v_row(r0 + r, w), static_cast<size_t>(w) * 4);
-    }
+    for (int64_t r = 0; r < rows; ++r) st.read_kv(r0 + r, w, 0, w, &kb[r * w], &vb[r * w]);  // bf16 widened
     const size_t off = static_cast<size_t>(slot.blocks[bi]) * bs * w;
     Status r = m.copy_up(m.slots.k_pool() + off, kb.data(), kb.size() * 4, "upload K rows");
     if (r.ok()) r = m.copy_up(m.slots.v_pool() + off, vb.data(), vb.size() * 4, "upload V rows");
@@ -178,7 +175,7 @@ Status CudaEngine::read_rows(SeqId id, int64_t first, int64_t n, float* k, float
 
 Result<CudaEngine::SeqId> CudaEngine::adopt(SequenceState& st) {
   KvPool* pool = impl_->host_pool;
-  if (st.pages && (!pool || st.pages->k_pool != pool->k_data()))
+  if (st.pages && (!pool || !pool->owns(*st.pages)))
     return invalid_argument("state: its K/V rows are paged in a pool this engine does not own");
   YOCO_ASSIGN_OR_RETURN(SeqId id, upload(st));
   // The rows are on the device now: the host blocks go back to the pool for the next transfer.

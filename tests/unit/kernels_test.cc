@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include "handoff/kv_rows.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec.h"
 #include "tests/unit/test_util.h"
@@ -246,6 +247,50 @@ TEST(Attention, FusedDecodeIsExactAndLayoutAndThreadIndependent) {
         for (size_t i = 0; i < o.size(); ++i)
           ASSERT_EQ(o[i], one[i]) << sh.hq << "/" << sh.hkv << "x" << sh.hd << " n=" << n << " blocks=" << bs << " at "
                                   << i;
+      }
+      cpu::set_num_threads(0);
+    }
+  }
+}
+
+TEST(Attention, Bf16DecodeIsTheFp32KernelOnWidenedRows) {
+  // 16-bit K/V (model/state.h): bf16 blocks give bit for bit what the fp32 kernel gives on the
+  // widened rows, in 32-row blocks (the pool's) on one and two threads, for the fused head sizes
+  // and for one the general path takes (hd 12).
+  struct Shape {
+    int hq, hkv, hd;
+  };
+  for (const Shape sh : {Shape{16, 4, 64}, Shape{8, 8, 64}, Shape{12, 4, 128}, Shape{10, 2, 48}, Shape{4, 2, 12}}) {
+    const int kv_dim = sh.hkv * sh.hd;
+    for (int n : {1, 31, 33, 257, 2100}) {
+      auto q = randn(static_cast<size_t>(sh.hq) * sh.hd, n), k = randn(static_cast<size_t>(n) * kv_dim, n + 1),
+           v = randn(k.size(), n + 2);
+      std::vector<uint16_t> k16(k.size()), v16(v.size());
+      for (size_t i = 0; i < k.size(); ++i) {
+        k16[i] = f32_to_bf16(k[i]);
+        v16[i] = f32_to_bf16(v[i]);
+        k[i] = bf16_to_f32(k16[i]);  // the widened rows
+        v[i] = bf16_to_f32(v16[i]);
+      }
+      const float scale = 1.0f / std::sqrt(static_cast<float>(sh.hd));
+      std::vector<const float*> kb, vb;
+      std::vector<const uint16_t*> kb16, vb16;
+      for (int b0 = 0; b0 < n; b0 += 32) {
+        kb.push_back(k.data() + static_cast<size_t>(b0) * kv_dim);
+        vb.push_back(v.data() + static_cast<size_t>(b0) * kv_dim);
+        kb16.push_back(k16.data() + static_cast<size_t>(b0) * kv_dim);
+        vb16.push_back(v16.data() + static_cast<size_t>(b0) * kv_dim);
+      }
+      for (int threads : {1, 2}) {
+        cpu::set_num_threads(threads);
+        std::vector<float> want(static_cast<size_t>(sh.hq) * sh.hd), got(want.size(), -1.0f);
+        cpu::decode_attention(q.data(), cpu::KvBlocks{kb.data(), vb.data(), 32, n}, want.data(), sh.hq, sh.hkv, sh.hd,
+                              scale);
+        cpu::KvBlocks b16{nullptr, nullptr, 32, n, nullptr, kb16.data(), vb16.data()};
+        cpu::decode_attention(q.data(), b16, got.data(), sh.hq, sh.hkv, sh.hd, scale);
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i], want[i]) << sh.hq << "/" << sh.hkv << "x" << sh.hd << " n=" << n << " threads=" << threads
+                                     << " at " << i;
       }
       cpu::set_num_threads(0);
     }
