@@ -6,7 +6,9 @@
 #   bench/ab_engine.sh BUILD_A BUILD_B PRESET DTYPE ROUNDS [prefill|decode]
 # PRESET may be a model directory (engine_bench --model; --write-model makes one, so the rounds
 # do not each generate random weights). Environment: AB_CONTEXT (decode context, default 512),
-# AB_BATCHES (default 1,2), YOCO_CPU_ISA (passed on: avx2 runs an AVX2-only CPU's path).
+# AB_BATCHES (default 1,2), YOCO_CPU_ISA (passed on: avx2 runs an AVX2-only CPU's path),
+# AB_ARGS_A / AB_ARGS_B (more engine_bench flags for one side: one build against itself with two
+# settings, e.g. AB_ARGS_A="--kv-pool" AB_ARGS_B="--kv-dtype bf16" for 16-bit K/V).
 set -euo pipefail
 a=$1 b=$2 preset=$3 dtype=$4 rounds=$5 what=${6:-decode}
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
@@ -18,15 +20,17 @@ else
     --repeats 3)
 fi
 for ((r = 0; r < rounds; r++)); do
-  order=("$a" "$b")
-  ((r % 2 == 0)) || order=("$b" "$a")
-  for build in "${order[@]}"; do
-    "$build/bench/engine_bench" "${model[@]}" --threads 2 --dtype "$dtype" --json "${args[@]}" 2>/dev/null |
+  order=(A B)
+  ((r % 2 == 0)) || order=(B A)
+  for side in "${order[@]}"; do
+    if [[ $side == A ]]; then build=$a extra=${AB_ARGS_A:-}; else build=$b extra=${AB_ARGS_B:-}; fi
+    # shellcheck disable=SC2086  # the extra flags are words
+    "$build/bench/engine_bench" "${model[@]}" --threads 2 --dtype "$dtype" --json "${args[@]}" $extra 2>/dev/null |
       python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 pre = " ".join("prefill %d tok %.0f tok/s" % (x["tokens"], x["tokens_per_s"]) for x in d["prefill"])
 dec = " ".join("B%d %.1f ms/step" % (x["batch"], x["ms_per_step"]) for x in d["decode"])
-print(sys.argv[1], pre if sys.argv[2] == "prefill" else dec)' "$build" "$what"
+print(sys.argv[1], pre if sys.argv[2] == "prefill" else dec)' "$build${extra:+ $extra}" "$what"
   done
 done

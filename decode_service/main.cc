@@ -19,6 +19,10 @@ FlagTable decode_flags() {
   return {
       flag::str("model", "a model directory"),
       flag::integer("kv-blocks", "K/V blocks of the host pool (the UCX receive buffer)", 4096, 1, 1 << 24),
+      flag::str("kv-dtype",
+                "how the host pool keeps K/V rows: f32, or bf16 (16-bit K/V: half the bytes per token and for "
+                "decode attention to read; prefill workers round the rows as they send them)",
+                "f32"),
       flag::integer("block-size", "rows per K/V block", 32, 1, 1 << 16),
       flag::integer("max-running", "sequences decoded at once", 32, 1, 1 << 16),
       flag::integer("max-waiting", "sequences queued for a place in the batch", 256, 0, 1 << 24),
@@ -127,7 +131,9 @@ int run(int argc, char** argv) {
   if ((*model)->config().is_transformer())  // its state has no hand-off format
     return exit_with(kProgram,
                      "--model: arch \"transformer\" is the benchmark baseline; the cluster serves arch \"yoco\"", 2);
-  auto pool = KvPool::create(kv_blocks, block_size, (*model)->config().kv_dim());
+  auto kv_dtype = parse_kv_dtype(f.str("kv-dtype"));
+  if (!kv_dtype.ok()) return exit_with(kProgram, kv_dtype.status().message(), 2);
+  auto pool = KvPool::create(kv_blocks, block_size, (*model)->config().kv_dim(), *kv_dtype);
   if (!pool.ok()) return exit_with(kProgram, pool.status().message(), 2);
   eo.cuda.max_context = std::min<int64_t>(eo.cuda.max_context, (*model)->config().max_seq_len);
   auto engine = make_engine(**model, pool->get(), eo);
@@ -160,7 +166,8 @@ int run(int argc, char** argv) {
                              .kv("ucx", (*receiver)->address())
                              .kv("model", model_dir)
                              .kv("device", (*engine)->device())
-                             .kv("dtype", std::string((*model)->bf16_weights() ? "bf16" : "fp32")));
+                             .kv("dtype", std::string((*model)->bf16_weights() ? "bf16" : "fp32"))
+                             .kv("kv_dtype", std::string(kv_dtype_name(*kv_dtype))));
 
   // Running and waiting sequences finish; new calls are refused.
   (*server)->wait_and_drain(

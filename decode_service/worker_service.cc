@@ -112,8 +112,9 @@ grpc::Status DecodeWorkerService::receive_state(grpc::ServerContext* ctx, const 
   if (grpc::Status st = wait_committed(ctx, rid, lease, dr.deadline, committed); !st.ok()) return st;
   const double transfer_wait = seconds_since(t0);
   m_.transfer.observe(transfer_wait);
-  m_.request_transfer_bytes.observe(static_cast<double>((rows - desc->resident_rows) * kv_row_bytes(desc->kv_dim) +
-                                                        static_cast<int64_t>(committed.state_blob.size())));
+  m_.request_transfer_bytes.observe(
+      static_cast<double>((rows - desc->resident_rows) * kv_row_bytes(desc->kv_dim, desc->kv_dtype) +
+                          static_cast<int64_t>(committed.state_blob.size())));
   m_.resident_blocks.inc(static_cast<double>(resident_blocks));
   m_.shared_blocks.inc(static_cast<double>(resident_blocks));
   auto admitted = admit(committed);

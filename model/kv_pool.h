@@ -38,7 +38,13 @@ class KvPool final : public KvBlockPool {
   int free_blocks() const;
   float* k_base() override { return k_.data(); }
   float* v_base() override { return v_.data(); }
-  KvDType dtype() const { return dtype_; }
+  KvDType kv_dtype() const override { return dtype_; }
+  uint8_t* k_bytes() override {
+    return dtype_ == KvDType::kBF16 ? reinterpret_cast<uint8_t*>(k16_.data()) : reinterpret_cast<uint8_t*>(k_.data());
+  }
+  uint8_t* v_bytes() override {
+    return dtype_ == KvDType::kBF16 ? reinterpret_cast<uint8_t*>(v16_.data()) : reinterpret_cast<uint8_t*>(v_.data());
+  }
   // The fp32 arrays (null in a bf16 pool) and the bf16 ones (null in an fp32 pool).
   float* k_data() { return k_.data(); }
   float* v_data() { return v_.data(); }

@@ -404,7 +404,8 @@ void PrefillScheduler::finish_job(Slice& s) {
   j.stats.rows = j.size();
   j.stats.resident_rows = j.req.reservation.resident_rows;
   j.stats.bytes =
-      (j.size() - j.stats.resident_rows) * model_.config().kv_dim() * 4 * 2 + static_cast<int64_t>(blob.size());
+      (j.size() - j.stats.resident_rows) * kv_row_bytes(model_.config().kv_dim(), j.req.reservation.kv_dtype) +
+      static_cast<int64_t>(blob.size());
   s.status = sender_.put_state(j.req.reservation, blob);
   // The rows are staged in the sender: a job waiting for its acknowledgement keeps nothing.
   // Dropped after the state is on its way (freeing the sequence takes a while).

@@ -18,6 +18,7 @@ namespace {
 constexpr char kMagic[8] = {'Y', 'O', 'C', 'O', 'R', 'S', 'V', '1'};
 constexpr uint32_t kVersion = 2;          // 2: the reservation secret
 constexpr uint32_t kVersionResident = 3;  // 3: resident_rows after the block ids
+constexpr uint32_t kVersionKvDtype = 4;   // 4: resident_rows (maybe 0), then the pool's KV dtype
 constexpr size_t kMaxRequestId = 256;
 constexpr size_t kMaxAddress = 256;
 constexpr size_t kMaxRkey = 16384;
@@ -105,7 +106,10 @@ Status ReservationDescriptor::validate() const {
   if (block_size <= 0 || block_size > (1 << 20))
     return bad("block_size " + std::to_string(block_size) + " out of range");
   if (pool_blocks <= 0) return bad("pool_blocks " + std::to_string(pool_blocks) + " out of range");
-  const unsigned __int128 pool_bytes = static_cast<unsigned __int128>(pool_blocks) * block_size * kv_dim * 4;
+  if (kv_dtype != KvDType::kF32 && kv_dtype != KvDType::kBF16)
+    return bad("kv_dtype " + std::to_string(static_cast<uint32_t>(kv_dtype)) + " is not f32 or bf16");
+  const unsigned __int128 pool_bytes =
+      static_cast<unsigned __int128>(pool_blocks) * block_size * kv_dim * kv_dtype_bytes(kv_dtype);
   if (pool_bytes > (static_cast<unsigned __int128>(1) << 50)) return bad("pool size out of range");
   if (rows <= 0 || rows > static_cast<int64_t>(kMaxBlocks) * block_size)
     return bad("rows " + std::to_string(rows) + " out of range");
@@ -152,7 +156,8 @@ std::vector<RowRun> ReservationDescriptor::contiguous_runs(int64_t row_begin, in
 std::vector<uint8_t> ReservationDescriptor::serialize() const {
   ByteWriter w;
   w.put_raw(kMagic, sizeof(kMagic));
-  w.put<uint32_t>(resident_rows > 0 ? kVersionResident : kVersion);
+  const bool kv16 = kv_dtype != KvDType::kF32;
+  w.put<uint32_t>(kv16 ? kVersionKvDtype : resident_rows > 0 ? kVersionResident : kVersion);
   w.put<uint32_t>(0);  // total bytes, patched below
   w.put<uint64_t>(reservation_id);
   w.put<uint64_t>(fingerprint);
@@ -170,7 +175,8 @@ std::vector<uint8_t> ReservationDescriptor::serialize() const {
   w.put_bytes(v_rkey);
   w.put<uint32_t>(static_cast<uint32_t>(blocks.size()));
   for (int32_t b : blocks) w.put<int32_t>(b);
-  if (resident_rows > 0) w.put<int64_t>(resident_rows);
+  if (resident_rows > 0 || kv16) w.put<int64_t>(resident_rows);
+  if (kv16) w.put<uint32_t>(static_cast<uint32_t>(kv_dtype));
   auto& b = w.bytes();
   const uint32_t total = static_cast<uint32_t>(b.size() + 4);
   store_le<uint32_t>(b.data() + 12, total);
@@ -186,7 +192,8 @@ Result<ReservationDescriptor> ReservationDescriptor::parse(std::span<const uint8
   uint32_t version = 0, total = 0;
   r.get(version);
   r.get(total);
-  if (version != kVersion && version != kVersionResident) return bad("unsupported version " + std::to_string(version));
+  if (version != kVersion && version != kVersionResident && version != kVersionKvDtype)
+    return bad("unsupported version " + std::to_string(version));
   if (total != bytes.size())
     return bad("size field " + std::to_string(total) + " != " + std::to_string(bytes.size()) + " bytes");
   uint32_t stored_crc = 0;
@@ -203,14 +210,21 @@ Result<ReservationDescriptor> ReservationDescriptor::parse(std::span<const uint8
                   body.get_string(d.address, kMaxAddress) && body.get_bytes(d.k_rkey, kMaxRkey) &&
                   body.get_bytes(d.v_rkey, kMaxRkey) && body.get(n_blocks);
   if (!ok) return bad("truncated field");
-  const uint64_t tail = version == kVersionResident ? 8 : 0;
+  const uint64_t tail = version == kVersionResident ? 8 : version == kVersionKvDtype ? 12 : 0;
   if (n_blocks > kMaxBlocks || body.remaining() != 4ull * n_blocks + tail)
     return bad("block count " + std::to_string(n_blocks) + " does not match the size");
   d.blocks.resize(n_blocks);
   for (auto& b : d.blocks) body.get(b);
   if (tail > 0) {
     body.get(d.resident_rows);
-    if (d.resident_rows <= 0) return bad("version 3 without resident_rows");
+    if (version == kVersionResident && d.resident_rows <= 0) return bad("version 3 without resident_rows");
+  }
+  if (version == kVersionKvDtype) {
+    uint32_t dtype = 0;
+    body.get(dtype);
+    if (dtype != static_cast<uint32_t>(KvDType::kBF16))
+      return bad("version 4 with kv_dtype " + std::to_string(dtype) + " (only bf16 is written as version 4)");
+    d.kv_dtype = KvDType::kBF16;
   }
   YOCO_RETURN_IF_ERROR(d.validate());
   return d;

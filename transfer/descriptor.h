@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "handoff/kv_rows.h"
 
 namespace yoco {
 
@@ -22,8 +23,11 @@ struct RowRun {
   uint64_t offset = 0;
 };
 
-// Bytes of one sequence row in the pool: its K row and its V row of kv_dim fp32 values each.
-inline int64_t kv_row_bytes(int64_t kv_dim) { return 2 * kv_dim * static_cast<int64_t>(sizeof(float)); }
+// Bytes of one sequence row in the pool: its K row and its V row of kv_dim values each, fp32
+// unless the pool is 16-bit.
+inline int64_t kv_row_bytes(int64_t kv_dim, KvDType dtype = KvDType::kF32) {
+  return 2 * kv_dim * static_cast<int64_t>(kv_dtype_bytes(dtype));
+}
 
 // The reservation's capability (docs/design.md §4.5): 128 bits from the kernel CSPRNG, minted by
 // the decode worker; every control message that names the reservation must carry it.
@@ -38,7 +42,8 @@ struct ReservationDescriptor {
   uint64_t reservation_id = 0;
   std::string request_id;
   uint64_t fingerprint = 0;             // the decode worker's model fingerprint
-  int32_t kv_dim = 0;                   // fp32 values per K (and per V) row
+  int32_t kv_dim = 0;                   // values per K (and per V) row
+  KvDType kv_dtype = KvDType::kF32;     // how the pool keeps them: the sender converts to it
   int32_t block_size = 0;               // rows per pool block
   int32_t pool_blocks = 0;              // blocks in the remote pool: bounds every block id
   int64_t rows = 0;                     // rows expected (the prompt length)
@@ -53,7 +58,7 @@ struct ReservationDescriptor {
   // receiver refuses rows below it. A multiple of block_size, at most rows.
   int64_t resident_rows = 0;
 
-  int64_t row_bytes() const { return kv_row_bytes(kv_dim) / 2; }  // one K (or V) row
+  int64_t row_bytes() const { return kv_row_bytes(kv_dim, kv_dtype) / 2; }  // one K (or V) row
   // Byte offset of row r from the start of a pool array.
   uint64_t row_offset(int64_t r) const {
     return (static_cast<uint64_t>(blocks[r / block_size]) * block_size + r % block_size) * row_bytes();
@@ -66,7 +71,9 @@ struct ReservationDescriptor {
   // Version 2, little-endian: magic "YOCORSV1", u32 version, u32 total bytes, the fields above
   // (the 16 secret bytes after v_base), u32 CRC32C of everything before it. Version 3: the same
   // with i64 resident_rows after the block ids, written only when resident_rows > 0 (so a
-  // descriptor without resident rows is byte for byte version 2). Version 1 is refused.
+  // descriptor without resident rows is byte for byte version 2). Version 4: the version 3
+  // layout (resident_rows always present, 0 allowed) then u32 kv_dtype (1: bf16), written only
+  // for a 16-bit pool (docs/design.md, 16-bit K/V). Version 1 is refused.
   std::vector<uint8_t> serialize() const;
   // Checks sizes, counts, ranges, uniqueness of blocks and the checksum; the error names the field.
   static Result<ReservationDescriptor> parse(std::span<const uint8_t> bytes);

@@ -185,8 +185,11 @@ uint64_t peek_reservation_id(std::span<const uint8_t> b) {
 }
 
 uint32_t row_crc(const float* k_row, const float* v_row, int kv_dim) {
-  const size_t n = static_cast<size_t>(kv_dim) * 4;
-  return crc32c(v_row, n, crc32c(k_row, n));
+  return row_crc_bytes(k_row, v_row, static_cast<size_t>(kv_dim) * 4);
+}
+
+uint32_t row_crc_bytes(const void* k_row, const void* v_row, size_t row_bytes) {
+  return crc32c(v_row, row_bytes, crc32c(k_row, row_bytes));
 }
 
 uint32_t combine_row_crcs(std::span<const uint32_t> per_row) {

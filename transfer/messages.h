@@ -90,6 +90,8 @@ uint64_t peek_reservation_id(std::span<const uint8_t> b);
 // per-row values (u32 little-endian) in row order. Order-free to compute, so chunks may arrive
 // in any order and rewrites count once.
 uint32_t row_crc(const float* k_row, const float* v_row, int kv_dim);
+// The same over rows of `row_bytes` each, whatever their dtype (a 16-bit pool's).
+uint32_t row_crc_bytes(const void* k_row, const void* v_row, size_t row_bytes);
 uint32_t combine_row_crcs(std::span<const uint32_t> per_row);
 
 }  // namespace yoco::transfer_detail

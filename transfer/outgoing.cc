@@ -16,12 +16,12 @@ OutgoingTransfer::OutgoingTransfer(const ReservationDescriptor& d)
   std::fill(written.begin(), written.begin() + d.resident_rows, uint8_t{1});
 }
 
-void OutgoingTransfer::rows_put(int64_t row_begin, std::span<const uint32_t> crcs, int64_t kv_dim) {
+void OutgoingTransfer::rows_put(int64_t row_begin, std::span<const uint32_t> crcs, int64_t kv_dim, KvDType dtype) {
   for (size_t i = 0; i < crcs.size(); ++i) {
     row_crc[row_begin + i] = crcs[i];
     written[row_begin + i] = 1;
   }
-  bytes += static_cast<int64_t>(crcs.size()) * kv_row_bytes(kv_dim);
+  bytes += static_cast<int64_t>(crcs.size()) * kv_row_bytes(kv_dim, dtype);
 }
 
 Status OutgoingTransfer::begin_commit(int64_t rows_written, const std::string& request_id, uint64_t fingerprint,

@@ -72,7 +72,7 @@ struct OutgoingTransfer {
   explicit OutgoingTransfer(const ReservationDescriptor& d);
 
   // Rows [row_begin, +crcs.size()) were posted, with their checksums.
-  void rows_put(int64_t row_begin, std::span<const uint32_t> crcs, int64_t kv_dim);
+  void rows_put(int64_t row_begin, std::span<const uint32_t> crcs, int64_t kv_dim, KvDType dtype = KvDType::kF32);
   // The commit's checks (every row below rows_written put) and its message; then draining.
   // Not OK: the answer to the commit, the transfer unchanged.
   Status begin_commit(int64_t rows_written, const std::string& request_id, uint64_t fingerprint, bool row_checksums);

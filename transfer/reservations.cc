@@ -63,13 +63,14 @@ Result<ReservationDescriptor> ReservationTable::reserve(const std::string& reque
   d.request_id = request_id;
   d.fingerprint = opt_.fingerprint;
   d.kv_dim = pool_.row_floats();
+  d.kv_dtype = pool_.kv_dtype();
   d.block_size = pool_.block_size();
   d.pool_blocks = pool_.total_blocks();
   d.rows = rows;
   d.blocks = blocks;
   d.address = address_;
-  d.k_base = reinterpret_cast<uint64_t>(pool_.k_base());
-  d.v_base = reinterpret_cast<uint64_t>(pool_.v_base());
+  d.k_base = reinterpret_cast<uint64_t>(pool_.k_bytes());
+  d.v_base = reinterpret_cast<uint64_t>(pool_.v_bytes());
   d.k_rkey = k_rkey_;
   d.v_rkey = v_rkey_;
   d.lease_deadline_unix_ms = lease_deadline_unix_ms(lease_deadline);
@@ -207,10 +208,10 @@ Acks ReservationTable::state_arrived(const StateMsg& msg, std::vector<uint8_t> b
   return acks;
 }
 
-float* ReservationTable::rows_destination_locked(Reservation& r, const RowsMsg& m, size_t length, Acks* acks) {
+uint8_t* ReservationTable::rows_destination_locked(Reservation& r, const RowsMsg& m, size_t length, Acks* acks) {
   const int64_t bs = pool_.block_size();
   const bool fits = m.row >= r.resident_rows && m.rows > 0 && m.row + m.rows <= r.rows &&
-                    static_cast<uint64_t>(length) == static_cast<uint64_t>(m.rows) * pool_.row_floats() * 4;
+                    static_cast<uint64_t>(length) == static_cast<uint64_t>(m.rows) * pool_.row_bytes();
   bool contiguous = fits;
   for (int64_t b = m.row / bs + 1; contiguous && b <= (m.row + m.rows - 1) / bs; ++b)
     contiguous = r.blocks[b] == r.blocks[b - 1] + 1;
@@ -226,14 +227,15 @@ float* ReservationTable::rows_destination_locked(Reservation& r, const RowsMsg& 
     r.arrived.assign(r.rows, 0);
     std::fill(r.arrived.begin(), r.arrived.begin() + r.resident_rows, uint8_t{3});
   }
-  return (m.which ? pool_.v_base() : pool_.k_base()) + pool_.row_offset(r.blocks, m.row);
+  return (m.which ? pool_.v_bytes() : pool_.k_bytes()) +
+         pool_.row_offset(r.blocks, m.row) * static_cast<int64_t>(kv_dtype_bytes(pool_.kv_dtype()));
 }
 
-float* ReservationTable::rows_announced(const RowsMsg& m, size_t length, Acks& acks) {
+uint8_t* ReservationTable::rows_landing(const RowsMsg& m, size_t length, Acks& acks) {
   std::lock_guard<std::mutex> lock(mu_);
   Reservation* r = open_authorized_locked(m.reservation_id, m.secret);
   if (r == nullptr) return nullptr;
-  float* dst = rows_destination_locked(*r, m, length, &acks);
+  uint8_t* dst = rows_destination_locked(*r, m, length, &acks);
   if (dst) ++r->pending_rows;
   return dst;
 }
@@ -243,7 +245,7 @@ Acks ReservationTable::rows_landed(const RowsMsg& m, const void* data, size_t le
   std::lock_guard<std::mutex> lock(mu_);
   Reservation* r = open_authorized_locked(m.reservation_id, m.secret);
   if (r == nullptr) return acks;
-  float* dst = rows_destination_locked(*r, m, length, &acks);
+  uint8_t* dst = rows_destination_locked(*r, m, length, &acks);
   if (dst == nullptr) return acks;
   std::memcpy(dst, data, length);
   for (int64_t row = m.row; row < m.row + m.rows; ++row) r->arrived[row] |= static_cast<uint8_t>(1 << m.which);
@@ -332,14 +334,15 @@ std::vector<uint32_t> ReservationTable::pool_row_crcs(const Reservation& r) cons
   // pool after everything landed (a write between landing and commit is caught too), on up to
   // verify_threads threads: nothing else overlaps this pass (bench/README.md, transfer at memcpy speed).
   std::vector<uint32_t> crcs(r.rows - r.resident_rows);
-  const int kv_dim = pool_.row_floats();
+  const int64_t row_bytes = pool_.row_bytes(), elem = kv_dtype_bytes(pool_.kv_dtype());
   auto range = [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
-      const int64_t off = pool_.row_offset(r.blocks, row);
-      crcs[row - r.resident_rows] = row_crc(pool_.k_base() + off, pool_.v_base() + off, kv_dim);
+      const int64_t off = pool_.row_offset(r.blocks, row) * elem;
+      crcs[row - r.resident_rows] =
+          row_crc_bytes(pool_.k_bytes() + off, pool_.v_bytes() + off, static_cast<size_t>(row_bytes));
     }
   };
-  const int64_t bytes = static_cast<int64_t>(crcs.size()) * kv_row_bytes(kv_dim);
+  const int64_t bytes = static_cast<int64_t>(crcs.size()) * 2 * row_bytes;
   const int threads = static_cast<int>(std::clamp<int64_t>(bytes / std::max<int64_t>(1, opt_.verify_bytes_per_thread),
                                                            1, std::max(1, opt_.verify_threads)));
   std::vector<std::thread> helpers;
@@ -419,8 +422,8 @@ void ReservationTable::process_commit_locked(const CommitMsg& m, ReplyTo reply, 
   r.state_blob.clear();
   metrics_.add_in_flight(-1);
   const double secs = std::chrono::duration<double>(Clock::now() - r.started).count();
-  metrics_.observe_transfer(
-      (r.rows - r.resident_rows) * kv_row_bytes(pool_.row_floats()) + static_cast<int64_t>(m.state_bytes), secs);
+  metrics_.observe_transfer((r.rows - r.resident_rows) * 2 * pool_.row_bytes() + static_cast<int64_t>(m.state_bytes),
+                            secs);
   YOCO_HOP("transfer.commit", r.request_id, .kv("reservation", r.id).kv("rows", r.rows).kv("seconds", secs));
   acks.push_back({reply, m.reservation_id, Status::Ok()});
   cv_.notify_all();

@@ -75,7 +75,11 @@ class ReservationTable {
   Acks state_arrived(const StateMsg& m, std::vector<uint8_t> blob, std::string_view failure);
   // A rows message of `length` bytes: where its data goes in the pool (counted as pending
   // until rows_arrived), or null (refused; nothing is written).
-  float* rows_announced(const RowsMsg& m, size_t length, Acks& acks);
+  uint8_t* rows_landing(const RowsMsg& m, size_t length, Acks& acks);
+  // The same as an fp32 pool's row pointer.
+  float* rows_announced(const RowsMsg& m, size_t length, Acks& acks) {
+    return reinterpret_cast<float*>(rows_landing(m, length, acks));
+  }
   // Eager rows: copied into the pool here and marked arrived.
   Acks rows_landed(const RowsMsg& m, const void* data, size_t length);
   // The end of a fetch rows_announced accepted; `failure` empty: it arrived.
@@ -115,7 +119,7 @@ class ReservationTable {
   bool authorized_locked(const Reservation& r, const ReservationSecret& secret);
   // Where rows of `m` go, or null when they are not one contiguous run of the reservation (the
   // receiver never trusts the sender's idea of its memory).
-  float* rows_destination_locked(Reservation& r, const RowsMsg& m, size_t length, Acks* acks);
+  uint8_t* rows_destination_locked(Reservation& r, const RowsMsg& m, size_t length, Acks* acks);
   void process_commit_locked(const CommitMsg& m, ReplyTo reply, Acks& acks);
   // `acks` null: the caller cannot reply (not an event), so a deferred commit waits for its deadline.
   void fail_locked(Reservation& r, TransferError e, const std::string& detail, Acks* acks);

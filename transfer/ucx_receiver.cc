@@ -147,7 +147,7 @@ Status UcxKvReceiver::init() {
   for (int which = 0; which < 2; ++which) {
     ucp_mem_map_params_t mp{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    mp.address = which == 0 ? pool_.k_base() : pool_.v_base();
+    mp.address = which == 0 ? pool_.k_bytes() : pool_.v_bytes();
     mp.length = static_cast<size_t>(pool_.bytes() / 2);
     ucp_mem_h& memh = which == 0 ? k_memh_ : v_memh_;
     ucs_status_t st = ucp_mem_map(ucx_->context(), &mp, &memh);
@@ -440,10 +440,10 @@ void UcxKvReceiver::handle_state(Inbound& in, uint64_t conn) {
 
 void UcxKvReceiver::handle_rows(Inbound& in) {
   auto m = decode_rows(in.header);
-  float* dst = nullptr;
+  uint8_t* dst = nullptr;
   if (m.ok()) {
     Acks acks;
-    dst = table_.rows_announced(*m, in.length, acks);
+    dst = table_.rows_landing(*m, in.length, acks);
     queue_acks(std::move(acks));
   }
   if (dst == nullptr) {  // dropped: the sender's send completes, its commit gets the reason

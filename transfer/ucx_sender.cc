@@ -71,7 +71,7 @@ class UcxKvSender final : public KvSender {
                    const float* v_rows);
   // Queues the operations for rows [row_begin, row_begin + n_rows), read from `k` and `v` (kept
   // alive by `keep` until the last operation reading them completes).
-  void post_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k, const float* v,
+  void post_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const uint8_t* k, const uint8_t* v,
                  std::shared_ptr<const void> keep, std::vector<uint32_t> crcs);
   // Progress thread: runs fn once the endpoint to `address` is wired up (OK), or with the reason
   // it cannot be.
@@ -219,8 +219,24 @@ Status UcxKvSender::stage_rows(const ReservationDescriptor& d, int64_t row_begin
                                const float* v_rows) {
   const int kv_dim = d.kv_dim;
   const int64_t n = static_cast<int64_t>(n_rows) * kv_dim;
-  YOCO_ASSIGN_OR_RETURN(auto staging, staging_.acquire(n_rows * kv_row_bytes(kv_dim), opt_.op_timeout));
+  YOCO_ASSIGN_OR_RETURN(auto staging, staging_.acquire(n_rows * kv_row_bytes(kv_dim, d.kv_dtype), opt_.op_timeout));
   std::vector<uint32_t> crcs(n_rows);
+  if (d.kv_dtype != KvDType::kF32) {
+    // A 16-bit pool (docs/design.md, 16-bit K/V): rows rounded to it here, as the pool would
+    // round them, and checksummed as they will lie there.
+    const size_t row_bytes = static_cast<size_t>(d.row_bytes());
+    auto* base = reinterpret_cast<uint8_t*>(staging->data());
+    for (int i = 0; i < n_rows; ++i) {
+      const int64_t off = static_cast<int64_t>(i) * kv_dim;
+      uint8_t* k_dst = base + i * row_bytes;
+      uint8_t* v_dst = base + n_rows * row_bytes + i * row_bytes;
+      encode_kv_values(k_rows + off, kv_dim, d.kv_dtype, k_dst);
+      encode_kv_values(v_rows + off, kv_dim, d.kv_dtype, v_dst);
+      if (opt_.row_checksums) crcs[i] = row_crc_bytes(k_dst, v_dst, row_bytes);
+    }
+    post_rows(d, row_begin, n_rows, base, base + n_rows * row_bytes, std::move(staging), std::move(crcs));
+    return Status::Ok();
+  }
   if (opt_.row_checksums) {
     // Copy and checksum row by row, so the checksum reads the staged row from L1 instead of a
     // second pass over the whole message (bench/README.md, transfer at memcpy speed).
@@ -237,12 +253,15 @@ Status UcxKvSender::stage_rows(const ReservationDescriptor& d, int64_t row_begin
     std::memcpy(staging->data() + n, v_rows, n * 4);
   }
   const float* k = staging->data();
-  post_rows(d, row_begin, n_rows, k, k + n, std::move(staging), std::move(crcs));
+  post_rows(d, row_begin, n_rows, reinterpret_cast<const uint8_t*>(k), reinterpret_cast<const uint8_t*>(k + n),
+            std::move(staging), std::move(crcs));
   return Status::Ok();
 }
 
 Status UcxKvSender::put_rows_in_place(const ReservationDescriptor& d, int64_t row_begin, int n_rows,
                                       const float* k_rows, const float* v_rows, std::shared_ptr<const void> hold) {
+  // A 16-bit pool takes converted rows: staged (put_rows converts while it copies).
+  if (d.kv_dtype != KvDType::kF32) return put_rows(d, row_begin, n_rows, k_rows, v_rows);
   YOCO_RETURN_IF_ERROR(check_put(d, row_begin, n_rows, k_rows, v_rows));
   // No copy: the checksum is the one pass over the rows on this side; UCX reads them from here.
   const int slice = static_cast<int>(std::max<int64_t>(1, kSliceBytes / (2 * d.row_bytes())));
@@ -255,13 +274,14 @@ Status UcxKvSender::put_rows_in_place(const ReservationDescriptor& d, int64_t ro
         const int64_t off = at + static_cast<int64_t>(i) * d.kv_dim;
         crcs[i] = row_crc(k_rows + off, v_rows + off, d.kv_dim);
       }
-    post_rows(d, row_begin + first, n, k_rows + at, v_rows + at, hold, std::move(crcs));
+    post_rows(d, row_begin + first, n, reinterpret_cast<const uint8_t*>(k_rows + at),
+              reinterpret_cast<const uint8_t*>(v_rows + at), hold, std::move(crcs));
   }
   return Status::Ok();
 }
 
-void UcxKvSender::post_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const float* k,
-                            const float* v, std::shared_ptr<const void> keep, std::vector<uint32_t> crcs) {
+void UcxKvSender::post_rows(const ReservationDescriptor& d, int64_t row_begin, int n_rows, const uint8_t* k,
+                            const uint8_t* v, std::shared_ptr<const void> keep, std::vector<uint32_t> crcs) {
   auto runs = d.contiguous_runs(row_begin, n_rows);
   // Handed to the progress thread without waiting (a thread hand-off per chunk would cost more
   // than a small put); a failure is kept for the next call and for commit. Every operation's
@@ -283,7 +303,7 @@ void UcxKvSender::post_rows(const ReservationDescriptor& d, int64_t row_begin, i
     const uint64_t id = t->id;
     for (const RowRun& r : runs) {
       for (int which = 0; which < 2; ++which) {
-        const float* src = (which ? v : k) + (r.row - row_begin) * d.kv_dim;
+        const uint8_t* src = (which ? v : k) + (r.row - row_begin) * row_bytes;
         const size_t len = static_cast<size_t>(r.rows * row_bytes);
         auto done = [this, id, keep](ucs_status_t st) { defer([this, id, st] { track(id, st); }); };
         ++t->outstanding;
@@ -300,7 +320,7 @@ void UcxKvSender::post_rows(const ReservationDescriptor& d, int64_t row_begin, i
         ucx_op_posted(ucp_put_nbx(t->peer->ep, src, len, remote, rkeys[which], &p), op);
       }
     }
-    t->rows_put(row_begin, crcs, d.kv_dim);
+    t->rows_put(row_begin, crcs, d.kv_dim, d.kv_dtype);
     return Status::Ok();
   };
   submit(d.address, d.reservation_id, std::move(body));

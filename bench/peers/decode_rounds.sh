@@ -5,6 +5,9 @@
 # in an order that rotates every round; the table gives each cell's median and range, and each
 # ratio as the median of the per-round ratios (the two engines of one round ran seconds apart).
 #   bench/peers/decode_rounds.sh [--rounds 5] [--threads 2] [--context 2048] [--steps 32] [--isa avx2|native|both]
+#                                [--kv-dtype f32|bf16]
+# --kv-dtype bf16: our engines decode from a bf16 K/V pool (16-bit K/V, as llama.cpp's default f16
+# cache; docs/design.md §2.4); f32 (the default): fp32 rows, contiguous.
 # Needs what peers.sh built and wrote under PEERS_WORK (run peers.sh first, same --preset).
 # Writes every run as one JSON line to $OUT/rounds-HOST.jsonl and prints the table of medians
 # (bench/peers/rounds_table.py, which also reads such a file again).
@@ -12,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${YOCO_BUILD_DIR:-build}
 WORK=${PEERS_WORK:-/tmp/yoco-peers}
-PRESET=mid-gret ROUNDS=5 THREADS=2 CONTEXT=2048 STEPS=32 ISA=both OUT=bench/results/peers
+PRESET=mid-gret ROUNDS=5 THREADS=2 CONTEXT=2048 STEPS=32 ISA=both OUT=bench/results/peers KV=f32
 while [[ $# -gt 0 ]]; do
   case $1 in
     --preset) PRESET=$2; shift 2 ;;
@@ -21,6 +24,7 @@ while [[ $# -gt 0 ]]; do
     --context) CONTEXT=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --isa) ISA=$2; shift 2 ;;
+    --kv-dtype) KV=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     *) echo "decode_rounds.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -33,7 +37,8 @@ builds=()
 [[ $ISA == avx2 || $ISA == both ]] && builds+=(avx2)
 if [[ $ISA == native || $ISA == both ]] && grep -qw avx512f /proc/cpuinfo; then builds+=(native); fi
 mkdir -p "$OUT"
-LOG=$OUT/rounds-$(hostname -s).jsonl
+[[ $KV == f32 || $KV == bf16 ]] || { echo "decode_rounds.sh: --kv-dtype $KV is not f32 or bf16" >&2; exit 2; }
+LOG=$OUT/rounds-$(hostname -s)$([[ $KV == bf16 ]] && echo -kv16).jsonl
 : >"$LOG"
 llama() {  # build -> one JSON line per context
   "$WORK/llama-$1/bin/llama-bench" -m "$M/transformer-f32.gguf" -t "$THREADS" -r 1 -o json -p 0 -n "$STEPS" \
@@ -48,12 +53,13 @@ ours() {  # build model -> one JSON line per context
   [[ $1 == avx2 ]] && env=(env YOCO_CPU_ISA=avx2)
   for ctx in 1 "$CONTEXT"; do
     "${env[@]}" "$BUILD/bench/engine_bench" --model "$M/$2" --threads "$THREADS" --json --prefill-lens 1 --repeats 1 \
-      --decode-batches 1 --decode-context "$ctx" --decode-steps "$STEPS" 2>/dev/null | python3 -c '
+      --decode-batches 1 --decode-context "$ctx" --decode-steps "$STEPS" --kv-dtype "$KV" 2>/dev/null | python3 -c '
 import json, sys
 d = json.load(sys.stdin)["decode"][0]
 ctx = int(sys.argv[4])
 print(json.dumps({"round": int(sys.argv[1]), "isa": sys.argv[2], "engine": "ours, " + sys.argv[3] + ", fp32",
-                  "context": 0 if ctx == 1 else ctx, "tokens_per_s": d["tokens_per_s"]}))' "$r" "$1" "$2" "$ctx"
+                  "kv_dtype": d["kv_dtype"], "context": 0 if ctx == 1 else ctx,
+                  "tokens_per_s": d["tokens_per_s"]}))' "$r" "$1" "$2" "$ctx"
   done
 }
 for ((r = 0; r < ROUNDS; r++)); do

@@ -16,20 +16,22 @@ def main():
     ap.add_argument("jsonl")
     ap.add_argument("--context", type=int, default=2048)
     a = ap.parse_args()
-    rows = []
+    rows, kv = [], set()
     with open(a.jsonl) as f:
         for n, line in enumerate(f, 1):
             try:
                 r = json.loads(line)
                 rows.append((r["isa"], int(r["round"]), r["engine"], int(r["context"]), float(r["tokens_per_s"])))
+                if "kv_dtype" in r:
+                    kv.add(r["kv_dtype"])
             except (ValueError, KeyError, TypeError) as e:
                 sys.exit("rounds_table.py: %s line %d: %s" % (a.jsonl, n, e))
     if not rows:
         sys.exit("rounds_table.py: %s has no runs" % a.jsonl)
     for isa in sorted({r[0] for r in rows}):
         rounds = sorted({r[1] for r in rows if r[0] == isa})
-        print("\n%s, decode at batch 1, tokens/s: median of %d rounds (min–max); ratios: median of the per-round "
-              "ratios (min–max)\n" % (isa, len(rounds)))
+        print("\n%s, decode at batch 1, our K/V rows %s, tokens/s: median of %d rounds (min–max); ratios: median of "
+              "the per-round ratios (min–max)\n" % (isa, "/".join(sorted(kv)) or "f32", len(rounds)))
         print("| context | llama.cpp F32 | ours, Transformer, fp32 | ours, YOCO, fp32 | Transformer / llama | "
               "YOCO / llama |")
         print("|---|---:|---:|---:|---:|---:|")

@@ -244,6 +244,7 @@ inline v1::GenerateRequest greedy(const std::vector<int32_t>& prompt, int max_to
 
 struct Generated {
   std::vector<int32_t> ids;
+  std::vector<float> logprobs;  // the chosen tokens' log-probabilities, when the request asked for them
   std::string text;
   grpc::Status status;
   bool final_seen = false;
@@ -265,6 +266,7 @@ inline Generated run_generate(v1::Yoco::Stub& stub, const v1::GenerateRequest& r
     if (resp.has_delta()) {
       g.ids.insert(g.ids.end(), resp.delta().token_ids().begin(), resp.delta().token_ids().end());
       g.text += resp.delta().text();
+      for (const auto& lp : resp.delta().logprobs()) g.logprobs.push_back(lp.chosen().logprob());
       if (on_delta) on_delta(ctx, g);
     } else if (resp.has_final()) {
       g.final_seen = true;

@@ -80,7 +80,7 @@ TEST_P(Kv16Test, DecodesWithinTheBf16BarOfFp32) {
   const int V = model_->config().vocab_size;
   const auto prompt = tokens(150, 1, V);
   Run f32 = start(KvDType::kF32, prompt), b16 = start(KvDType::kBF16, prompt);
-  ASSERT_EQ(b16.pool->dtype(), KvDType::kBF16);
+  ASSERT_EQ(b16.pool->kv_dtype(), KvDType::kBF16);
   ASSERT_EQ(b16.pool->k_data(), nullptr);  // no fp32 copy anywhere
   std::vector<float> lf(V), lb(V);
   ASSERT_TRUE(f32.engine->logits(std::span(&f32.id, 1), lf.data()).ok());

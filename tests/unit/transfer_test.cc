@@ -23,6 +23,8 @@
 #include <thread>
 #include <tuple>
 
+#include "common/checksum.h"
+#include "handoff/bytes.h"
 #include "model/kv_pool.h"
 #include "model/random_model.h"
 #include "tests/transfer/transfer_data.h"
@@ -158,6 +160,36 @@ TEST(TransferDescriptor, ResidentRowsTravelAsVersion3AndVersion2StaysAsItWas) {
   }
 }
 
+TEST(TransferDescriptor, A16BitPoolTravelsAsVersion4) {
+  ReservationDescriptor d = sample_descriptor();
+  const auto v2 = d.serialize();
+  d.kv_dtype = KvDType::kBF16;
+  const auto v4 = d.serialize();
+  EXPECT_EQ(v4[8], 4);
+  EXPECT_EQ(v4.size(), v2.size() + 12);  // resident_rows (0 here) and the dtype
+  auto p = ReservationDescriptor::parse(v4);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->kv_dtype, KvDType::kBF16);
+  EXPECT_EQ(p->resident_rows, 0);
+  EXPECT_EQ(p->row_bytes(), d.kv_dim * 2);
+  EXPECT_EQ(p->serialize(), v4);
+  d.resident_rows = 8;
+  auto q = ReservationDescriptor::parse(d.serialize());
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_EQ(q->resident_rows, 8);
+  EXPECT_EQ(q->kv_dtype, KvDType::kBF16);
+  // An fp32 descriptor is never written as version 4; a version 4 naming f32 or an unknown dtype is refused.
+  EXPECT_EQ(ReservationDescriptor::parse(v2)->kv_dtype, KvDType::kF32);
+  for (uint32_t dtype : {0u, 7u}) {
+    auto bytes = v4;
+    store_le<uint32_t>(bytes.data() + bytes.size() - 8, dtype);
+    store_le<uint32_t>(bytes.data() + bytes.size() - 4, crc32c(bytes.data(), bytes.size() - 4));
+    auto r = ReservationDescriptor::parse(bytes);
+    ASSERT_FALSE(r.ok()) << dtype;
+    EXPECT_NE(r.status().message().find("kv_dtype"), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(TransferDescriptor, RunsAreWholeBlocksMergedAcrossAdjacentIds) {
   ReservationDescriptor d = sample_descriptor();  // block_size 4, blocks {5, 6, 2}, rows 10
   const uint64_t rb = d.row_bytes();
@@ -220,9 +252,9 @@ struct Engines {
 
   // verify_threads > 1: the receiver checks the rows' checksum on that many threads, whatever the size.
   Engines(const std::string& preset_name, const char* tls, UcxRowPath path = UcxRowPath::kPull, int blocks = 32,
-          uint64_t sender_fp = kFp, int verify_threads = 1)
+          uint64_t sender_fp = kFp, int verify_threads = 1, KvDType kv_dtype = KvDType::kF32)
       : cfg(preset(preset_name)) {
-    pool = std::move(KvPool::create(blocks, 32, cfg.kv_dim()).value());
+    pool = std::move(KvPool::create(blocks, 32, cfg.kv_dim(), kv_dtype).value());
     UcxReceiverOptions ro;
     ro.listen_host = "127.0.0.1";
     ro.transports = tls;
@@ -369,6 +401,60 @@ INSTANTIATE_TEST_SUITE_P(Presets, TransferInProcess,
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
+
+// ---- 16-bit K/V: a bf16 pool (docs/design.md, 16-bit K/V) ---------------------------------
+
+class TransferInto16BitPool : public TransferTest, public ::testing::WithParamInterface<UcxRowPath> {};
+
+TEST_P(TransferInto16BitPool, RowsLandRoundedAndChecksummedAsTheyLie) {
+  Engines e("tiny-gret", kTcp, GetParam(), 32, kFp, 1, KvDType::kBF16);
+  const int kv_dim = e.kv_dim();
+  const int64_t rows = 150;
+  auto desc = e.receiver->reserve("req-16", rows, in(seconds(30)));
+  ASSERT_TRUE(desc.ok()) << desc.status().to_string();
+  auto d = ReservationDescriptor::parse(desc->serialize());
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->kv_dtype, KvDType::kBF16);
+  const uint64_t seed = 5;
+  ASSERT_TRUE(put_range(*e.sender, *d, seed, 0, 70).ok());
+  Status st;
+  auto lent = put_range_in_place(*e.sender, *d, seed, 70, rows, &st);  // staged: the pool takes bf16
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  const auto blob = test::test_state_blob(e.cfg, kFp, seed, rows);
+  ASSERT_TRUE(e.sender->put_state(*d, blob).ok());
+  st = e.sender->commit(*d, rows, in(seconds(20)));
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  auto c = e.receiver->wait_committed(d->reservation_id, in(seconds(10)));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const SequenceState got = test::admitted_state(*c, e.cfg, kFp, *e.pool);
+  ASSERT_TRUE(got.kv16());
+  const auto k = test::kv_rows(seed, 0, 0, rows, kv_dim), v = test::kv_rows(seed, 1, 0, rows, kv_dim);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int i = 0; i < kv_dim; ++i) {
+      ASSERT_EQ(got.k_row16(r)[i], f32_to_bf16(k[r * kv_dim + i])) << r << " " << i;
+      ASSERT_EQ(got.v_row16(r)[i], f32_to_bf16(v[r * kv_dim + i])) << r << " " << i;
+    }
+  // Half the bytes of an fp32 transfer.
+  EXPECT_EQ(e.sender->metrics().snapshot().bytes, rows * kv_dim * 4 + static_cast<int64_t>(blob.size()));
+  EXPECT_EQ(e.receiver->metrics().snapshot().bytes, e.sender->metrics().snapshot().bytes);
+  e.pool->release_blocks(c->blocks);
+
+  // One changed bf16 value in the pool fails the commit's checksum.
+  auto d2 = e.receiver->reserve("req-16b", 40, in(seconds(30)));
+  ASSERT_TRUE(d2.ok());
+  ASSERT_TRUE(put_range(*e.sender, *d2, seed, 0, 40).ok());
+  ASSERT_TRUE(e.sender->put_state(*d2, test::test_state_blob(e.cfg, kFp, seed, 40)).ok());
+  std::this_thread::sleep_for(milliseconds(100));
+  sync_with_receiver(*e.receiver, d2->reservation_id);
+  e.pool->k16_data()[(static_cast<int64_t>(d2->blocks[1]) * d2->block_size + 3) * kv_dim + 1] ^= 1;
+  st = e.sender->commit(*d2, 40, in(seconds(10)));
+  EXPECT_EQ(transfer_error_of(st), TransferError::kBadChecksum) << st.to_string();
+  EXPECT_FALSE(e.receiver->wait_committed(d2->reservation_id, in(seconds(10))).ok());
+  EXPECT_EQ(e.pool->free_blocks(), e.pool->total_blocks());
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, TransferInto16BitPool, ::testing::Values(UcxRowPath::kPull, UcxRowPath::kPush),
+                         [](const auto& info) { return info.param == UcxRowPath::kPull ? "pull" : "push"; });
 
 TEST_F(TransferTest, SenderReusesItsEndpointAndReconnectsAfterTheReceiverRestarts) {
   ModelConfig cfg = preset("tiny-gret");
