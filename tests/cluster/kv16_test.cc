@@ -129,7 +129,8 @@ TEST_F(Kv16Cluster, ABadKvDtypeStopsTheWorkerNamingTheFlag) {
   LocalCluster c({.model = dir_, .prefill = 0, .decode = 1, .decode_args = {"--kv-dtype=fp8"}});
   EXPECT_FALSE(c.ready());
   bool named = false;
-  for (const auto& [name, text] : c.process_logs()) named |= text.find("--kv-dtype: 'fp8' is not f32 or bf16") != std::string::npos;
+  for (const auto& [name, text] : c.process_logs())
+    named |= text.find("--kv-dtype: 'fp8' is not f32 or bf16") != std::string::npos;
   EXPECT_TRUE(named) << c.logs();
 }
 
