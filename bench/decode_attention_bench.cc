@@ -23,13 +23,13 @@
 using namespace yoco;
 
 int main(int argc, char** argv) {
-  Flags f("decode_attention_bench", "the CPU decode attention kernel over fp32 and bf16 K/V rows",
-          {flag::integer("context", "rows attended", 2048, 1, 1 << 24),
-           flag::integer("heads", "query heads", 16, 1, 1024), flag::integer("kv-heads", "K/V heads", 4, 1, 1024),
-           flag::integer("head-dim", "head size", 64, 1, 1024),
-           flag::integer("layers", "distinct K/V sets, one call each per round", 16, 1, 4096),
-           flag::integer("reps", "rounds (each: every layer in fp32, then in bf16, or the reverse)", 15, 1, 100000),
-           flag::integer("threads", "kernel threads", 2, 1, 4096)});
+  Flags f(
+      "decode_attention_bench", "the CPU decode attention kernel over fp32 and bf16 K/V rows",
+      {flag::integer("context", "rows attended", 2048, 1, 1 << 24), flag::integer("heads", "query heads", 16, 1, 1024),
+       flag::integer("kv-heads", "K/V heads", 4, 1, 1024), flag::integer("head-dim", "head size", 64, 1, 1024),
+       flag::integer("layers", "distinct K/V sets, one call each per round", 16, 1, 4096),
+       flag::integer("reps", "rounds (each: every layer in fp32, then in bf16, or the reverse)", 15, 1, 100000),
+       flag::integer("threads", "kernel threads", 2, 1, 4096)});
   if (Status s = f.parse(argc, argv, 1); !s.ok()) {
     std::cerr << s.to_string() << "\n";
     return 2;
