@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -47,8 +48,10 @@ struct BenchSample {
   std::vector<double> itl;  // seconds between tokens, one entry per token after the first delta
   double e2e = NAN;
   int64_t output_tokens = 0;
-  double transfer = 0;     // the router's timings: K/V transfer not hidden behind prefill
-  double first_token = 0;  // and the server-side time to the first token
+  double transfer = 0;                         // the router's timings: K/V transfer not hidden behind prefill
+  double first_token = 0;                      // and the server-side time to the first token
+  double sent = 0;                             // seconds from the run's start to the call (--requests-out)
+  std::vector<std::pair<double, int>> deltas;  // each delta: seconds from the call, tokens in it
 };
 
 BenchSample run_one(v1::Yoco::Stub& stub, const Connection& conn, const v1::GenerateRequest& req) {
@@ -75,6 +78,7 @@ BenchSample run_one(v1::Yoco::Stub& stub, const Connection& conn, const v1::Gene
     }
     last = now;
     s.output_tokens += k;
+    s.deltas.emplace_back(seconds(now - t0), k);
   }
   s.status = reader->Finish();
   s.e2e = seconds(Clock::now() - t0);
@@ -144,6 +148,10 @@ int cmd_bench(int argc, char** argv) {
        flag::optional_integer("vocab-size", "draw prompt ids below this (and the served vocabulary)", 1, INT32_MAX),
        flag::integer("seed", "the seed of every random draw (a run is reproducible)", 0, 0, INT64_MAX),
        flag::boolean("json", "the report as JSON"),
+       flag::str("requests-out",
+                 "write every request's timeline to this file, a JSON line each: index, sent (seconds from the run's "
+                 "start), prompt tokens (a document's included), output tokens, status, and its deltas as [seconds "
+                 "from the call, tokens]"),
        flag::str(
            "trace",
            "a request trace (CSV with the Azure trace columns, tools/planner/README.md): arrivals, lengths, documents; "
@@ -183,6 +191,7 @@ int cmd_bench(int argc, char** argv) {
   std::exponential_distribution<double> gap(c.rate > 0 ? c.rate : 1.0);
   std::vector<v1::GenerateRequest> reqs(static_cast<size_t>(c.requests));
   std::vector<double> arrival(reqs.size(), 0.0);
+  std::vector<int64_t> prompt_len(reqs.size(), c.prompt_tokens);  // documents included
   if (!trace.empty()) {
     // Each document's tokens once, cached before the clock starts; each request its own suffix.
     std::map<std::string, std::string> doc_ids;
@@ -199,6 +208,7 @@ int cmd_bench(int argc, char** argv) {
         doc_ids[tr.document] = doc.id();
       }
       arrival[i] = tr.arrival;
+      prompt_len[i] = tr.prompt;
       r.set_request_id("bench-" + std::to_string(i));
       if (!tr.document.empty()) r.add_document_ids(doc_ids[tr.document]);
       for (int64_t j = tr.document_tokens; j < tr.prompt; ++j) r.mutable_tokens()->add_ids(token(rng));
@@ -231,12 +241,34 @@ int cmd_bench(int argc, char** argv) {
         start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival[i])));
     slots.acquire();
     threads.emplace_back([&, i] {
+      const double sent = seconds(Clock::now() - start);
       samples[i] = run_one(*conn->stub, *conn, reqs[i]);
+      samples[i].sent = sent;
       slots.release();
     });
   }
   for (auto& th : threads) th.join();
   const double wall = seconds(Clock::now() - start);
+  if (f.has("requests-out")) {
+    std::ofstream out(f.str("requests-out"));
+    for (size_t i = 0; i < samples.size() && out; ++i) {
+      const BenchSample& s = samples[i];
+      Json::Array deltas;
+      for (const auto& [at, k] : s.deltas) deltas.emplace_back(Json::Array{Json(at), Json(static_cast<int64_t>(k))});
+      Json::Object o;
+      o["index"] = Json(static_cast<int64_t>(i));
+      o["sent"] = Json(s.sent);
+      o["prompt_tokens"] = Json(prompt_len[i]);
+      o["output_tokens"] = Json(s.output_tokens);
+      o["status"] = Json(grpc_code_name(s.status.error_code()));
+      o["deltas"] = Json(std::move(deltas));
+      out << Json(std::move(o)).dump() << "\n";
+    }
+    if (!out) {
+      std::fprintf(stderr, "bench: --requests-out %s: cannot write\n", f.str("requests-out").c_str());
+      return 1;
+    }
+  }
 
   int64_t completed = 0, out_tokens = 0;
   std::map<std::string, int64_t> errors;

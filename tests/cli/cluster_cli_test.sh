@@ -83,20 +83,30 @@ expect_error "INVALID_ARGUMENT" generate --tokens 1,2 --max-tokens 0
 expect_error "INVALID_ARGUMENT" generate --tokens 1,2 --temperature -1
 expect_error "INVALID_ARGUMENT" score --tokens "1,$((vocab + 5))"
 
-# A small open-loop bench: every request completes.
-bench=$(cli bench --requests 8 --rate 20 --prompt-tokens 16 --max-tokens 8 --seed 1 --json)
+# A small open-loop bench: every request completes; --requests-out writes each one's timeline.
+timelines=$(mktemp)
+trap 'rm -f "$timelines"' EXIT
+bench=$(cli bench --requests 8 --rate 20 --prompt-tokens 16 --max-tokens 8 --seed 1 --json --requests-out "$timelines")
 py '
 import json, sys
 d = json.loads(sys.argv[1])
 assert d["completed"] == 8 and d["errors"] == {}, d
 assert d["output_tokens"] == 64, d
 assert d["ttft_ms"]["p50"] > 0 and d["e2e_ms"]["p99"] >= d["e2e_ms"]["p50"], d
-' "$bench" || fail "bench: $bench"
+rows = [json.loads(line) for line in open(sys.argv[2])]
+assert [r["index"] for r in rows] == list(range(8)), rows
+for r in rows:
+    assert r["status"] == "OK" and r["prompt_tokens"] == 16 and r["output_tokens"] == 8, r
+    assert sum(k for _, k in r["deltas"]) == 8, r
+    times = [t for t, _ in r["deltas"]]
+    assert times == sorted(times) and times[0] > 0 and r["sent"] >= 0, r
+assert max(r["sent"] for r in rows) > 0, rows  # Poisson arrivals, not all at once
+' "$bench" "$timelines" || fail "bench: $bench"
 
 # A trace replayed (bench/request_trace.h, the SLA planner's format): lengths, arrivals and a shared
 # document (cached first, then named by each request that uses it) as the file says.
 trace=$(mktemp)
-trap 'rm -f "$trace"' EXIT
+trap 'rm -f "$trace" "$timelines"' EXIT
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens,DocumentId,DocumentTokens\n0,12,3,,\n0.05,40,5,d1,32\n0.1,36,2,d1,32\n0.2,20,4,,\n' >"$trace"
 if [[ $DOCUMENTS == 0 ]]; then
   expect_error "FAILED_PRECONDITION" bench --trace "$trace" --seed 2
