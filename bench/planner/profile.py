@@ -21,6 +21,7 @@ Never asserts speed; run it on an idle machine (bench/README.md, "SLA planner").
 """
 
 import argparse
+import bisect
 import json
 import os
 import statistics
@@ -34,6 +35,8 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools", "planner"))
 
 from profiles import SCHEMA, Profile, fit_decode  # noqa: E402
+from simulator import Cluster, simulate  # noqa: E402
+from traces import synthetic, write_trace  # noqa: E402
 
 
 def run_json_lines(cmd):
@@ -142,38 +145,138 @@ class Background:
 
 
 def measure_shared_host(a, doc, path):
-    """Through the running cluster: the spread of a lone stream's steps (decode.step_jitter, the ITL
-    deciles over its median) and, with the workers sharing this host, how much slower a decode step
-    runs while prefills compute beside it (ITL p50 with a stream of 256-token prefills against
-    without) and a prefill while a decode worker steps (TTFT of 256-token prompts beside four
-    streams, less the larger first step, against alone)."""
-    # Five alternations of alone and beside, the median of their ratios (a shared host is noisy).
-    stream = ("--requests", 6, "--concurrency", 1, "--prompt-tokens", 64, "--max-tokens", 64)
+    """Through the running cluster, with the workers sharing this host: how much slower a prefill
+    runs while a decode worker steps (TTFT of 256-token prompts beside four streams, less the
+    larger first step, against alone; five alternations, the median of their ratios: a shared
+    host is noisy). The decode side is measured under load (measure_under_load)."""
     prompt = ("--requests", 5, "--concurrency", 1, "--prompt-tokens", 256, "--max-tokens", 1)
     p = Profile(doc, path)
     extra_step = p.decode_step(5, 4 * 100 + 256) - p.decode_step(1, 256)
-    spreads, decode_ratios, prefill_ratios = [], [], []
+    prefill_ratios = []
     for rep in range(5):
         seed = 600 + 10 * rep
-        alone = cli_bench(a, *stream, "--seed", seed)["itl_ms"]
-        with Background(a, "--requests", 100000, "--concurrency", 1, "--prompt-tokens", 256, "--max-tokens", 1,
-                        "--seed", seed + 1):
-            beside = cli_bench(a, *stream, "--seed", seed + 2)["itl_ms"]
-        spreads.append(alone)
-        decode_ratios.append(beside["p50"] / alone["p50"] - 1.0)
         t_alone = cli_bench(a, *prompt, "--seed", seed + 3)["ttft_ms"]["p50"] / 1e3
         with Background(a, "--requests", 100000, "--concurrency", 4, "--prompt-tokens", 16, "--max-tokens", 4000,
                         "--seed", seed + 4):
             t_beside = cli_bench(a, *prompt, "--seed", seed + 5)["ttft_ms"]["p50"] / 1e3
         prefill_ratios.append((t_beside - t_alone - extra_step) / p.prefill_time(256))
-    qs = [(0.1, "p10"), (0.25, "p25"), (0.5, "p50"), (0.75, "p75"), (0.9, "p90"), (0.99, "p99")]
-    jitter = [[q, round(statistics.median(x[k] / x["p50"] for x in spreads), 4)] for q, k in qs]
-    for i in range(1, len(jitter)):  # medians of ratios may cross by a hair
-        jitter[i][1] = max(jitter[i][1], jitter[i - 1][1])
-    doc["decode"]["step_jitter"] = jitter
-    doc["shared_host"] = {
-        "decode_slowdown_beside_prefill": round(max(0.0, statistics.median(decode_ratios)), 4),
-        "prefill_slowdown_beside_decode": round(max(0.0, statistics.median(prefill_ratios)), 4)}
+    doc["shared_host"] = {"prefill_slowdown_beside_decode": round(max(0.0, statistics.median(prefill_ratios)), 4)}
+
+
+def knee_rate(profile, cluster, shape, n=150):
+    """The rate at which the simulated cluster's TTFT p90 reaches 5× the unloaded one (bisection)."""
+    def p90(rate):
+        s = simulate(profile, cluster, synthetic(n, rate, seed=7, **shape), sample_interval=0).summary()
+        ok = s["completed"] == n and s["request_throughput"] >= 0.8 * rate
+        return s["ttft_ms"]["p90"], ok
+    idle, _ = p90(1e-3)
+    lo, hi = 1e-3, 1000.0
+    for _ in range(24):
+        mid = (lo * hi) ** 0.5
+        t, ok = p90(mid)
+        lo, hi = (mid, hi) if ok and t <= 5 * idle else (lo, mid)
+    return lo
+
+
+def token_gaps(rows):
+    """From an open-loop run's request timelines (yoco-cli bench --requests-out): every token gap
+    as (batch, context, seconds per token, whether a prefill ran). The batch is the requests
+    between their first and last token (as the client sees them) at the gap's midpoint, its
+    context their prompts plus the tokens they had by then; a gap in which another request's first
+    token arrived is left out (that turn also admitted it, which the simulator adds by itself)."""
+    reqs = []
+    for r in rows:
+        if r.get("status") != "OK" or len(r["deltas"]) < 2:
+            continue
+        times = [r["sent"] + t for t, _ in r["deltas"]]
+        counts, n = [], 0
+        for _, k in r["deltas"]:
+            n += k
+            counts.append(n)
+        reqs.append((r["sent"], times, counts, r["prompt_tokens"], [k for _, k in r["deltas"]]))
+    firsts = sorted(q[1][0] for q in reqs)
+    out = []
+    for sent, times, counts, prompt, ks in reqs:
+        for j in range(1, len(times)):
+            t0, t1 = times[j - 1], times[j]
+            i = bisect.bisect_right(firsts, t0)
+            if i < len(firsts) and firsts[i] <= t1:
+                continue  # another request's first token: an admitting turn
+            mid = 0.5 * (t0 + t1)
+            batch, ctx, prefill = 0, 0, False
+            for s2, ts2, c2, p2, _ in reqs:
+                if ts2[0] <= mid <= ts2[-1]:
+                    batch += 1
+                    ctx += p2 + c2[bisect.bisect_right(ts2, mid) - 1]
+                elif s2 <= mid < ts2[0]:
+                    prefill = True
+            out.append((max(1, batch), ctx, (t1 - t0) / ks[j], prefill))
+    return out
+
+
+def isotonic(ys):
+    """The non-decreasing sequence nearest ys in least squares (pool adjacent violators)."""
+    blocks = []  # [mean, count]
+    for y in ys:
+        blocks.append([y, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m1, n1 = blocks.pop()
+            m0, n0 = blocks.pop()
+            blocks.append([(m0 * n0 + m1 * n1) / (n0 + n1), n0 + n1])
+    return [m for m, n in blocks for _ in range(n)]
+
+
+def measure_under_load(a, doc, path):
+    """The decode step under open-loop load: two Poisson runs through the cluster (prompts of
+    16–320 tokens, outputs of 16–64; 35% and 70% of the simulated knee: a shape and seeds of the
+    profile's own, not the calibration's traces), every token gap with the batch decoding at its
+    time (token_gaps), the context term taken off. Where no prefill ran:
+    - each batch size's median gap (with ≥ 30 gaps) is its decode.batch_points value; batch sizes
+      the load did not reach take the steady streams' value (measure_overhead) times the median
+      ratio of the two where both exist; the whole made non-decreasing in B (isotonic);
+    - the gaps over their batch's value give decode.step_jitter's deciles (under load a turn
+      also meets other requests' reservations, transfers and the prompt cache's writes).
+    With a prefill running, the median of the same ratios, less 1, is
+    shared_host.decode_slowdown_beside_prefill."""
+    p = Profile(doc, path)
+    shape = dict(prompt=(16, 320), output=(16, 64))
+    knee = knee_rate(p, Cluster(shared_host=1), shape)
+    gaps = []
+    for i, level in enumerate((0.35, 0.7)):
+        reqs = synthetic(150, level * knee, seed=41 + i, **shape)
+        with tempfile.TemporaryDirectory() as d:
+            trace, timelines = os.path.join(d, "trace.csv"), os.path.join(d, "requests.jsonl")
+            with open(trace, "w") as f:
+                write_trace(reqs, f)
+            cli_bench(a, "--trace", trace, "--seed", 4100 + i, "--requests-out", timelines)
+            with open(timelines) as f:
+                gaps += token_gaps([json.loads(line) for line in f if line.strip()])
+    by_batch = {}
+    for b, ctx, g, busy in gaps:
+        if not busy:
+            by_batch.setdefault(b, []).append(g - p.decode_per_ctx * ctx)
+    loaded = {b: statistics.median(v) for b, v in by_batch.items() if len(v) >= 30}
+    steady = dict(doc["decode"]["batch_points"])
+    both = [loaded[b] / steady[b] for b in loaded if b in steady]
+    if not both:
+        sys.exit("profile.py: the load runs reached no measured batch size (%s)" % sorted(by_batch))
+    k = statistics.median(both)
+    bs = sorted(set(steady) | set(loaded))
+    ys = isotonic([loaded[b] if b in loaded else k * steady[b] for b in bs])
+    doc["decode"]["steady_batch_points"] = doc["decode"]["batch_points"]
+    doc["decode"]["batch_points"] = [[b, round(max(1e-6, y), 7)] for b, y in zip(bs, ys)]
+    p = Profile(doc, path)
+    alone = sorted(g / p.decode_step(b, ctx) for b, ctx, g, busy in gaps if not busy)
+    beside = [g / p.decode_step(b, ctx) for b, ctx, g, busy in gaps if busy]
+    if len(alone) < 50 or len(beside) < 20:
+        sys.exit("profile.py: the load runs gave too few token gaps (%d alone, %d beside a prefill)"
+                 % (len(alone), len(beside)))
+    qs = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
+    doc["decode"]["step_jitter"] = [[q, round(alone[min(len(alone) - 1, int(q * len(alone)))], 4)] for q in qs]
+    doc.setdefault("shared_host", {})["decode_slowdown_beside_prefill"] = round(
+        max(0.0, statistics.median(beside) / statistics.median(alone) - 1.0), 4)
+    doc["under_load"] = {"knee_rate": round(knee, 3), "gaps_alone": len(alone), "gaps_beside_prefill": len(beside),
+                         "batches_measured": sorted(loaded), "steady_scale": round(k, 4)}
 
 
 def measure_overhead(a, doc, path):
@@ -183,22 +286,30 @@ def measure_overhead(a, doc, path):
     prefill time (least squares; the intercept is the fixed cost of a request outside the workers'
     compute: router, RPC hops, reservation, commit acknowledgement)."""
     # The step as the worker runs it (the batcher's turn, sampling, handing tokens to the stream):
-    # B streams of 64 tokens after 64-token prompts, started together, for B = 1..16; each B's ITL
-    # p50 less the engine's context term at the streams' mean context, fitted as
-    # base + per_sequence·B (least squares). The engine's points stay for the record.
+    # B streams of 128 tokens after 64-token prompts, started together, so that most steps run
+    # the whole batch with no prefill beside it; each B's ITL p50 less the engine's context term
+    # at the streams' mean context (64 + 64), taken three times (batches up, down, up), the median,
+    # made non-decreasing in B (isotonic: a larger batch never steps faster; the rest is noise).
+    # The values per B are decode.batch_points (the step is not linear in B: the engine's
+    # products change at small batches); base + per_sequence·B is their least-squares line, for
+    # readers of the fit. The engine's own fit stays for the record.
     p = Profile(doc, path)
-    bs, steps = [], []
-    for b in (1, 2, 4, 8, 16):
-        itl = cli_bench(a, "--requests", 2 * b, "--concurrency", b, "--prompt-tokens", 64, "--max-tokens", 64,
-                        "--seed", 500 + b)["itl_ms"]["p50"] / 1e3
-        bs.append(b)
-        steps.append(itl - p.decode_per_ctx * b * 96)
+    batches = [int(x) for x in a.worker_batches.split(",") if x]
+    got = {b: [] for b in batches}
+    for rep, order in enumerate((batches, batches[::-1], batches)):
+        for b in order:
+            itl = cli_bench(a, "--requests", b, "--concurrency", b, "--prompt-tokens", 64, "--max-tokens", 128,
+                            "--seed", 500 + b + 1000 * rep)["itl_ms"]["p50"] / 1e3
+            got[b].append(max(1e-6, itl - p.decode_per_ctx * b * 128))
+    bs = batches
+    steps = isotonic([statistics.median(got[b]) for b in bs])
     mb, ms = statistics.mean(bs), statistics.mean(steps)
     per_seq = max(0.0, sum((b - mb) * (y - ms) for b, y in zip(bs, steps)) / sum((b - mb) ** 2 for b in bs))
     doc["decode"]["engine_fit"] = {"base_seconds": doc["decode"]["base_seconds"],
                                    "per_sequence_seconds": doc["decode"]["per_sequence_seconds"]}
     doc["decode"]["base_seconds"] = max(1e-6, ms - per_seq * mb)
     doc["decode"]["per_sequence_seconds"] = per_seq
+    doc["decode"]["batch_points"] = [[b, round(y, 7)] for b, y in zip(bs, steps)]
     doc["decode"]["step_overhead_seconds"] = 0.0
     p = Profile(doc, path)
     xs, ys = [], []
@@ -242,6 +353,8 @@ def main():
     ap.add_argument("--transfer-latency-ms", type=float, default=0.05)
     ap.add_argument("--store-dir", default=tempfile.gettempdir())
     ap.add_argument("--router", help="a running cluster's router, to measure the per-request overhead")
+    ap.add_argument("--worker-batches", default="1,2,3,4,6,8,12,16,24,32",
+                    help="with --router: the batch sizes of decode.batch_points")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     if a.device == "cpu":
@@ -259,6 +372,7 @@ def main():
     if a.router:
         measure_overhead(a, doc, a.out)
         measure_shared_host(a, doc, a.out)
+        measure_under_load(a, doc, a.out)
     Profile(doc, a.out)  # the schema's own checks
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)

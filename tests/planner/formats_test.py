@@ -92,6 +92,19 @@ class Profiles(unittest.TestCase):
         d["decode"]["step_overhead_seconds"] = 0.002  # the worker's turn beyond the engine's step
         self.assertAlmostEqual(load_profile(self.write(d)).decode_step(4, 1000), 0.01 + 0.002 + 0.004 + 1e-4)
 
+    def test_batch_points_replace_the_line_in_batch(self):
+        d = json.loads(json.dumps(GOOD_PROFILE))
+        d["decode"]["batch_points"] = [[1, 0.002], [2, 0.003], [4, 0.007], [8, 0.009]]
+        p = load_profile(self.write(d))
+        self.assertAlmostEqual(p.decode_step(1, 1000), 0.002 + 1e-4)
+        self.assertAlmostEqual(p.decode_step(3, 0), 0.005)      # between 2 and 4
+        self.assertAlmostEqual(p.decode_step(4, 0), 0.007)      # not on the line through 1 and 8
+        self.assertAlmostEqual(p.decode_step(16, 0), 0.013)     # the last segment's slope beyond 8
+        d["decode"]["batch_points"] = [[2, 0.004]]
+        p = load_profile(self.write(d))
+        self.assertAlmostEqual(p.decode_step(1, 0), 0.004)
+        self.assertAlmostEqual(p.decode_step(4, 0), 0.008)
+
     def bad(self, obj, *parts):
         path = self.write(obj)
         with self.assertRaises(PlanError) as e:
@@ -128,6 +141,10 @@ class Profiles(unittest.TestCase):
         self.bad(with_("decode.step_jitter", [[0.5, 1.0], [0.9]]), "decode.step_jitter[1]: a [quantile, multiplier]")
         self.bad(with_("decode.step_jitter", [[0.5, 1.0], [1.5, 2.0]]), "decode.step_jitter[1]: quantile in [0, 1]")
         self.bad(with_("decode.step_jitter", [[0.5, 1.0], [0.9, 0.8]]), "decode.step_jitter[1]: quantiles must ascend")
+        self.bad(with_("decode.batch_points", [[1, 0.002], [0.5, 0.003]]), "decode.batch_points[1]: batch a whole")
+        self.bad(with_("decode.batch_points", [[2, 0.002], [2, 0.003]]), "decode.batch_points[1]: batches must ascend")
+        self.bad(with_("decode.batch_points", [[1, 0.0]]), "decode.batch_points[0]: batch a whole number >= 1 and seconds > 0")
+        self.bad(with_("decode.batch_points", [[1]]), "decode.batch_points[0]: a [batch, seconds] pair")
         self.bad(with_("decode.step_jitter", [[0.5, 1.0]]), "decode.step_jitter: at least two pairs")
         self.bad(with_("prefill_scale", 0), "prefill_scale: must be > 0")
         self.bad(with_("shared_host", {"decode_slowdown_beside_prefill": -0.1}),

@@ -64,6 +64,22 @@ class Profile:
             self.step_jitter.append((float(q[0]), float(q[1])))
         if len(self.step_jitter) == 1:
             raise PlanError(where(path, None, "decode.step_jitter") + ": at least two pairs")
+        # Optional: the step's batch term measured per batch size through a running cluster:
+        # [[B, seconds], ...] at no context (B whole, ascending). Where given, a step costs the
+        # piecewise-linear value at B (the last segment's slope beyond the last point, the first
+        # point's value below it) + per_context_token·Σcontext, replacing base + per_sequence·B:
+        # the worker's step is not linear in B (the engine changes products at small batches).
+        self.batch_points = []
+        for i, q in enumerate(d.opt("batch_points", list, [])):
+            at = where(path, None, "decode.batch_points[%d]" % i)
+            if (not isinstance(q, list) or len(q) != 2 or not all(isinstance(x, (int, float)) and
+                                                                  not isinstance(x, bool) for x in q)):
+                raise PlanError(at + ": a [batch, seconds] pair of numbers")
+            if not (q[0] >= 1 and float(q[0]).is_integer()) or not (math.isfinite(q[1]) and q[1] > 0):
+                raise PlanError(at + ": batch a whole number >= 1 and seconds > 0 (got %r)" % (q,))
+            if self.batch_points and q[0] <= self.batch_points[-1][0]:
+                raise PlanError(at + ": batches must ascend")
+            self.batch_points.append((int(q[0]), float(q[1])))
         for i, p in enumerate(d.opt("points", list, [])):
             pg = _Getter(p, path, "decode.points[%d]" % i)
             pg.positive("batch"), pg.nonneg("context"), pg.positive("seconds")
@@ -125,7 +141,18 @@ class Profile:
         return max(0.0, self.prefill_time(start + tokens) - self.prefill_time(start))
 
     def decode_step(self, batch, context_sum):
-        return self.decode_base + self.decode_overhead + self.decode_per_seq * batch + self.decode_per_ctx * context_sum
+        return self.batch_term(batch) + self.decode_overhead + self.decode_per_ctx * context_sum
+
+    def batch_term(self, batch):
+        """The step's cost at B sequences and no context: batch_points where measured, else the fit."""
+        pts = self.batch_points
+        if not pts:
+            return self.decode_base + self.decode_per_seq * batch
+        if batch <= pts[0][0] or len(pts) == 1:
+            return pts[0][1] if batch <= pts[0][0] else pts[0][1] * batch / pts[0][0]
+        i = bisect.bisect_left([b for b, _ in pts], batch)
+        (x0, y0), (x1, y1) = pts[-2:] if i >= len(pts) else pts[i - 1:i + 1]
+        return max(0.0, y0 + (y1 - y0) * (batch - x0) / (x1 - x0))
 
     def jitter(self, u):
         """The step multiplier at quantile u of decode.step_jitter (linear between its pairs)."""

@@ -1,0 +1,52 @@
+#!/usr/bin/python3
+"""bench/planner/profile.py's arithmetic on measured data: the token gaps of an open-loop run and
+the isotonic fit of the batch points (ctest planner_profile_tool_test, label unit)."""
+
+import importlib.util
+import os
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# By path: the file's name is also a module of the standard library.
+_spec = importlib.util.spec_from_file_location("yoco_profile_tool",
+                                               os.path.join(HERE, "..", "..", "bench", "planner", "profile.py"))
+tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tool)
+
+
+class Isotonic(unittest.TestCase):
+    def test_pools_adjacent_violators(self):
+        self.assertEqual(tool.isotonic([1, 2, 3]), [1, 2, 3])
+        self.assertEqual(tool.isotonic([3, 1, 2]), [2, 2, 2])
+        self.assertEqual(tool.isotonic([1, 3, 2, 4]), [1, 2.5, 2.5, 4])
+        self.assertEqual(tool.isotonic([]), [])
+
+
+class TokenGaps(unittest.TestCase):
+    def test_batch_context_admissions_and_prefills(self):
+        rows = [
+            # A: four deltas, the last of two tokens.
+            {"index": 0, "sent": 0.0, "prompt_tokens": 10, "output_tokens": 5, "status": "OK",
+             "deltas": [[0.010, 1], [0.012, 1], [0.014, 1], [0.016, 2]]},
+            # B: sent while A decodes; its first token lands inside A's second gap.
+            {"index": 1, "sent": 0.0105, "prompt_tokens": 20, "output_tokens": 2, "status": "OK",
+             "deltas": [[0.0030, 1], [0.0055, 1]]},
+            # Neither a failed request nor a one-token one has gaps or counts in a batch.
+            {"index": 2, "sent": 0.0, "prompt_tokens": 5, "output_tokens": 0, "status": "UNAVAILABLE", "deltas": []},
+            {"index": 3, "sent": 0.02, "prompt_tokens": 5, "output_tokens": 1, "status": "OK", "deltas": [[0.001, 1]]},
+        ]
+        got = tool.token_gaps(rows)
+        want = [(1, 11, 0.002, True),     # A alone, B prefilling; A's context 10 + 1
+                # A's second gap admitted B: left out
+                (2, 34, 0.001, False),    # 2 tokens in 2 ms; contexts 10 + 3 and 20 + 1
+                (2, 34, 0.0025, False)]   # B's one gap, both decoding
+        self.assertEqual(len(got), len(want))
+        for g, w in zip(got, want):
+            self.assertEqual(g[0], w[0])
+            self.assertEqual(g[1], w[1])
+            self.assertAlmostEqual(g[2], w[2])
+            self.assertEqual(g[3], w[3])
+
+
+if __name__ == "__main__":
+    unittest.main()
