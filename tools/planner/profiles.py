@@ -54,9 +54,7 @@ class Profile:
         self.step_jitter = []
         for i, q in enumerate(d.opt("step_jitter", list, [])):
             at = where(path, None, "decode.step_jitter[%d]" % i)
-            if (not isinstance(q, list) or len(q) != 2 or not all(isinstance(x, (int, float)) and
-                                                                  not isinstance(x, bool) for x in q)):
-                raise PlanError(at + ": a [quantile, multiplier] pair of numbers")
+            _number_pair(q, at, "[quantile, multiplier]")
             if not 0 <= q[0] <= 1 or not q[1] > 0:
                 raise PlanError(at + ": quantile in [0, 1] and multiplier > 0 (got %r)" % (q,))
             if self.step_jitter and (q[0] <= self.step_jitter[-1][0] or q[1] < self.step_jitter[-1][1]):
@@ -72,9 +70,7 @@ class Profile:
         self.batch_points = []
         for i, q in enumerate(d.opt("batch_points", list, [])):
             at = where(path, None, "decode.batch_points[%d]" % i)
-            if (not isinstance(q, list) or len(q) != 2 or not all(isinstance(x, (int, float)) and
-                                                                  not isinstance(x, bool) for x in q)):
-                raise PlanError(at + ": a [batch, seconds] pair of numbers")
+            _number_pair(q, at, "[batch, seconds]")
             if not (q[0] >= 1 and float(q[0]).is_integer()) or not (math.isfinite(q[1]) and q[1] > 0):
                 raise PlanError(at + ": batch a whole number >= 1 and seconds > 0 (got %r)" % (q,))
             if self.batch_points and q[0] <= self.batch_points[-1][0]:
@@ -281,3 +277,10 @@ def _type_name(typ):
     if typ is bool:
         return "true or false"
     return "a number"
+
+
+def _number_pair(q, at, shape):
+    """Raises naming `at` unless q is a list of two numbers (booleans are not numbers here)."""
+    if (not isinstance(q, list) or len(q) != 2 or
+            not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in q)):
+        raise PlanError(at + ": a %s pair of numbers" % shape)
