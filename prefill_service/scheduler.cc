@@ -227,13 +227,17 @@ void PrefillScheduler::compute_loop() {
     for (Slice& s : plan) {
       run_slice(s);
       if (s.computed) tokens += s.tokens;
-      if (!s.last) continue;
-      // A finished prompt goes to the committers now: its commit, and so its first token, would
-      // otherwise wait for the other prompts' slices of this step (bench/README.md, transfer share of TTFT).
-      std::vector<Slice> done;
-      done.push_back(std::move(s));  // leaves s.job null: settled
-      std::lock_guard<std::mutex> lock(mu_);
-      settle_locked(done, ended);
+      if (s.last) {
+        // A finished prompt goes to the committers now: its commit, and so its first token, would
+        // otherwise wait for the other prompts' slices of this step (bench/README.md, transfer share of TTFT).
+        std::vector<Slice> done;
+        done.push_back(std::move(s));  // leaves s.job null: settled
+        std::lock_guard<std::mutex> lock(mu_);
+        settle_locked(done, ended);
+      }
+      // Then its blocks go to the store, off its time to first token but before the next slice
+      // runs, so a prompt started after it finds them (docs/design.md §5).
+      write_back_pending();
     }
     if (tokens > 0) record_throughput(tokens, seconds_between(t0, Clock::now()));
   }
@@ -386,15 +390,18 @@ Status PrefillScheduler::ship_rows(Job& j, int64_t first, int64_t n) {
 
 void PrefillScheduler::finish_job(Slice& s) {
   Job& j = *s.job;
-  if (prompt_cache_) prompt_cache_->write_back(cache_request(j), j.cached, j.state);
   j.prefilled = Clock::now();
   j.stats.prefill_seconds = seconds_between(j.started, j.prefilled);
   if (j.req.document) {  // stored, not shipped: settle ends it without a commit
+    if (prompt_cache_) prompt_cache_->write_back(cache_request(j), j.cached, j.state);
     s.status = store_document(j);
     drop_sequence(j);
     s.last = s.status.ok();
     return;
   }
+  // The prompt's blocks go to the store once its commit is on its way (write_back_pending), not
+  // before: the host rows wait here, the job's sequence is freed below.
+  if (prompt_cache_) pending_write_ = PendingWrite{s.job, j.cached, std::move(j.state)};
   StateBlobOptions so;
   so.include_kv = false;  // the rows went ahead with put_rows
   SequenceState snap;
@@ -415,6 +422,13 @@ void PrefillScheduler::finish_job(Slice& s) {
     return;
   }
   s.last = true;
+}
+
+void PrefillScheduler::write_back_pending() {
+  if (!pending_write_) return;
+  PendingWrite w = std::move(*pending_write_);
+  pending_write_.reset();
+  prompt_cache_->write_back(cache_request(*w.job), w.cached, w.rows);
 }
 
 Status PrefillScheduler::store_document(Job& j) {

@@ -173,6 +173,8 @@ class PrefillScheduler {
   bool start_job(Slice& s, TransferClock::time_point t0);  // false: s.status says why
   bool compute_slice(Slice& s, TransferClock::time_point t0);
   void finish_job(Slice& s);
+  // Compute thread: the blocks of the prompt finish_job left pending go to the KV store.
+  void write_back_pending();
   void settle_locked(std::vector<Slice>& plan, std::vector<Ended>& ended);
   void record_throughput(int64_t tokens, double busy_seconds);
   // Aborts the reservation (best effort) and completes the job: outside the lock.
@@ -208,6 +210,14 @@ class PrefillScheduler {
     double seconds;
   };
   std::deque<StepSample> window_;
+  // Compute thread only: a finished prompt's host rows, kept from its last slice until its
+  // commit has gone to the committers (write_back_pending).
+  struct PendingWrite {
+    JobPtr job;
+    PromptCacheProgress cached;
+    SequenceState rows;
+  };
+  std::optional<PendingWrite> pending_write_;
   std::atomic<double> tokens_per_second_{0.0};
 };
 

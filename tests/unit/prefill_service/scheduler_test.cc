@@ -559,6 +559,90 @@ TEST_F(PrefillSchedulerTest, BadInputIsRefusedWithTheFieldNamed) {
   EXPECT_EQ(c.sender->metrics().snapshot().failures, 0);
 }
 
+// A KV store whose writes of K/V blocks ("kv:" keys) wait at a gate until open() (or a minute, so
+// that a wrong order fails its test instead of hanging it). Everything else goes straight through.
+class GatedBlockStore final : public KvStore {
+ public:
+  explicit GatedBlockStore(KvStore& inner) : inner_(inner) {}
+  KvGetResult get(std::string_view key) override { return inner_.get(key); }
+  Status put(std::string_view key, std::string_view value, std::chrono::seconds ttl) override {
+    if (key.starts_with("kv:")) {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++waiting_;
+      cv_.notify_all();
+      cv_.wait_for(lock, seconds(60), [&] { return open_; });
+      --waiting_;
+    }
+    return inner_.put(key, value, ttl);
+  }
+  Status del(std::string_view key) override { return inner_.del(key); }
+  Status set_add(std::string_view set, std::string_view member) override { return inner_.set_add(set, member); }
+  Status set_remove(std::string_view set, std::string_view member) override { return inner_.set_remove(set, member); }
+  Result<std::vector<std::string>> set_members(std::string_view set) override { return inner_.set_members(set); }
+  std::string name() const override { return "gated(" + inner_.name() + ")"; }
+  void open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  bool wait_block_write(seconds limit) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, limit, [&] { return waiting_ > 0; });
+  }
+
+ private:
+  KvStore& inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  int waiting_ = 0;
+};
+
+// Automatic prefix caching writes a prompt's blocks back after its commit has gone out, not
+// before (docs/design.md §5): with the store's block writes held, the prompt is still committed;
+// once they are let through, the next prompt on the same prefix resumes from them.
+TEST_F(PrefillSchedulerTest, APromptsBlocksAreWrittenBackAfterItsCommit) {
+  Cluster c("tiny-gret");
+  auto mem = make_kv_store("memory:64MiB");
+  ASSERT_TRUE(mem.ok());
+  GatedBlockStore store(**mem);
+  KvCacheOptions co;
+  co.fingerprint = c.prefill->fingerprint();
+  co.kv_dim = c.prefill->config().kv_dim();
+  co.block_tokens = 32;
+  KvCache cache(store, co);
+  PrefillLimits lim;
+  lim.chunk_tokens = 64;
+  auto s = PrefillScheduler::create(*c.prefill, *c.sender, lim, &cache, /*write_prompts=*/true);
+  ASSERT_TRUE(s.ok());
+  (*s)->start();
+  Outcomes out;
+  const auto prompt = c.prompt(100, 5);
+  const auto d1 = c.reserve("first", 100);
+  ASSERT_TRUE((*s)->submit(c.job(d1, prompt), out.callback(0)).ok());
+  auto o1 = out.wait(0, seconds(20));  // the gate holds the block writes for a minute
+  ASSERT_TRUE(o1.has_value()) << "the commit waited for the KV store's block writes";
+  ASSERT_TRUE(o1->status.ok()) << o1->status.to_string();
+  EXPECT_EQ(o1->stats.cached_tokens, 0);
+  EXPECT_TRUE(store.wait_block_write(seconds(20)));  // the write-back is under way, held
+  auto c1 = c.receiver->wait_committed(d1.reservation_id, in(seconds(10)));
+  ASSERT_TRUE(c1.ok()) << c1.status().to_string();
+  c.pool->release_blocks(c1->blocks);
+  store.open();
+  // Started after the first finished (and after its write-back, on the compute thread): it
+  // resumes at the last whole block the first one wrote.
+  const auto d2 = c.reserve("second", 100);
+  ASSERT_TRUE((*s)->submit(c.job(d2, prompt), out.callback(1)).ok());
+  auto o2 = out.wait(1);
+  ASSERT_TRUE(o2.has_value() && o2->status.ok()) << (o2 ? o2->status.to_string() : "no outcome");
+  EXPECT_EQ(o2->stats.cached_tokens, 96);
+  auto c2 = c.receiver->wait_committed(d2.reservation_id, in(seconds(10)));
+  ASSERT_TRUE(c2.ok()) << c2.status().to_string();
+  c.pool->release_blocks(c2->blocks);
+  (*s)->stop();
+  EXPECT_TRUE(c.pool_idle());
+}
+
 // CacheDocument's job: computed in the scheduler's slices next to a prompt, then stored whole in
 // the KV store; the stored state is the document's state (as a scratch prefill computes it).
 // Resident rows (docs/design.md, resident prefixes): the decode worker already holds the
