@@ -16,13 +16,15 @@ using vec::load;
 using vec::v16;
 
 constexpr int kRowTile = 4;  // rows of W per tile: each is read from memory once for all m rows of x
-// At m <= 2 rows of W go one at a time, fp32 and bf16 alike: each thread then reads W as one
+// At m <= 3 rows of W go one at a time, fp32 and bf16 alike: each thread then reads W as one
 // sequential stream, where several rows side by side are several streams, which this memory
 // serves more slowly (measured, interleaved runs, 2 threads, mid-gret's Transformer at B = 1 on
-// the AVX2 path: fp32 29.8 -> 24 ms a step, bf16 18.3 -> 15.0; bench/README.md, "Weight
-// streaming"). The m rows of x stay in L1, so re-reading them per row of W costs nothing.
+// the AVX2 path: fp32 29.8 -> 24 ms a step, bf16 18.3 -> 15.0; at m = 3 kjv-yoco's step 3.0 ->
+// 2.1 ms; bench/README.md, "Weight streaming"). The m rows of x stay in L1, so re-reading them per
+// row of W costs nothing; from m = 4 the loads of x per row of W cost more than the streams save.
 // (bf16 had tiles of 8 rows here, fp32 of 4.)
 constexpr int kSmallMRowTile = 1;
+constexpr int kSmallMOneRow = 3;  // the largest m read one row at a time
 // A split product gives each thread whole runs of this many rows.
 constexpr int kThreadRows = 8;
 
@@ -108,35 +110,32 @@ template <int R, typename W>
   for (; j < j1; ++j) row_tile<1, W>(m, k, alpha, a, lda, b + static_cast<int64_t>(j) * ldb, ldb, beta, c + j, ldc);
 }
 
-template <typename W>
-[[gnu::always_inline]] inline void rows_body(int m, int k, float alpha, const float* a, int lda, const W* b, int ldb,
-                                             float beta, float* c, int ldc, int j0, int j1) {
-  if (m <= 2) row_tiles<kSmallMRowTile, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
-  else row_tiles<kRowTile, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
-}
-
-template <typename W>
+// One function per ISA and tile height R, so each tile's code is compiled on its own (in one
+// function with both heights, the R = 4 tiles measured ~25% slower at m = 8).
+template <int R, typename W>
 void rows_base(int m, int k, float alpha, const float* a, int lda, const W* b, int ldb, float beta, float* c, int ldc,
                int j0, int j1) {
-  rows_body(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
+  row_tiles<R, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
 }
-template <typename W>
+template <int R, typename W>
 __attribute__((target("avx2,fma"))) void rows_avx2(int m, int k, float alpha, const float* a, int lda, const W* b,
                                                    int ldb, float beta, float* c, int ldc, int j0, int j1) {
-  rows_body(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
+  row_tiles<R, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
 }
-template <typename W>
+template <int R, typename W>
 __attribute__((target("avx512f"))) void rows_avx512(int m, int k, float alpha, const float* a, int lda, const W* b,
                                                     int ldb, float beta, float* c, int ldc, int j0, int j1) {
-  rows_body(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
+  row_tiles<R, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
 }
 
-// The variant for the running CPU (vec::isa(), chosen on first use).
+// The variant for the running CPU (vec::isa(), chosen on first use) and for m.
 template <typename W>
 void rows(int m, int k, float alpha, const float* a, int lda, const W* b, int ldb, float beta, float* c, int ldc,
           int j0, int j1) {
-  static const auto fn = vec::pick(&rows_base<W>, &rows_avx2<W>, &rows_avx512<W>);
-  fn(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
+  static const auto one =
+      vec::pick(&rows_base<kSmallMRowTile, W>, &rows_avx2<kSmallMRowTile, W>, &rows_avx512<kSmallMRowTile, W>);
+  static const auto tiled = vec::pick(&rows_base<kRowTile, W>, &rows_avx2<kRowTile, W>, &rows_avx512<kRowTile, W>);
+  (m <= kSmallMOneRow ? one : tiled)(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
 }
 
 // Threads join only for matrices big enough to pay for waking them: a one-sequence step is

@@ -64,6 +64,22 @@ TEST(GemmSmallM, RowResultDoesNotDependOnBatch) {
   }
 }
 
+// Batches on either side of the one-row reading (m <= 3, gemv.cc) and the 4-row tiles give every
+// row the same bits, at every thread split.
+TEST(GemmSmallM, OneRowAndTiledBatchesAgreeBitwise) {
+  const int n = 37, k = 203;
+  auto a = randn(static_cast<size_t>(16) * k, 5), b = randn(static_cast<size_t>(n) * k, 6);
+  std::vector<float> want(n), got(static_cast<size_t>(16) * n);
+  for (int m : {2, 3, 4, 5, 7, 16}) {
+    cpu::gemm(m, n, k, 1.0f, a.data(), k, b.data(), k, true, 0.0f, got.data(), n);
+    for (int i = 0; i < m; ++i) {
+      cpu::gemm(1, n, k, 1.0f, a.data() + static_cast<size_t>(i) * k, k, b.data(), k, true, 0.0f, want.data(), n);
+      for (int j = 0; j < n; ++j)
+        ASSERT_EQ(want[j], got[static_cast<size_t>(i) * n + j]) << "m " << m << " row " << i << " col " << j;
+    }
+  }
+}
+
 // The bf16-weight variant widens each weight exactly, so it must give the fp32 kernel's bits on the
 // widened matrix: same tiles, tails, accumulation and threaded split, whatever the batch.
 TEST(GemmSmallM, Bf16WeightsGiveTheFp32KernelsBitsOnTheWidenedMatrix) {
