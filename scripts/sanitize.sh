@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The sanitizer stages of scripts/test.sh; each runs alone too:
-#   scripts/sanitize.sh asan   ASan + UBSan (build-asan/): labels unit, integration and cluster
+#   scripts/sanitize.sh asan [build|test]   ASan + UBSan (build-asan/): labels unit, integration and cluster
 #   scripts/sanitize.sh tsan   TSan (build-tsan/): the concurrent parts (batcher, prefill scheduler,
 #                              transfer, KV store, router policy and stall watch, API keys and their
 #                              file watcher, server kit, the metrics and the streaming HTTP servers). Not the cluster
@@ -10,7 +10,9 @@
 #                              and a suppression wide enough to hide them would hide races in our
 #                              handlers too. YOCO_TSAN_CLUSTER=1 adds the TSan-built servers and
 #                              cluster_test anyway (for a gRPC built with -fsanitize=thread).
-# CPU code only: both dirs are configured with YOCO_CUDA=OFF (CUDA code is not sanitized). Each
+# A second argument runs one half: `build` configures and builds the stage's targets, `test` runs its
+# suites on what is built (scripts/test.sh builds both stages while the main ctest run goes, then
+# tests them); without it, both. CPU code only: both dirs are configured with YOCO_CUDA=OFF (CUDA code is not sanitized). Each
 # stage builds only the targets its suites need. A finding fails the stage: the runtime options
 # halt on the first report (the process exits non-zero, its test fails), and ASan/LSan/TSan reports
 # (also from a server process a test started) go to BUILD/sanitizer-logs/, which must be empty at
@@ -19,7 +21,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-stage=${1:?usage: scripts/sanitize.sh asan|tsan}
+stage=${1:?usage: scripts/sanitize.sh asan|tsan [build|test]}
+phase=${2:-all}
+case "$phase" in
+  all | build | test) ;;
+  *)
+    echo "sanitize.sh: unknown phase '$phase' (build, test, or none for both)" >&2
+    exit 2
+    ;;
+esac
 jobs=${YOCO_SANITIZE_JOBS:-$(nproc)}
 supp=$root/tests/sanitizers
 
@@ -70,11 +80,21 @@ start=$SECONDS
 # this stage's time in CI, and against -O2 -g the heaviest unit (server/http_stream_server.cc,
 # Boost.Beast under ASan+UBSan) takes 166 s of CPU instead of 273 s and 2.7 GB instead of 4.6 GB
 # (README.md, "Where CI's time goes").
-cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DYOCO_CUDA=OFF -DYOCO_BUILD_BENCH=OFF \
-  -DYOCO_BUILD_TESTS=ON -DYOCO_VENV="$root/build/.venv" "${flags[@]}" >/dev/null
-cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
+if [[ "$phase" != test ]]; then
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DYOCO_CUDA=OFF -DYOCO_BUILD_BENCH=OFF \
+    -DYOCO_BUILD_TESTS=ON -DYOCO_VENV="$root/build/.venv" "${flags[@]}" >/dev/null
+  cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
+fi
 built=$SECONDS
+if [[ "$phase" == build ]]; then
+  echo "sanitize.sh: $stage build $((built - start)) s"
+  exit 0
+fi
+if [[ ! -f "$dir/CTestTestfile.cmake" ]]; then
+  echo "sanitize.sh: $dir is not built: run 'scripts/sanitize.sh $stage build' first" >&2
+  exit 2
+fi
 
 logs=$root/$dir/sanitizer-logs
 rm -rf "$logs"
