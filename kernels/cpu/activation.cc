@@ -9,6 +9,7 @@ namespace yoco::cpu {
 namespace {
 
 // Rows [r0, r1) of silu_mul, the exp vectorised (vec.h): per element x / (1 + e^−x) · b.
+template <typename V>
 [[gnu::always_inline]] inline void silu_mul_body(const float* a, int lda, const float* b, int ldb, float* out, int ldo,
                                                  int r0, int r1, int cols) {
   for (int r = r0; r < r1; ++r) {
@@ -17,8 +18,8 @@ namespace {
     float* o = out + static_cast<int64_t>(r) * ldo;
     int i = 0;
     for (; i + vec::kLanes <= cols; i += vec::kLanes) {
-      const vec::v16 x = vec::load(ar + i);
-      vec::store(o + i, x / (vec::splat(1.0f) + vec::exp(-x)) * vec::load(br + i));
+      const V x = vec::load<V>(ar + i);
+      vec::store(o + i, x / (vec::splat<V>(1.0f) + vec::exp(-x)) * vec::load<V>(br + i));
     }
     for (; i < cols; ++i) {
       const float x = ar[i];
@@ -29,15 +30,15 @@ namespace {
 
 using SiluMulFn = void (*)(const float*, int, const float*, int, float*, int, int, int, int);
 void silu_mul_default(const float* a, int lda, const float* b, int ldb, float* out, int ldo, int r0, int r1, int cols) {
-  silu_mul_body(a, lda, b, ldb, out, ldo, r0, r1, cols);
+  silu_mul_body<vec::F16Base>(a, lda, b, ldb, out, ldo, r0, r1, cols);
 }
 __attribute__((target("avx2,fma"))) void silu_mul_avx2(const float* a, int lda, const float* b, int ldb, float* out,
                                                        int ldo, int r0, int r1, int cols) {
-  silu_mul_body(a, lda, b, ldb, out, ldo, r0, r1, cols);
+  silu_mul_body<vec::F16Avx2>(a, lda, b, ldb, out, ldo, r0, r1, cols);
 }
 __attribute__((target("avx512f"))) void silu_mul_avx512(const float* a, int lda, const float* b, int ldb, float* out,
                                                         int ldo, int r0, int r1, int cols) {
-  silu_mul_body(a, lda, b, ldb, out, ldo, r0, r1, cols);
+  silu_mul_body<vec::F16Avx512>(a, lda, b, ldb, out, ldo, r0, r1, cols);
 }
 
 // The variant for the running CPU (vec::isa()).

@@ -31,41 +31,41 @@ void visible_key_range(const AttentionArgs& a, int i0, int iq, int& lo, int& hi)
 // queries are the vector lanes, so the running max m[i] and sum l[i] update 16 at a time; the
 // accumulator rows acc[i · hd ..] are rescaled (acc null: the first tile, whose P·V overwrites
 // them), and st is left holding exp(st − m).
+template <typename V>
 [[gnu::always_inline]] inline void softmax_tile_body(float* st, int iq, int ck, const int* lo, const int* hi, float* m,
                                                      float* l, float* acc, int hd) {
-  using vec::v16;
   constexpr int kV = kBlockQ / vec::kLanes;
-  v16 vm[kV], mnew[kV], msafe[kV], sum[kV];
-  for (int v = 0; v < kV; ++v) vm[v] = vec::splat(kNegInf);
+  V vm[kV], mnew[kV], msafe[kV], sum[kV];
+  for (int v = 0; v < kV; ++v) vm[v] = vec::splat<V>(kNegInf);
   for (int c = 0; c < ck; ++c) {
     float* row = st + static_cast<size_t>(c) * kBlockQ;
-    const vec::i16 vlo = vec::i16{} + lo[c], vhi = vec::i16{} + hi[c];
+    const vec::int_t<V> vlo = vec::splat<vec::int_t<V>>(lo[c]), vhi = vec::splat<vec::int_t<V>>(hi[c]);
     for (int v = 0; v < kV; ++v) {
-      const vec::i16 idx = vec::iota() + v * vec::kLanes;
-      const v16 x = (idx >= vlo) & (idx < vhi) ? vec::load(row + v * vec::kLanes) : vec::splat(kNegInf);
+      const vec::int_t<V> idx = vec::iota<vec::int_t<V>>() + v * vec::kLanes;
+      const V x = vec::select((idx >= vlo) & (idx < vhi), vec::load<V>(row + v * vec::kLanes), vec::splat<V>(kNegInf));
       vec::store(row + v * vec::kLanes, x);
       vm[v] = vec::max(vm[v], x);
     }
   }
   for (int v = 0; v < kV; ++v) {
-    mnew[v] = vec::max(vec::load(m + v * vec::kLanes), vm[v]);
+    mnew[v] = vec::max(vec::load<V>(m + v * vec::kLanes), vm[v]);
     // A query that has seen nothing yet keeps max −inf: shift by 0 so exp(−inf − 0) = 0, not NaN.
-    msafe[v] = mnew[v] == vec::splat(kNegInf) ? v16{} : mnew[v];
-    sum[v] = v16{};
+    msafe[v] = vec::select(mnew[v] == vec::splat<V>(kNegInf), V{}, mnew[v]);
+    sum[v] = V{};
   }
   for (int c = 0; c < ck; ++c) {
     float* row = st + static_cast<size_t>(c) * kBlockQ;
     for (int v = 0; v < kV; ++v) {
-      const v16 p = vec::exp(vec::load(row + v * vec::kLanes) - msafe[v]);
+      const V p = vec::exp(vec::load<V>(row + v * vec::kLanes) - msafe[v]);
       vec::store(row + v * vec::kLanes, p);
       sum[v] += p;
     }
   }
   float corr[kBlockQ];
   for (int v = 0; v < kV; ++v) {
-    const v16 cv = vec::exp(vec::load(m + v * vec::kLanes) - msafe[v]);  // 0 while nothing was seen
+    const V cv = vec::exp(vec::load<V>(m + v * vec::kLanes) - msafe[v]);  // 0 while nothing was seen
     vec::store(corr + v * vec::kLanes, cv);
-    vec::store(l + v * vec::kLanes, vec::load(l + v * vec::kLanes) * cv + sum[v]);
+    vec::store(l + v * vec::kLanes, vec::load<V>(l + v * vec::kLanes) * cv + sum[v]);
     vec::store(m + v * vec::kLanes, mnew[v]);
   }
   if (!acc) return;
@@ -73,7 +73,7 @@ void visible_key_range(const AttentionArgs& a, int i0, int iq, int& lo, int& hi)
     if (corr[i] == 1.0f) continue;
     float* ar = acc + static_cast<size_t>(i) * hd;
     int d = 0;
-    for (; d + vec::kLanes <= hd; d += vec::kLanes) vec::store(ar + d, vec::load(ar + d) * corr[i]);
+    for (; d + vec::kLanes <= hd; d += vec::kLanes) vec::store(ar + d, vec::load<V>(ar + d) * corr[i]);
     for (; d < hd; ++d) ar[d] *= corr[i];
   }
 }
@@ -81,15 +81,15 @@ void visible_key_range(const AttentionArgs& a, int i0, int iq, int& lo, int& hi)
 using SoftmaxFn = void (*)(float*, int, int, const int*, const int*, float*, float*, float*, int);
 void softmax_tile_default(float* s, int iq, int ck, const int* lo, const int* hi, float* m, float* l, float* acc,
                           int hd) {
-  softmax_tile_body(s, iq, ck, lo, hi, m, l, acc, hd);
+  softmax_tile_body<vec::F16Base>(s, iq, ck, lo, hi, m, l, acc, hd);
 }
 __attribute__((target("avx2,fma"))) void softmax_tile_avx2(float* s, int iq, int ck, const int* lo, const int* hi,
                                                            float* m, float* l, float* acc, int hd) {
-  softmax_tile_body(s, iq, ck, lo, hi, m, l, acc, hd);
+  softmax_tile_body<vec::F16Avx2>(s, iq, ck, lo, hi, m, l, acc, hd);
 }
 __attribute__((target("avx512f"))) void softmax_tile_avx512(float* s, int iq, int ck, const int* lo, const int* hi,
                                                             float* m, float* l, float* acc, int hd) {
-  softmax_tile_body(s, iq, ck, lo, hi, m, l, acc, hd);
+  softmax_tile_body<vec::F16Avx512>(s, iq, ck, lo, hi, m, l, acc, hd);
 }
 
 // The variant for the running CPU (vec::isa()).
@@ -99,12 +99,13 @@ void softmax_tile(float* s, int iq, int ck, const int* lo, const int* hi, float*
 }
 
 // x[i] = exp(x[i] − shift) for i < n; returns their sum (decode's softmax over all keys).
+template <typename V>
 [[gnu::always_inline]] inline float exp_sum_body(float* x, int64_t n, float shift) {
-  const vec::v16 vs = vec::splat(shift);
-  vec::v16 acc{};
+  const V vs = vec::splat<V>(shift);
+  V acc{};
   int64_t i = 0;
   for (; i + vec::kLanes <= n; i += vec::kLanes) {
-    const vec::v16 e = vec::exp(vec::load(x + i) - vs);
+    const V e = vec::exp(vec::load<V>(x + i) - vs);
     vec::store(x + i, e);
     acc += e;
   }
@@ -114,12 +115,12 @@ void softmax_tile(float* s, int iq, int ck, const int* lo, const int* hi, float*
 }
 
 using ExpSumFn = float (*)(float*, int64_t, float);
-float exp_sum_default(float* x, int64_t n, float shift) { return exp_sum_body(x, n, shift); }
+float exp_sum_default(float* x, int64_t n, float shift) { return exp_sum_body<vec::F16Base>(x, n, shift); }
 __attribute__((target("avx2,fma"))) float exp_sum_avx2(float* x, int64_t n, float shift) {
-  return exp_sum_body(x, n, shift);
+  return exp_sum_body<vec::F16Avx2>(x, n, shift);
 }
 __attribute__((target("avx512f"))) float exp_sum_avx512(float* x, int64_t n, float shift) {
-  return exp_sum_body(x, n, shift);
+  return exp_sum_body<vec::F16Avx512>(x, n, shift);
 }
 
 float exp_sum(float* x, int64_t n, float shift) {
@@ -149,23 +150,22 @@ constexpr int64_t kDecodeThreadElems = int64_t{1} << 16;
 
 // s[g · lds + r] = scale · q_g · k_r for the rows of one sub-block.
 // T is the stored element: float, or uint16_t for bf16 (vec::load widens it exactly).
-template <int Gs, typename T>
+template <int Gs, typename V, typename T>
 [[gnu::always_inline]] inline void decode_scores(const float* q, int hd, const T* k, int ldk, int rows, float scale,
                                                  float* s, int64_t lds) {
-  using vec::v16;
   constexpr int kLine = 64 / sizeof(T);  // elements per cache line
   for (int r = 0; r < rows; ++r) {
     const T* kr = k + static_cast<int64_t>(r) * ldk;
     // The same columns kSubRows rows on (the next sub-block): the prefetchers alone leave most of
     // the bandwidth unused on rows read a head's slice at a time. A prefetch never faults.
     for (int p = 0; p < hd; p += kLine) __builtin_prefetch(kr + static_cast<int64_t>(kPrefetchRows) * ldk + p, 0, 3);
-    v16 acc[Gs];
+    V acc[Gs];
 #pragma GCC unroll 4
-    for (int g = 0; g < Gs; ++g) acc[g] = v16{};
+    for (int g = 0; g < Gs; ++g) acc[g] = V{};
     for (int p = 0; p < hd; p += vec::kLanes) {
-      const v16 kp = vec::load(kr + p);
+      const V kp = vec::load<V>(kr + p);
 #pragma GCC unroll 4
-      for (int g = 0; g < Gs; ++g) acc[g] += vec::load(q + static_cast<int64_t>(g) * hd + p) * kp;
+      for (int g = 0; g < Gs; ++g) acc[g] += vec::load<V>(q + static_cast<int64_t>(g) * hd + p) * kp;
     }
 #pragma GCC unroll 4
     for (int g = 0; g < Gs; ++g) s[static_cast<int64_t>(g) * lds + r] = scale * vec::hsum(acc[g]);
@@ -175,35 +175,34 @@ template <int Gs, typename T>
 // acc[(A · Gs + g) · hd + d] += p[g · lds + r] · v_r[d] for the rows of one sub-block, where the
 // set A (of kAcc) is the key's absolute index c0 + r modulo kAcc: with one or two heads per group,
 // two sets of independent sums keep the multiply-adds from waiting on each other.
-template <int Gs, int kAcc, typename T>
+template <int Gs, int kAcc, typename V, typename T>
 [[gnu::always_inline]] inline void decode_pv(const float* p, int64_t lds, const T* v, int ldv, int rows, int64_t c0,
                                              int hd, float* acc, int64_t ld_set) {
-  using vec::v16;
   for (int d = 0; d < hd; d += vec::kLanes) {
-    v16 a[kAcc][Gs];
+    V a[kAcc][Gs];
 #pragma GCC unroll 4
     for (int A = 0; A < kAcc; ++A)
 #pragma GCC unroll 4
-      for (int g = 0; g < Gs; ++g) a[A][g] = vec::load(acc + A * ld_set + static_cast<int64_t>(g) * hd + d);
+      for (int g = 0; g < Gs; ++g) a[A][g] = vec::load<V>(acc + A * ld_set + static_cast<int64_t>(g) * hd + d);
     int r = 0;
     if (kAcc == 2 && (c0 & 1) && rows > 0) {  // an odd first key goes to the second set
-      const v16 vr = vec::load(v + d);
+      const V vr = vec::load<V>(v + d);
 #pragma GCC unroll 4
-      for (int g = 0; g < Gs; ++g) a[kAcc - 1][g] += vec::splat(p[static_cast<int64_t>(g) * lds]) * vr;
+      for (int g = 0; g < Gs; ++g) a[kAcc - 1][g] += vec::splat<V>(p[static_cast<int64_t>(g) * lds]) * vr;
       r = 1;
     }
     for (; r + kAcc <= rows; r += kAcc)
 #pragma GCC unroll 4
       for (int A = 0; A < kAcc; ++A) {
         __builtin_prefetch(v + static_cast<int64_t>(r + A + kPrefetchRows) * ldv + d, 0, 3);
-        const v16 vr = vec::load(v + static_cast<int64_t>(r + A) * ldv + d);
+        const V vr = vec::load<V>(v + static_cast<int64_t>(r + A) * ldv + d);
 #pragma GCC unroll 4
-        for (int g = 0; g < Gs; ++g) a[A][g] += vec::splat(p[static_cast<int64_t>(g) * lds + r + A]) * vr;
+        for (int g = 0; g < Gs; ++g) a[A][g] += vec::splat<V>(p[static_cast<int64_t>(g) * lds + r + A]) * vr;
       }
     if (r < rows) {  // one even key left: the first set
-      const v16 vr = vec::load(v + static_cast<int64_t>(r) * ldv + d);
+      const V vr = vec::load<V>(v + static_cast<int64_t>(r) * ldv + d);
 #pragma GCC unroll 4
-      for (int g = 0; g < Gs; ++g) a[0][g] += vec::splat(p[static_cast<int64_t>(g) * lds + r]) * vr;
+      for (int g = 0; g < Gs; ++g) a[0][g] += vec::splat<V>(p[static_cast<int64_t>(g) * lds + r]) * vr;
     }
 #pragma GCC unroll 4
     for (int A = 0; A < kAcc; ++A)
@@ -270,71 +269,81 @@ template <typename T>
   else return kv.v16_blocks[b];
 }
 
+// The lambdas below are always inlined: a lambda does not take the target of the ISA variant it
+// sits in, so one left out of line would be compiled for the build's baseline (SSE2 without
+// YOCO_NATIVE), where the variant's vectors have no registers.
+
 // Pass 1 over keys [c_lo, c_hi): every head's scores.
-template <typename T>
+template <typename V, typename T>
 [[gnu::always_inline]] inline void decode_scores_part_body(const DecodeShape& sh, const float* q, int64_t c_lo,
                                                            int64_t c_hi, float* s) {
   const int hd = sh.hd, ld = sh.n_kv_heads * hd;
   const int64_t n = sh.kv->n_tokens;
-  for_sub_blocks(sh, c_lo, c_hi, [&](int64_t b, int r0, int rows, int64_t c) {
-    const T* k = k_block<T>(*sh.kv, b) + static_cast<int64_t>(r0) * ld;
-    for (int kvh = 0; kvh < sh.n_kv_heads; ++kvh)
-      for_sub_groups(sh.group, [&](int g0, auto gs) {
-        const int h = kvh * sh.group + g0;
-        decode_scores<decltype(gs)::value, T>(q + static_cast<int64_t>(h) * hd, hd, k + static_cast<int64_t>(kvh) * hd,
-                                              ld, rows, sh.scale, s + h * n + c, n);
+  for_sub_blocks(
+      sh, c_lo, c_hi, [&](int64_t b, int r0, int rows, int64_t c) __attribute__((always_inline)) {
+        const T* k = k_block<T>(*sh.kv, b) + static_cast<int64_t>(r0) * ld;
+        for (int kvh = 0; kvh < sh.n_kv_heads; ++kvh)
+          for_sub_groups(
+              sh.group, [&](int g0, auto gs) __attribute__((always_inline)) {
+                const int h = kvh * sh.group + g0;
+                decode_scores<decltype(gs)::value, V, T>(q + static_cast<int64_t>(h) * hd, hd,
+                                                         k + static_cast<int64_t>(kvh) * hd, ld, rows, sh.scale,
+                                                         s + h * n + c, n);
+              });
       });
-  });
 }
 
 // Pass 2 over keys [c_lo, c_hi): P·V added to acc (n_acc sets of ld_set floats).
-template <typename T>
+template <typename V, typename T>
 [[gnu::always_inline]] inline void decode_pv_part_body(const DecodeShape& sh, const float* s, int64_t c_lo,
                                                        int64_t c_hi, float* acc) {
   const int hd = sh.hd, ld = sh.n_kv_heads * hd;
   const int64_t n = sh.kv->n_tokens;
-  for_sub_blocks(sh, c_lo, c_hi, [&](int64_t b, int r0, int rows, int64_t c) {
-    const T* v = v_block<T>(*sh.kv, b) + static_cast<int64_t>(r0) * ld;
-    for (int kvh = 0; kvh < sh.n_kv_heads; ++kvh) {
-      const int h0 = kvh * sh.group;
-      const T* vh = v + static_cast<int64_t>(kvh) * hd;
-      const float* p = s + h0 * n + c;
-      float* ah = acc + static_cast<int64_t>(h0) * hd;
-      if (sh.group == 1) decode_pv<1, 2, T>(p, n, vh, ld, rows, c, hd, ah, sh.ld_set);
-      else if (sh.group == 2) decode_pv<2, 2, T>(p, n, vh, ld, rows, c, hd, ah, sh.ld_set);
-      else
-        for_sub_groups(sh.group, [&](int g0, auto gs) {
-          decode_pv<decltype(gs)::value, 1, T>(p + static_cast<int64_t>(g0) * n, n, vh, ld, rows, c, hd,
-                                               ah + static_cast<int64_t>(g0) * hd, sh.ld_set);
-        });
-    }
-  });
+  for_sub_blocks(
+      sh, c_lo, c_hi, [&](int64_t b, int r0, int rows, int64_t c) __attribute__((always_inline)) {
+        const T* v = v_block<T>(*sh.kv, b) + static_cast<int64_t>(r0) * ld;
+        for (int kvh = 0; kvh < sh.n_kv_heads; ++kvh) {
+          const int h0 = kvh * sh.group;
+          const T* vh = v + static_cast<int64_t>(kvh) * hd;
+          const float* p = s + h0 * n + c;
+          float* ah = acc + static_cast<int64_t>(h0) * hd;
+          if (sh.group == 1) decode_pv<1, 2, V, T>(p, n, vh, ld, rows, c, hd, ah, sh.ld_set);
+          else if (sh.group == 2) decode_pv<2, 2, V, T>(p, n, vh, ld, rows, c, hd, ah, sh.ld_set);
+          else
+            for_sub_groups(
+                sh.group, [&](int g0, auto gs) __attribute__((always_inline)) {
+                  decode_pv<decltype(gs)::value, 1, V, T>(p + static_cast<int64_t>(g0) * n, n, vh, ld, rows, c, hd,
+                                                          ah + static_cast<int64_t>(g0) * hd, sh.ld_set);
+                });
+        }
+      });
 }
 
 // One pass over keys [lo, hi): scores from q into s, or P·V from s into acc.
 enum class DecodePass { kScores, kPv };
+template <typename V>
 [[gnu::always_inline]] inline void decode_part_body(DecodePass pass, const DecodeShape& sh, const float* in, int64_t lo,
                                                     int64_t hi, float* out) {
   const bool bf16 = sh.kv->k16_blocks != nullptr;
   if (pass == DecodePass::kScores) {
-    if (bf16) decode_scores_part_body<uint16_t>(sh, in, lo, hi, out);
-    else decode_scores_part_body<float>(sh, in, lo, hi, out);
+    if (bf16) decode_scores_part_body<V, uint16_t>(sh, in, lo, hi, out);
+    else decode_scores_part_body<V, float>(sh, in, lo, hi, out);
   } else {
-    if (bf16) decode_pv_part_body<uint16_t>(sh, in, lo, hi, out);
-    else decode_pv_part_body<float>(sh, in, lo, hi, out);
+    if (bf16) decode_pv_part_body<V, uint16_t>(sh, in, lo, hi, out);
+    else decode_pv_part_body<V, float>(sh, in, lo, hi, out);
   }
 }
 using DecodePartFn = void (*)(DecodePass, const DecodeShape&, const float*, int64_t, int64_t, float*);
 void decode_part_default(DecodePass pass, const DecodeShape& sh, const float* in, int64_t lo, int64_t hi, float* out) {
-  decode_part_body(pass, sh, in, lo, hi, out);
+  decode_part_body<vec::F16Base>(pass, sh, in, lo, hi, out);
 }
 __attribute__((target("avx2,fma"))) void decode_part_avx2(DecodePass pass, const DecodeShape& sh, const float* in,
                                                           int64_t lo, int64_t hi, float* out) {
-  decode_part_body(pass, sh, in, lo, hi, out);
+  decode_part_body<vec::F16Avx2>(pass, sh, in, lo, hi, out);
 }
 __attribute__((target("avx512f"))) void decode_part_avx512(DecodePass pass, const DecodeShape& sh, const float* in,
                                                            int64_t lo, int64_t hi, float* out) {
-  decode_part_body(pass, sh, in, lo, hi, out);
+  decode_part_body<vec::F16Avx512>(pass, sh, in, lo, hi, out);
 }
 
 // The fused step (the variants for the running CPU, vec::isa()).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -12,8 +13,6 @@ namespace {
 
 using vec::hsum;
 using vec::kLanes;
-using vec::load;
-using vec::v16;
 
 constexpr int kRowTile = 4;  // rows of W per tile: each is read from memory once for all m rows of x
 // At m <= 3 rows of W go one at a time, fp32 and bf16 alike: each thread then reads W as one
@@ -31,29 +30,37 @@ constexpr int kThreadRows = 8;
 using vec::widen;
 [[gnu::always_inline]] inline float widen(float f) { return f; }
 
+// Whether a tile prefetches the same columns of the next tile's rows. One fp32 row at a time on
+// AVX2 reads faster without (an AVX2-only EPYC, family 25: 13.5 -> 16.5 GB/s, medians of five
+// interleaved membw decode_gemm runs at B = 1, bench/README.md "On an AVX2-only CPU"), as its
+// membw read patterns are slower with a prefetch 4 KiB ahead; bf16 rows (half as far apart) and
+// the AVX-512 variant keep it, as measured where they were tuned.
+template <int R, typename V, typename W>
+constexpr bool kPrefetchNextRows = R > 1 || !std::is_same_v<W, float> || std::is_same_v<V, vec::F16Avx512>;
+
 // C[M rows starting at a, R rows of W starting at w]: every output is the same sequence of
 // operations (16-lane partial sums over k, pairwise lane sum, then the scalar tail) whatever R and M.
-template <int R, int M, typename W>
+template <int R, int M, typename V, typename W>
 [[gnu::always_inline]] inline void tile(int k, float alpha, const float* a, int lda, const W* w, int ldb, float beta,
                                         float* c, int ldc) {
   // Fully unrolled, so the R·M accumulators and M inputs live in registers.
-  v16 acc[R][M];
+  V acc[R][M];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int i = 0; i < M; ++i) acc[r][i] = v16{};
+    for (int i = 0; i < M; ++i) acc[r][i] = V{};
   const int kv = k - k % kLanes;
   for (int p = 0; p < kv; p += kLanes) {
-    v16 x[M];
+    V x[M];
 #pragma GCC unroll 4
-    for (int i = 0; i < M; ++i) x[i] = load(a + static_cast<int64_t>(i) * lda + p);
+    for (int i = 0; i < M; ++i) x[i] = vec::load<V>(a + static_cast<int64_t>(i) * lda + p);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       // The same columns of the next tile's rows: the hardware prefetcher alone leaves a few
       // percent of the bandwidth unused, more as m grows (bench/README.md, decode at memory speed).
       // A prefetch never faults, also past the end of W.
-      __builtin_prefetch(w + static_cast<int64_t>(r + R) * ldb + p, 0, 3);
-      const v16 wr = load(w + static_cast<int64_t>(r) * ldb + p);
+      if constexpr (kPrefetchNextRows<R, V, W>) __builtin_prefetch(w + static_cast<int64_t>(r + R) * ldb + p, 0, 3);
+      const V wr = vec::load<V>(w + static_cast<int64_t>(r) * ldb + p);
 #pragma GCC unroll 4
       for (int i = 0; i < M; ++i) acc[r][i] += wr * x[i];
     }
@@ -74,25 +81,25 @@ template <int R, int M, typename W>
 
 // All m rows of x against R rows of W, x rows G at a time (at most 16 accumulators; a later
 // group reads the tile from cache).
-template <int R, typename W>
+template <int R, typename V, typename W>
 [[gnu::always_inline]] inline void row_tile(int m, int k, float alpha, const float* a, int lda, const W* w, int ldb,
                                             float beta, float* c, int ldc) {
   constexpr int G = R >= 8 ? 2 : 4;
   int i = 0;
   for (; i + G <= m; i += G)
-    tile<R, G, W>(k, alpha, a + static_cast<int64_t>(i) * lda, lda, w, ldb, beta, c + static_cast<int64_t>(i) * ldc,
-                  ldc);
+    tile<R, G, V, W>(k, alpha, a + static_cast<int64_t>(i) * lda, lda, w, ldb, beta, c + static_cast<int64_t>(i) * ldc,
+                     ldc);
   const float* ai = a + static_cast<int64_t>(i) * lda;
   float* ci = c + static_cast<int64_t>(i) * ldc;
   switch (m - i) {
     case 3:
-      if constexpr (G > 3) tile<R, 3, W>(k, alpha, ai, lda, w, ldb, beta, ci, ldc);
+      if constexpr (G > 3) tile<R, 3, V, W>(k, alpha, ai, lda, w, ldb, beta, ci, ldc);
       break;
     case 2:
-      if constexpr (G > 2) tile<R, 2, W>(k, alpha, ai, lda, w, ldb, beta, ci, ldc);
+      if constexpr (G > 2) tile<R, 2, V, W>(k, alpha, ai, lda, w, ldb, beta, ci, ldc);
       break;
     case 1:
-      tile<R, 1, W>(k, alpha, ai, lda, w, ldb, beta, ci, ldc);
+      tile<R, 1, V, W>(k, alpha, ai, lda, w, ldb, beta, ci, ldc);
       break;
     default:
       break;
@@ -101,13 +108,13 @@ template <int R, typename W>
 
 // Rows [j0, j1) of W in tiles of R rows. Everything here is inlined into each ISA variant below,
 // so each is compiled for its ISA.
-template <int R, typename W>
+template <int R, typename V, typename W>
 [[gnu::always_inline]] inline void row_tiles(int m, int k, float alpha, const float* a, int lda, const W* b, int ldb,
                                              float beta, float* c, int ldc, int j0, int j1) {
   int j = j0;
   for (; j + R <= j1; j += R)
-    row_tile<R, W>(m, k, alpha, a, lda, b + static_cast<int64_t>(j) * ldb, ldb, beta, c + j, ldc);
-  for (; j < j1; ++j) row_tile<1, W>(m, k, alpha, a, lda, b + static_cast<int64_t>(j) * ldb, ldb, beta, c + j, ldc);
+    row_tile<R, V, W>(m, k, alpha, a, lda, b + static_cast<int64_t>(j) * ldb, ldb, beta, c + j, ldc);
+  for (; j < j1; ++j) row_tile<1, V, W>(m, k, alpha, a, lda, b + static_cast<int64_t>(j) * ldb, ldb, beta, c + j, ldc);
 }
 
 // One function per ISA and tile height R, so each tile's code is compiled on its own (in one
@@ -115,17 +122,17 @@ template <int R, typename W>
 template <int R, typename W>
 void rows_base(int m, int k, float alpha, const float* a, int lda, const W* b, int ldb, float beta, float* c, int ldc,
                int j0, int j1) {
-  row_tiles<R, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
+  row_tiles<R, vec::F16Base, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
 }
 template <int R, typename W>
 __attribute__((target("avx2,fma"))) void rows_avx2(int m, int k, float alpha, const float* a, int lda, const W* b,
                                                    int ldb, float beta, float* c, int ldc, int j0, int j1) {
-  row_tiles<R, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
+  row_tiles<R, vec::F16Avx2, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
 }
 template <int R, typename W>
 __attribute__((target("avx512f"))) void rows_avx512(int m, int k, float alpha, const float* a, int lda, const W* b,
                                                     int ldb, float beta, float* c, int ldc, int j0, int j1) {
-  row_tiles<R, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
+  row_tiles<R, vec::F16Avx512, W>(m, k, alpha, a, lda, b, ldb, beta, c, ldc, j0, j1);
 }
 
 // The variant for the running CPU (vec::isa(), chosen on first use) and for m.

@@ -10,25 +10,26 @@ namespace yoco::cpu {
 namespace {
 
 // att[i, j] *= exp(b_i − b_j) for j <= i, 0 for j > i (i, j < c; rows of width ld).
+template <typename V>
 [[gnu::always_inline]] inline void decay_mask_body(float* att, int ld, const float* b, int c) {
   for (int i = 0; i < c; ++i) {
     float* row = att + static_cast<size_t>(i) * ld;
-    const vec::v16 bi = vec::splat(b[i]);
+    const V bi = vec::splat<V>(b[i]);
     int j = 0;
     for (; j + vec::kLanes <= i + 1; j += vec::kLanes)
-      vec::store(row + j, vec::load(row + j) * vec::exp(bi - vec::load(b + j)));
+      vec::store(row + j, vec::load<V>(row + j) * vec::exp(bi - vec::load<V>(b + j)));
     for (; j <= i; ++j) row[j] *= std::exp(b[i] - b[j]);
     for (; j < c; ++j) row[j] = 0;
   }
 }
 
 using DecayMaskFn = void (*)(float*, int, const float*, int);
-void decay_mask_default(float* att, int ld, const float* b, int c) { decay_mask_body(att, ld, b, c); }
+void decay_mask_default(float* att, int ld, const float* b, int c) { decay_mask_body<vec::F16Base>(att, ld, b, c); }
 __attribute__((target("avx2,fma"))) void decay_mask_avx2(float* att, int ld, const float* b, int c) {
-  decay_mask_body(att, ld, b, c);
+  decay_mask_body<vec::F16Avx2>(att, ld, b, c);
 }
 __attribute__((target("avx512f"))) void decay_mask_avx512(float* att, int ld, const float* b, int c) {
-  decay_mask_body(att, ld, b, c);
+  decay_mask_body<vec::F16Avx512>(att, ld, b, c);
 }
 
 // The variant for the running CPU (vec::isa()).

@@ -13,26 +13,25 @@ namespace yoco::cpu {
 namespace {
 
 using vec::kLanes;
-using vec::v16;
 
 // C[MR rows, NV·16 columns] = alpha · A[MR, k] · B[k, NV·16] + beta · C: broadcasts of A's
 // elements times rows of B, all MR·NV accumulators in registers.
-template <int MR, int NV>
+template <int MR, int NV, typename V>
 [[gnu::always_inline]] inline void tile(int k, float alpha, const float* a, int lda, int acs, const float* b, int ldb,
                                         float beta, float* c, int ldc) {
-  v16 acc[MR][NV];
+  V acc[MR][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[i][v] = v16{};
+    for (int v = 0; v < NV; ++v) acc[i][v] = V{};
   for (int p = 0; p < k; ++p) {
-    v16 bv[NV];
+    V bv[NV];
     const float* bp = b + static_cast<int64_t>(p) * ldb;
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = vec::load(bp + v * kLanes);
+    for (int v = 0; v < NV; ++v) bv[v] = vec::load<V>(bp + v * kLanes);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const v16 ai = vec::splat(a[static_cast<int64_t>(i) * lda + static_cast<int64_t>(p) * acs]);
+      const V ai = vec::splat<V>(a[static_cast<int64_t>(i) * lda + static_cast<int64_t>(p) * acs]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] += ai * bv[v];
     }
@@ -42,37 +41,37 @@ template <int MR, int NV>
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       float* cp = c + static_cast<int64_t>(i) * ldc + v * kLanes;
-      vec::store(cp, beta == 0 ? alpha * acc[i][v] : alpha * acc[i][v] + beta * vec::load(cp));
+      vec::store(cp, beta == 0 ? alpha * acc[i][v] : alpha * acc[i][v] + beta * vec::load<V>(cp));
     }
 }
 
 // Rows [0, m) of one column panel of NV vectors: MR rows at a time, then the remaining rows.
-template <int MR, int NV>
+template <int MR, int NV, typename V>
 [[gnu::always_inline]] inline void panel(int m, int k, float alpha, const float* a, int lda, int acs, const float* b,
                                          int ldb, float beta, float* c, int ldc) {
   int i = 0;
   for (; i + MR <= m; i += MR)
-    tile<MR, NV>(k, alpha, a + static_cast<int64_t>(i) * lda, lda, acs, b, ldb, beta, c + static_cast<int64_t>(i) * ldc,
-                 ldc);
+    tile<MR, NV, V>(k, alpha, a + static_cast<int64_t>(i) * lda, lda, acs, b, ldb, beta,
+                    c + static_cast<int64_t>(i) * ldc, ldc);
   if (i == m) return;
   const float* ai = a + static_cast<int64_t>(i) * lda;
   float* ci = c + static_cast<int64_t>(i) * ldc;
   // MR <= 6: the leftover is 1..5 rows.
   switch (m - i) {
     case 5:
-      if constexpr (MR > 5) tile<5, NV>(k, alpha, ai, lda, acs, b, ldb, beta, ci, ldc);
+      if constexpr (MR > 5) tile<5, NV, V>(k, alpha, ai, lda, acs, b, ldb, beta, ci, ldc);
       break;
     case 4:
-      if constexpr (MR > 4) tile<4, NV>(k, alpha, ai, lda, acs, b, ldb, beta, ci, ldc);
+      if constexpr (MR > 4) tile<4, NV, V>(k, alpha, ai, lda, acs, b, ldb, beta, ci, ldc);
       break;
     case 3:
-      if constexpr (MR > 3) tile<3, NV>(k, alpha, ai, lda, acs, b, ldb, beta, ci, ldc);
+      if constexpr (MR > 3) tile<3, NV, V>(k, alpha, ai, lda, acs, b, ldb, beta, ci, ldc);
       break;
     case 2:
-      if constexpr (MR > 2) tile<2, NV>(k, alpha, ai, lda, acs, b, ldb, beta, ci, ldc);
+      if constexpr (MR > 2) tile<2, NV, V>(k, alpha, ai, lda, acs, b, ldb, beta, ci, ldc);
       break;
     default:
-      tile<1, NV>(k, alpha, ai, lda, acs, b, ldb, beta, ci, ldc);
+      tile<1, NV, V>(k, alpha, ai, lda, acs, b, ldb, beta, ci, ldc);
       break;
   }
 }
@@ -93,19 +92,19 @@ inline void column_tail(int m, int j0, int n, int k, float alpha, const float* a
 
 // C = alpha · A · B + beta · C with B [k, n] row-major. Column panels outermost, so one panel of B
 // (k × NVMAX·16 floats) stays in L1 while every row block of A passes over it.
-template <int MR, int NVMAX>
+template <int MR, int NVMAX, typename V>
 [[gnu::always_inline]] inline void nn_body(int m, int n, int k, float alpha, const float* a, int lda, int acs,
                                            const float* b, int ldb, float beta, float* c, int ldc) {
   int j = 0;
   for (; j + NVMAX * kLanes <= n; j += NVMAX * kLanes)
-    panel<MR, NVMAX>(m, k, alpha, a, lda, acs, b + j, ldb, beta, c + j, ldc);
+    panel<MR, NVMAX, V>(m, k, alpha, a, lda, acs, b + j, ldb, beta, c + j, ldc);
   const int rest = (n - j) / kLanes;  // < NVMAX
   if constexpr (NVMAX > 3)
-    if (rest == 3) panel<MR, 3>(m, k, alpha, a, lda, acs, b + j, ldb, beta, c + j, ldc);
+    if (rest == 3) panel<MR, 3, V>(m, k, alpha, a, lda, acs, b + j, ldb, beta, c + j, ldc);
   if constexpr (NVMAX > 2)
-    if (rest == 2) panel<MR, 2>(m, k, alpha, a, lda, acs, b + j, ldb, beta, c + j, ldc);
+    if (rest == 2) panel<MR, 2, V>(m, k, alpha, a, lda, acs, b + j, ldb, beta, c + j, ldc);
   if constexpr (NVMAX > 1)
-    if (rest == 1) panel<MR, 1>(m, k, alpha, a, lda, acs, b + j, ldb, beta, c + j, ldc);
+    if (rest == 1) panel<MR, 1, V>(m, k, alpha, a, lda, acs, b + j, ldb, beta, c + j, ldc);
   j += rest * kLanes;
   if (j < n) column_tail(m, j, n, k, alpha, a, lda, acs, b, ldb, beta, c, ldc);
 }
@@ -113,18 +112,18 @@ template <int MR, int NVMAX>
 using NnFn = void (*)(int, int, int, float, const float*, int, int, const float*, int, float, float*, int);
 
 // Register budgets: AVX-512 has 32 vector registers (24 accumulators of 16 floats), AVX2 16
-// (6×1 v16 = 12 ymm accumulators), SSE 16 xmm (2×1 v16 = 8 accumulators).
+// (6×1 vectors of 16 = 12 ymm accumulators), SSE 16 xmm (2×1 = 8 accumulators).
 void nn_default(int m, int n, int k, float alpha, const float* a, int lda, int acs, const float* b, int ldb, float beta,
                 float* c, int ldc) {
-  nn_body<2, 1>(m, n, k, alpha, a, lda, acs, b, ldb, beta, c, ldc);
+  nn_body<2, 1, vec::F16Base>(m, n, k, alpha, a, lda, acs, b, ldb, beta, c, ldc);
 }
 __attribute__((target("avx2,fma"))) void nn_avx2(int m, int n, int k, float alpha, const float* a, int lda, int acs,
                                                  const float* b, int ldb, float beta, float* c, int ldc) {
-  nn_body<6, 1>(m, n, k, alpha, a, lda, acs, b, ldb, beta, c, ldc);
+  nn_body<6, 1, vec::F16Avx2>(m, n, k, alpha, a, lda, acs, b, ldb, beta, c, ldc);
 }
 __attribute__((target("avx512f"))) void nn_avx512(int m, int n, int k, float alpha, const float* a, int lda, int acs,
                                                   const float* b, int ldb, float beta, float* c, int ldc) {
-  nn_body<6, 4>(m, n, k, alpha, a, lda, acs, b, ldb, beta, c, ldc);
+  nn_body<6, 4, vec::F16Avx512>(m, n, k, alpha, a, lda, acs, b, ldb, beta, c, ldc);
 }
 
 // The variant for the running CPU (vec::isa()).

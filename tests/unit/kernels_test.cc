@@ -316,6 +316,55 @@ TEST(Vec, ExpIsCloseToLibm) {
   EXPECT_EQ(out[3], 1.0f);
 }
 
+// One kernel body, three vector types (vec.h): the AVX-512 variant's native 16-lane vector and the
+// AVX2 and base variants' 2 × 8 and 4 × 4 lanes. Compiled here for one target, all three must give
+// the same lanes bit for bit: a part taken in the wrong order or a reduction paired differently
+// shows as a changed value.
+template <typename V>
+std::vector<float> vec_ops(const std::vector<float>& in, const std::vector<uint16_t>& in16) {
+  namespace vec = cpu::vec;
+  std::vector<float> out;
+  for (size_t o = 0; o + 3 * vec::kLanes <= in.size(); o += vec::kLanes) {
+    const V a = vec::load<V>(in.data() + o), b = vec::load<V>(in.data() + o + vec::kLanes);
+    const V c = vec::load<V>(in16.data() + o);
+    const int lo = static_cast<int>(o % 13), hi = lo + static_cast<int>(o % 7);
+    const auto idx = vec::iota<vec::int_t<V>>() + 3;
+    const V sel = vec::select((idx >= vec::splat<vec::int_t<V>>(lo)) & (idx < vec::splat<vec::int_t<V>>(hi)), a,
+                              vec::splat<V>(-1.5f));
+    const V r[] = {a * b + c, vec::exp(-(a * a)), vec::max(a, b), sel, 2.0f * a - b / vec::splat<V>(3.0f), c};
+    for (const V& v : r) {
+      float lanes[vec::kLanes];
+      vec::store(lanes, v);
+      out.insert(out.end(), lanes, lanes + vec::kLanes);
+      out.push_back(vec::hsum(v));
+      out.push_back(vec::hmax(v));
+    }
+  }
+  return out;
+}
+
+TEST(Vec, EveryVariantsTypeComputesTheSameLanes) {
+  auto in = randn(16 * 40, 21, 3.0f);
+  in[5] = -std::numeric_limits<float>::infinity();
+  in[40] = -0.0f;
+  std::vector<uint16_t> in16(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &in[(i * 7) % in.size()], 4);
+    in16[i] = static_cast<uint16_t>(u >> 16);
+  }
+  const auto native = vec_ops<cpu::vec::F16Avx512>(in, in16);
+  const auto two = vec_ops<cpu::vec::F16Avx2>(in, in16), four = vec_ops<cpu::vec::F16Base>(in, in16);
+  ASSERT_EQ(two.size(), native.size());
+  ASSERT_EQ(four.size(), native.size());
+  for (size_t i = 0; i < native.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&two[i], &native[i], 4), 0)
+        << "2 x 8 lanes, value " << i << ": " << two[i] << " vs " << native[i];
+    ASSERT_EQ(std::memcmp(&four[i], &native[i], 4), 0)
+        << "4 x 4 lanes, value " << i << ": " << four[i] << " vs " << native[i];
+  }
+}
+
 TEST(Activation, SiluMulMatchesDouble) {
   // Vector body and scalar tail (37 columns), strided rows, large |x| on both sides.
   const int rows = 5, cols = 37, lda = 41, ldb = 39, ldo = 40;
