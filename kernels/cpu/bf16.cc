@@ -75,11 +75,15 @@ bool linear_bf16_rounds_x(int m, int n, bool split_x) {
 
 bool linear_bf16_widens() { return !dnnl_bf16_supported(); }
 
+int linear_bf16_panel_rows(int m, int n, int k) {
+  const int64_t bytes = m >= kBf16WideRows ? kBf16WidePanelBytes : kBf16PanelBytes;
+  const int64_t fit = bytes / (4 * static_cast<int64_t>(std::max(k, 1)));
+  return static_cast<int>(std::clamp<int64_t>(fit / 16 * 16, std::min(16, n), std::max(n, 1)));
+}
+
 void linear_bf16_widened(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate) {
   if (m <= 0 || n <= 0) return;
-  // Whole multiples of 16 rows of W, so oneDNN sees at most two panel shapes per product.
-  const int64_t fit = kBf16PanelBytes / (4 * static_cast<int64_t>(std::max(k, 1)));
-  const int panel = static_cast<int>(std::clamp<int64_t>(fit / 16 * 16, 16, n));
+  const int panel = linear_bf16_panel_rows(m, n, k);
   thread_local std::vector<float> wide;
   if (static_cast<int64_t>(wide.size()) < static_cast<int64_t>(panel) * k) wide.resize(static_cast<size_t>(panel) * k);
   for (int j0 = 0; j0 < n; j0 += panel) {

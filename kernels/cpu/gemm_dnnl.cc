@@ -164,8 +164,11 @@ bool run(const Key& key, const void* a, const void* b, float* c) {
 
 bool gemm_dnnl(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, bool b_trans,
                float beta, float* c, int ldc) {
-  // Inside our own parallel regions (per-head products) the caller's path is already one thread each.
-  if (!dnnl_enabled() || omp_in_parallel() || m <= 0 || n <= 0 || k <= 0) return false;
+  // Inside our own parallel regions (per-head products, one expert per thread) the caller's path
+  // runs, one thread each. Any region counts, also a team of one thread (omp_in_parallel() is
+  // false there): else one thread and several would run different libraries, whose sums differ
+  // on AVX2 (MoeExperts.ThreadCountDoesNotChangeTheResult).
+  if (!dnnl_enabled() || omp_get_level() > 0 || m <= 0 || n <= 0 || k <= 0) return false;
 #if DNNL_VERSION_MAJOR >= 3
   if (alpha != 1.0f) return false;  // oneDNN 3 takes scales as run-time arguments: not wired up
 #endif
@@ -174,7 +177,7 @@ bool gemm_dnnl(int m, int n, int k, float alpha, const float* a, int lda, const 
 
 bool gemm_dnnl_bf16(int m, int n, int k, const bf16* a, int lda, const bf16* w, int ldw, float beta, float* c,
                     int ldc) {
-  if (!dnnl_enabled() || omp_in_parallel() || m <= 0 || n <= 0 || k <= 0) return false;
+  if (!dnnl_enabled() || omp_get_level() > 0 || m <= 0 || n <= 0 || k <= 0) return false;
   return run(Key{m, n, k, lda, ldw, ldc, omp_get_max_threads(), true, true, 1.0f, beta}, a, w, c);
 }
 

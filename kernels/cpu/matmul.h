@@ -52,12 +52,20 @@ void linear_bf16(const float* x, const bf16* w, float* y, int m, int n, int k, b
                  bool split_x = false);
 bool linear_bf16_rounds_x(int m, int n, bool split_x = false);
 // Where the CPU has no bf16 matmul (oneDNN's needs AVX-512; bf16 is never a trap without it):
-// products of more than kSmallM rows widen W to fp32 a panel of rows at a time, each panel
-// (kBf16PanelBytes of fp32) staying in cache while gemm()'s fp32 kernel multiplies it, with x in
-// fp32; fewer rows run gemm_small_m_bf16, which widens W in registers. The same function is
-// callable on any CPU (tests compare it with the fp32 product on the widened matrix).
+// products of more than kSmallM rows widen W to fp32 a panel of rows at a time and multiply each
+// panel with gemm()'s fp32 kernel, x in fp32; fewer rows run gemm_small_m_bf16, which widens W in
+// registers. The same function is callable on any CPU (tests compare it with the fp32 product on
+// the widened matrix).
 bool linear_bf16_widens();
+// The panel, in rows of W (whole multiples of 16, so the library sees at most two shapes per
+// product): a short product (under kBf16WideRows rows of x) takes kBf16PanelBytes of fp32, which
+// stay in cache while it reads them once; a long one is bound by its arithmetic, and each panel
+// costs it one more pass of the library over x (packing m·k values), so it takes up to
+// kBf16WidePanelBytes: mid-gret's FFN-down (k = 2,816) in one product instead of six 176-row ones.
 inline constexpr int64_t kBf16PanelBytes = int64_t{2} << 20;
+inline constexpr int64_t kBf16WidePanelBytes = int64_t{32} << 20;
+inline constexpr int kBf16WideRows = 256;
+int linear_bf16_panel_rows(int m, int n, int k);
 void linear_bf16_widened(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate = false);
 // The plain loop linear_bf16 is tested against: the same rounding of x, fp32 sums.
 void linear_bf16_reference(const float* x, const bf16* w, float* y, int m, int n, int k, bool accumulate = false,

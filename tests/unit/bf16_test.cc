@@ -105,6 +105,21 @@ TEST(Bf16, WidenedPanelsGiveTheFp32ProductOnTheWidenedMatrix) {
   }
 }
 
+// The panels' size: 2 MiB of fp32 for a short product, up to 32 MiB from kBf16WideRows rows of x
+// on (the rule above checks the products whatever the panel); whole multiples of 16 rows of W,
+// never more than W has.
+TEST(Bf16, WidenedPanelsAreWideForLongProducts) {
+  EXPECT_EQ(cpu::linear_bf16_panel_rows(64, 1024, 2816), 176);  // 2 MiB / (4 · 2,816) = 186
+  EXPECT_EQ(cpu::linear_bf16_panel_rows(255, 1024, 2816), 176);
+  EXPECT_EQ(cpu::linear_bf16_panel_rows(256, 1024, 2816), 1024);  // FFN-down in one piece
+  EXPECT_EQ(cpu::linear_bf16_panel_rows(4096, 2816, 1024), 2816);
+  EXPECT_EQ(cpu::linear_bf16_panel_rows(4096, 14336, 4096), 2048);  // 32 MiB / (4 · 4,096)
+  EXPECT_EQ(cpu::linear_bf16_panel_rows(4096, 4096, 14336), 576);   // 585 rows fit
+  EXPECT_EQ(cpu::linear_bf16_panel_rows(40, 150, 8192), 64);
+  EXPECT_EQ(cpu::linear_bf16_panel_rows(4096, 150, 1 << 22), 16);  // at least 16 rows
+  EXPECT_EQ(cpu::linear_bf16_panel_rows(4096, 8, 1 << 22), 8);
+}
+
 // The dispatch: where oneDNN has no bf16 matmul (AVX2 and SSE, which YOCO_CPU_ISA emulates by
 // narrowing oneDNN too), a prefill-sized product is the widened one, bit for bit; a decode-sized
 // one stays on the small-m kernel.
