@@ -3,6 +3,7 @@
 # Arguments go to `cmake --build`, e.g. `scripts/build.sh --target yoco-cli`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"   # cache hits across checkouts (scripts/test.sh)
 if [[ -z "${CUDACXX:-}" && -x /usr/local/cuda/bin/nvcc ]]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc   # lets YOCO_CUDA default to ON when the toolkit exists
 fi

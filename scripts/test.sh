@@ -11,6 +11,9 @@
 # "test.sh: STAGE took N s" line (README.md, "Where CI's time goes").
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keys on paths relative to the checkout, so a fresh clone elsewhere (CI's) reuses what
+# an earlier build of another checkout on this machine compiled, in every build directory below.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 stage_start=$SECONDS
 took() {
   echo "test.sh: $1 took $((SECONDS - stage_start)) s"
@@ -30,8 +33,12 @@ for stage in ${YOCO_SANITIZERS:-asan tsan}; do
 done
 
 # The later builds, in their own session (setsid: one process group to stop if this script ends
-# first) and at SCHED_IDLE (nice 19 where chrt cannot set it). Their output goes to a log printed
-# after ctest.
+# first) and at SCHED_IDLE (nice 19 where chrt cannot set it). A new session is a new scheduler
+# autogroup where the kernel has them (Debian's: /proc/sys/kernel/sched_autogroup_enabled), and an
+# autogroup shares the CPU equally with ctest's whatever its tasks' policy: measured on a 2-core VM,
+# two SCHED_IDLE busy loops of their own session took 63% of the cores from two normal ones. So the
+# group is niced too (/proc/self/autogroup, inherited by the builds). Their output goes to a log
+# printed after ctest.
 later_log=$(mktemp)
 later_pid=
 stop_later() {
@@ -42,6 +49,7 @@ trap stop_later EXIT
 if ((fuzz)) || ((${#sanitizers[@]})); then
   # shellcheck disable=SC2016  # expanded by the inner bash
   setsid bash -c '
+    echo 19 >/proc/self/autogroup 2>/dev/null || true
     chrt --idle -p 0 $$ >/dev/null 2>&1 || renice -n 19 -p $$ >/dev/null
     set -e
     start=$SECONDS
