@@ -113,7 +113,7 @@ for b in "${builds[@]}"; do
         lens=$LENS
         [[ $ctx != 1 ]] && lens=1   # the prefill lengths once, with the empty context
         "${isa_env[@]}" "$BUILD/bench/engine_bench" --model "$M/$model" --threads "$THREADS" --dtype "$dt" --json \
-          --prefill-lens "$lens" --repeats 1 --decode-batches 1 --decode-context "$ctx" --decode-steps "$STEPS" \
+          --prefill-lens "$lens" --repeats 2 --decode-batches 1 --decode-context "$ctx" --decode-steps "$STEPS" \
           >"$f.ctx$ctx"
       done
       "$VENV/bin/python" -c 'import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); a["decode"]+=b["decode"]; print(json.dumps(a))' \
