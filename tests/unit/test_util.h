@@ -16,6 +16,20 @@
 
 namespace yoco::test {
 
+// Sanitized builds (scripts/sanitize.sh) run several times slower: the tests' time bounds and the
+// timeouts they give the code under test stretch this much there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr double kSanitizerSlowdown = 5;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr double kSanitizerSlowdown = 5;
+#else
+inline constexpr double kSanitizerSlowdown = 1;
+#endif
+#else
+inline constexpr double kSanitizerSlowdown = 1;
+#endif
+
 // n samples of N(0, scale²) from a seeded generator: the same values for the same seed.
 inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 g(seed);
