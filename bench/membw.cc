@@ -1,7 +1,12 @@
 // The machine's limits that the CPU engine's decode and the KV transfer are judged against
 // (bench/README.md, "Memory bandwidth, threads and checksums"). Prints JSON.
 //
-//   build/bench/membw [--gib 2] [--reps 5] [--threads 1,2] [--crc-mib 64]
+//   build/bench/membw [--gib 2] [--reps 5] [--threads 1,2] [--crc-mib 64] [--huge-pages]
+//
+// --huge-pages: the read buffer and decode_gemm's matrices in transparent huge pages, as the
+//         a trial of the engine's weights did (common/huge_pages.h; "huge_page_bytes" and
+//         "huge_page_seconds" say how many moved and how long moving them took).
+//         Without it they stay in 4 KiB pages: the read roof of the tables in bench/README.md.
 //
 // read:   STREAM-like read of a buffer far larger than the last-level cache (sum of floats),
 //         GB/s = 10⁹ B/s, best of --reps, per thread count: the best of a few read patterns
@@ -35,6 +40,7 @@
 
 #include "common/checksum.h"
 #include "common/flags.h"
+#include "common/huge_pages.h"
 #include "common/json.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -170,6 +176,18 @@ std::vector<std::pair<int, int>> decode_matrices(const ModelConfig& c) {
   return m;
 }
 
+int64_t g_huge_page_bytes = 0;  // what --huge-pages moved, and the seconds it took
+double g_huge_page_seconds = 0;
+bool g_huge_pages = false;
+
+template <class T>
+void maybe_collapse(std::vector<T>& v) {
+  if (!g_huge_pages) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  g_huge_page_bytes += static_cast<int64_t>(collapse_to_huge_pages(v.data(), v.size() * sizeof(T)));
+  g_huge_page_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 Json decode_gemm(const ModelConfig& c, const std::vector<int64_t>& batches, int64_t reps) {
   const auto shapes = decode_matrices(c);
   std::vector<std::vector<float>> w;
@@ -179,6 +197,8 @@ Json decode_gemm(const ModelConfig& c, const std::vector<int64_t>& batches, int6
   for (auto [n, k] : shapes) {
     w.emplace_back(static_cast<size_t>(n) * k, 1e-3f);
     wb.emplace_back(static_cast<size_t>(n) * k, cpu::bf16{0x3a83});  // ~1e-3
+    maybe_collapse(w.back());
+    maybe_collapse(wb.back());
     bytes += static_cast<int64_t>(n) * k * 4;
     max_k = std::max(max_k, k);
     max_n = std::max(max_n, n);
@@ -250,7 +270,8 @@ int main(int argc, char** argv) {
                           "1,2"),
            flag::integer("crc-mib", "MiB checksummed per CRC measurement", 64, 1, 1 << 20),
            flag::str("preset", "model preset whose decode-step products decode_gemm times", "mid-gret"),
-           flag::int_list("batches", "decode_gemm batch sizes", 1, 1 << 20, "1,2,4,8,16,32,64")});
+           flag::int_list("batches", "decode_gemm batch sizes", 1, 1 << 20, "1,2,4,8,16,32,64"),
+           flag::boolean("huge-pages", "the read buffer and decode_gemm's matrices in transparent huge pages")});
   if (Status s = f.parse(argc, argv, 1); !s.ok()) return die(s);
   const int64_t gib = f.integer("gib"), reps = f.integer("reps"), crc_mib = f.integer("crc-mib");
   const std::vector<int64_t> threads = f.int_list("threads"), batches = f.int_list("batches");
@@ -262,6 +283,8 @@ int main(int argc, char** argv) {
   // First touch in parallel, so pages are spread like the model's weights are.
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(i & 1023) * 1e-3f;
+  g_huge_pages = f.boolean("huge-pages");
+  maybe_collapse(buf);
 
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -352,6 +375,8 @@ int main(int argc, char** argv) {
   cpu::set_num_threads(static_cast<int>(threads.back()));
   out["preset"] = Json(f.str("preset"));
   out["decode_gemm"] = decode_gemm(preset.value(), batches, reps);
+  out["huge_page_bytes"] = Json(g_huge_page_bytes);
+  out["huge_page_seconds"] = Json(g_huge_page_seconds);
   std::cout << Json(std::move(out)).dump() << "\n";
   return 0;
 }

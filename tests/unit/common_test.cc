@@ -1,9 +1,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <vector>
 
 #include "common/checksum.h"
 #include "common/flags.h"
+#include "common/huge_pages.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "tests/unit/test_util.h"
@@ -57,6 +63,43 @@ TEST(Json, RejectsMalformedInput) {
     EXPECT_FALSE(Json::parse(bad).ok()) << bad;
   }
   EXPECT_FALSE(Json::parse(std::string(100, '[') + std::string(100, ']')).ok());
+}
+
+// The AnonHugePages of the mapping of /proc/self/smaps that holds `addr`, in kB (-1: not found).
+long anon_huge_kb_at(const void* addr) {
+  std::ifstream f("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  while (std::getline(f, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo <= a && a < hi;
+      continue;
+    }
+    if (inside && line.rfind("AnonHugePages:", 0) == 0) return std::stol(line.substr(14));
+  }
+  return -1;
+}
+
+TEST(HugePages, CollapseKeepsTheContentsAndMovesOnlyWholeHugePages) {
+  const size_t page = huge_page_bytes();
+  ASSERT_GE(page, static_cast<size_t>(4096));
+  ASSERT_EQ(page & (page - 1), 0u);
+  std::vector<uint32_t> v(3 * page / 4 + 12345);  // about three huge pages, not aligned to one
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint32_t>(i * 2654435761u);
+  const size_t moved = collapse_to_huge_pages(v.data(), v.size() * 4);
+  EXPECT_EQ(moved % page, 0u);
+  EXPECT_LE(moved, v.size() * 4);
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], static_cast<uint32_t>(i * 2654435761u)) << i;
+  if (moved > 0) EXPECT_GE(anon_huge_kb_at(v.data() + v.size() / 2) * 1024, static_cast<long>(moved));
+  else std::printf("no huge pages here (THP off, an older kernel, or none free): only the contents checked\n");
+  // Less than one whole huge page, or nothing: nothing to move.
+  std::vector<uint32_t> small(page / 8);
+  EXPECT_EQ(collapse_to_huge_pages(small.data(), small.size() * 4), 0u);
+  EXPECT_EQ(collapse_to_huge_pages(nullptr, 1 << 30), 0u);
 }
 
 TEST(Checksum, Crc32cKnownValue) {
