@@ -3,9 +3,9 @@
 //
 //   build/bench/membw [--gib 2] [--reps 5] [--threads 1,2] [--crc-mib 64] [--huge-pages]
 //
-// --huge-pages: the read buffer and decode_gemm's matrices in transparent huge pages, as the
-//         a trial of the engine's weights did (common/huge_pages.h; "huge_page_bytes" and
-//         "huge_page_seconds" say how many moved and how long moving them took).
+// --huge-pages: the read buffer and decode_gemm's matrices in transparent huge pages, as a trial
+//         of the engine's weights had them (common/huge_pages.h; "huge_page_bytes" and
+//         "huge_page_seconds" say how many bytes moved and how long moving them took).
 //         Without it they stay in 4 KiB pages: the read roof of the tables in bench/README.md.
 //
 // read:   STREAM-like read of a buffer far larger than the last-level cache (sum of floats),
