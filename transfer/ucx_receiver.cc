@@ -244,6 +244,11 @@ void UcxKvReceiver::teardown() {
   }
   conns_.clear();
   ucx_->progress_until([&] { return reap_requests(closing_); }, Clock::now() + std::chrono::seconds(2));
+  if (!closing_.empty()) {
+    YOCO_LOG(LogLevel::kWarn, "kv receiver: endpoints did not close at shutdown; left to the process's exit",
+             LogFields().kv("endpoints", static_cast<int64_t>(closing_.size())));
+    ucx_->abandon();  // destroying the worker now would abort in UCX 1.13 (transfer/ucx_worker.h)
+  }
 }
 
 // ---- callbacks: record and return --------------------------------------------------------

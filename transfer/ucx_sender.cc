@@ -155,9 +155,16 @@ void UcxKvSender::teardown() {
   const Status down = transfer_error(TransferError::kShutdown, "sender stopped");
   for (auto& [addr, p] : peers_)
     for (auto& fn : std::exchange(p->parked, {})) fn(down);
-  for (auto& [addr, p] : peers_) close_peer(*p, p->failed);
+  // An endpoint still wiring up (a peer that accepted the connection and never answered: a
+  // stopped decode worker) cannot flush; with peer error handling it is closed by force.
+  for (auto& [addr, p] : peers_) close_peer(*p, p->failed || (!p->ready && opt_.peer_error_handling));
   peers_.clear();
   ucx_->progress_until([&] { return reap_requests(closing_); }, Clock::now() + std::chrono::seconds(2));
+  if (!closing_.empty()) {
+    YOCO_LOG(LogLevel::kWarn, "kv sender: endpoints did not close at shutdown; left to the process's exit",
+             LogFields().kv("endpoints", static_cast<int64_t>(closing_.size())));
+    ucx_->abandon();
+  }
 }
 
 Status UcxKvSender::check_descriptor(const ReservationDescriptor& d) const {

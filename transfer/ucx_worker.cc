@@ -98,6 +98,10 @@ Result<std::unique_ptr<UcxWorker>> UcxWorker::create(const std::string& transpor
 
 UcxWorker::~UcxWorker() {
   stop();
+  if (abandoned_) {  // left to the process's exit (ucx_worker.h, abandon); no progress runs on them again
+    worker_ = nullptr;
+    context_ = nullptr;
+  }
   if (worker_) ucp_worker_destroy(worker_);
   if (context_) ucp_cleanup(context_);
   if (epoll_fd_ >= 0) close(epoll_fd_);

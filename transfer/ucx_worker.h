@@ -42,6 +42,11 @@ class UcxWorker {
   void progress_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
   // Runs the queued commands, then stops and joins the thread. Idempotent.
   void stop();
+  // For a teardown whose endpoints did not all close (a peer that never answered the wire-up or
+  // the flush): the destructor then leaves the UCP worker and context to the process's exit, as
+  // destroying a worker with such an endpoint aborts the process in UCX 1.13 ("pending request
+  // ... should have been flushed"). Only from the progress thread (teardown).
+  void abandon() { abandoned_ = true; }
   bool on_progress_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
  private:
@@ -56,6 +61,7 @@ class UcxWorker {
   std::function<bool()> tick_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  bool abandoned_ = false;
   std::mutex mu_;
   std::vector<std::function<void()>> commands_;
 };

@@ -1080,6 +1080,89 @@ TEST_F(TransferTest, AbortEndsACommitWaitingForAHungPeersEndpoint) {
   sender.reset();
 }
 
+// A socket that listens and never accepts: a stopped receiver (its kernel completes the
+// connection, nothing answers). Returns the descriptor (-1 on failure) and sets `address`.
+int hung_listener(std::string& address) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd, 16) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  return fd;
+}
+
+// A sender torn down while its endpoint to a hung receiver is still wiring up (a prefill
+// worker's shutdown while a decode worker is stopped): the endpoint is closed by force, the
+// destruction returns, nothing aborts, and the receiver serves the next sender.
+TEST_F(TransferTest, SenderTeardownWithAHungPeersEndpointReturns) {
+  ModelConfig cfg = preset("tiny-gret");
+  auto pool = std::move(KvPool::create(8, 32, cfg.kv_dim()).value());
+  UcxReceiverOptions ro;
+  ro.listen_host = "127.0.0.1";
+  ro.transports = kTcp;
+  auto receiver = std::move(test::make_receiver(*pool, cfg, kFp, ro).value());
+  auto d = receiver->reserve("hung", 10, in(seconds(30)));
+  ASSERT_TRUE(d.ok());
+  const int fd = hung_listener(d->address);
+  ASSERT_GE(fd, 0);
+  auto sender = Engines::make_sender(kFp, kTcp);
+  ASSERT_TRUE(put_range(*sender, *d, 1, 0, 10).ok());  // parked until the endpoint is wired up
+  ASSERT_TRUE(sender->put_state(*d, test::test_state_blob(cfg, kFp, 1, 10)).ok());
+  std::this_thread::sleep_for(milliseconds(300));
+  const auto t0 = Clock::now();
+  sender.reset();
+  EXPECT_LT(Clock::now() - t0, seconds(5));
+  close(fd);
+  receiver->cancel(d->reservation_id);
+  auto d2 = receiver->reserve("after", 10, in(seconds(30)));
+  ASSERT_TRUE(d2.ok());
+  sender = Engines::make_sender(kFp, kTcp);
+  ASSERT_TRUE(put_range(*sender, *d2, 2, 0, 10).ok());
+  ASSERT_TRUE(sender->put_state(*d2, test::test_state_blob(cfg, kFp, 2, 10)).ok());
+  const Status st = sender->commit(*d2, 10, in(seconds(20)));
+  EXPECT_TRUE(st.ok()) << st.to_string();
+}
+
+// The same without peer error handling (--ucx-no-peer-error-handling, one host's shared
+// memory): the endpoint can neither flush nor be closed by force, and destroying the worker
+// with it aborts in UCX 1.13, so the sender leaves the worker to the process's exit. In a child
+// process (its exit skips the leak check: what is left is left on purpose); it must exit, not abort.
+TEST_F(TransferTest, SenderTeardownWithoutPeerErrorsLeavesTheWorkerToTheExit) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        ModelConfig cfg = preset("tiny-gret");
+        auto pool = std::move(KvPool::create(8, 32, cfg.kv_dim()).value());
+        UcxReceiverOptions ro;
+        ro.listen_host = "127.0.0.1";
+        ro.transports = kTcp;
+        ro.peer_error_handling = false;
+        auto receiver = std::move(test::make_receiver(*pool, cfg, kFp, ro).value());
+        auto d = receiver->reserve("hung", 10, in(seconds(30)));
+        if (!d.ok()) _exit(2);
+        const int fd = hung_listener(d->address);
+        if (fd < 0) _exit(3);
+        UcxSenderOptions so;
+        so.fingerprint = kFp;
+        so.transports = kTcp;
+        so.peer_error_handling = false;
+        auto sender = std::move(make_ucx_sender(so).value());
+        if (!put_range(*sender, *d, 1, 0, 10).ok()) _exit(4);
+        std::this_thread::sleep_for(milliseconds(300));
+        const auto t0 = Clock::now();
+        sender.reset();
+        _exit(Clock::now() - t0 < seconds(10) ? 0 : 5);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 // ---- 2. two processes ---------------------------------------------------------------------
 
 // A transfer_peer process with its stdout on a pipe; killed and reaped on destruction.
