@@ -433,6 +433,44 @@ TEST(Cluster, DecodeWorkerHungMidStreamMigratesWithIdenticalTokens) {
   expect_pools_idle(c, 1024);
 }
 
+// A prefill worker told to stop (SIGTERM) while a decode worker it ships to hangs, its endpoints
+// to that worker still wiring up or flushing: it exits with status 0 in a few seconds. Before,
+// UCX aborted the process in its worker's teardown (transfer/README.md, Transports).
+TEST(Cluster, PrefillWorkerStopsCleanlyWhileADecodeWorkerHangs) {
+  HungDecodeCluster h;
+  ASSERT_TRUE(h.ready()) << h.c.logs();
+  LocalCluster& c = h.c;
+  auto stub = c.stub();
+  const int vocab = (*h.model)->config().vocab_size;
+  std::vector<std::thread> th;
+  for (int i = 0; i < 6; ++i)  // long prompts: the first slices ship while the rest computes
+    th.emplace_back([&, i] {
+      std::vector<int32_t> p(1200);
+      for (size_t j = 0; j < p.size(); ++j)
+        p[j] = static_cast<int32_t>((j * 7919 + static_cast<size_t>(i) * 104729) % vocab);
+      (void)test::run_generate(*stub, greedy(p, 4), milliseconds(60000), nullptr);
+    });
+  std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_EQ(kill(h.hung(), SIGSTOP), 0);
+  std::this_thread::sleep_for(milliseconds(2000));
+  const pid_t prefill = c.prefill()[0].pid;
+  ASSERT_EQ(kill(prefill, SIGTERM), 0);
+  // The launcher reports how each child ended (deploy/local/cluster.py).
+  const std::string line = "prefill-0 (pid " + std::to_string(prefill) + ")";
+  std::string launcher;
+  for (int i = 0; i < 600 * test::kSanitizerSlowdown; ++i) {
+    launcher = test::read_file(c.state_dir() + "/launcher.err");
+    if (launcher.find(line) != std::string::npos) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  const size_t at = launcher.find(line);
+  ASSERT_NE(at, std::string::npos) << "the launcher did not report the prefill worker's end\n" << c.logs();
+  const std::string report = launcher.substr(at, launcher.find('\n', at) - at);
+  EXPECT_TRUE(report.find(" exited with code 0") != std::string::npos) << report << "\n" << c.logs();
+  kill(h.hung(), SIGCONT);
+  for (auto& t : th) t.join();
+}
+
 // The same hang while requests wait for their first token on the worker (issue 33): reserved
 // there and queued at the prefill worker, being computed and shipped, or committing. The prefill
 // worker is slowed down (each 64-token chunk ≥ 150 ms, one prompt at a time, every commit held
