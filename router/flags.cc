@@ -33,7 +33,8 @@ FlagTable router_flags() {
                              65535),
       flag::str("chat-template", "a jinja chat template file overriding the model's"),
       flag::str("tool-call-parser",
-                "the tool-call syntax of chat replies: auto (from the chat template), hermes, llama3_json, mistral or "
+                "the tool-call syntax of chat replies: auto (from the chat template), hermes, llama3_json, mistral, "
+                "mistral_args or "
                 "none",
                 "auto"),
       flag::str("served-model-name", "the name clients put in \"model\" (default: the model directory's name)"),

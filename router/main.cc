@@ -52,7 +52,8 @@ int run(int argc, char** argv) {
   openai.served_model_name = rf.served_model_name;
   const std::optional<ToolCallFormat> tool_format = tool_call_format_named(rf.tool_call_parser);
   if (rf.tool_call_parser != "auto" && !tool_format)
-    f.fail("--tool-call-parser: auto, hermes, llama3_json, mistral or none, not \"" + rf.tool_call_parser + "\"");
+    f.fail("--tool-call-parser: auto, hermes, llama3_json, mistral, mistral_args or none, not \"" +
+           rf.tool_call_parser + "\"");
   if (!f.ok()) return f.usage_error();
   std::unique_ptr<ApiKeys> keys;
   if (!rf.api_keys.empty()) {

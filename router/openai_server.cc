@@ -193,13 +193,15 @@ std::optional<ApiError> OpenAiServer::plan_tools(const Json& body, StructuredOut
                                                  OpenAiRequest& r) const {
   if (!r.tools.parsed()) return std::nullopt;
   if (config_.tool_format == ToolCallFormat::kNone)
-    return bad_param("tool_choice",
-                     "this router parses no tool calls: its chat template writes none of the tool-call syntaxes it "
-                     "knows (start it with --tool-call-parser hermes, llama3_json or mistral), so only \"none\" is "
-                     "served");
-  // Mistral's [TOOL_CALLS] is a special token: its text must stay in the reply to be parsed.
-  if (config_.tool_format == ToolCallFormat::kMistral && !body.find("skip_special_tokens"))
-    r.base.set_skip_special_tokens(false);
+    return bad_param(
+        "tool_choice",
+        "this router parses no tool calls: its chat template writes none of the tool-call syntaxes it "
+        "knows (start it with --tool-call-parser hermes, llama3_json, mistral or mistral_args), so only \"none\" is "
+        "served");
+  // Mistral's [TOOL_CALLS] (and [ARGS]) are special tokens: their text must stay in the reply to be parsed.
+  const bool mistral =
+      config_.tool_format == ToolCallFormat::kMistral || config_.tool_format == ToolCallFormat::kMistralArgs;
+  if (mistral && !body.find("skip_special_tokens")) r.base.set_skip_special_tokens(false);
   if (!r.tools.enforced()) return std::nullopt;
   if (constraint.constrained())
     return bad_param("tool_choice",

@@ -140,7 +140,7 @@ std::variant<StructuredOutput, ApiError> tool_call_constraint(const ChatTools& t
   if (format == ToolCallFormat::kNone)
     return bad_param("tool_choice",
                      "this router parses no tool calls: its chat template writes none of the tool-call syntaxes it "
-                     "knows (start it with --tool-call-parser hermes, llama3_json or mistral)");
+                     "knows (start it with --tool-call-parser hermes, llama3_json, mistral or mistral_args)");
   std::vector<JsonSlot> alternatives;
   for (const ToolDef& d : t.tools) {
     if (t.choice == Choice::kNamed && d.name != t.named) continue;
@@ -203,7 +203,7 @@ std::string new_tool_call_id(ToolCallFormat format) {
   static std::mutex mu;
   static std::mt19937_64 rng{std::random_device{}()};
   static constexpr char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  const bool mistral = format == ToolCallFormat::kMistral;
+  const bool mistral = format == ToolCallFormat::kMistral || format == ToolCallFormat::kMistralArgs;
   std::string id = mistral ? "" : "call_";
   std::lock_guard<std::mutex> lk(mu);
   for (int i = 0; i < (mistral ? 9 : 24); ++i) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];

@@ -12,6 +12,8 @@ namespace {
 constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralMarker = "[TOOL_CALLS]";
+constexpr std::string_view kMistralArgs = "[ARGS]";       // [TOOL_CALLS]name[ARGS]{...}
+constexpr std::string_view kMistralCallId = "[CALL_ID]";  // [TOOL_CALLS]name[CALL_ID]id[ARGS]{...}
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr size_t kNpos = std::string_view::npos;
 constexpr size_t kMaxDepth = 64;  // as the API's JSON bodies
@@ -240,12 +242,64 @@ ToolCallParse parse_hermes(std::string_view s, bool final) {
   }
 }
 
+bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; }
+
+// The later templates' form: [TOOL_CALLS]name[ARGS]{...} (or name[CALL_ID]id[ARGS]{...}, or
+// name{...}) per call, each call after its own marker; j is at the name's first character.
+ToolCallParse parse_mistral_args(Parser& p, std::string_view s, size_t j) {
+  for (;;) {
+    size_t k = j;
+    while (k < s.size() && name_char(s[k])) ++k;
+    if (k >= s.size()) return p.cut();
+    if (k == j) return p.broken();
+    ToolCallText call;
+    call.name = std::string(s.substr(j, k - j));
+    std::string_view rest = s.substr(k);
+    if (rest.substr(0, kMistralCallId.size()) == kMistralCallId) {
+      k += kMistralCallId.size();
+      while (k < s.size() && std::isalnum(static_cast<unsigned char>(s[k]))) ++k;
+      rest = s.substr(k);
+    } else if (could_become(rest, kMistralCallId)) {
+      return p.cut();
+    }
+    if (rest.substr(0, kMistralArgs.size()) == kMistralArgs) k = skip_ws(s, k + kMistralArgs.size());
+    else if (could_become(rest, kMistralArgs)) return p.cut();
+    else if (rest[0] != '{') return p.broken();  // name{...}: the form between the two
+    // The call begins once its arguments do (as an object): text that goes wrong before that is
+    // content, streamed or whole.
+    if (k >= s.size()) return p.cut();
+    if (s[k] != '{') return p.broken();
+    size_t end = 0;
+    const Scan r = scan_value(s, k, &end);
+    if (r == Scan::kInvalid) return p.broken();
+    call.arguments = std::string(s.substr(k, (r == Scan::kComplete ? end : s.size()) - k));
+    call.complete = r == Scan::kComplete;
+    if (!call.complete) {
+      p.p_.calls.push_back(std::move(call));
+      return p.cut();
+    }
+    auto a = Json::parse(call.arguments);
+    if (!a.ok() || !a->is_object()) return p.broken();
+    p.p_.calls.push_back(std::move(call));
+    j = skip_ws(s, end);
+    rest = s.substr(j);
+    if (rest.substr(0, kMistralMarker.size()) == kMistralMarker) {
+      j += kMistralMarker.size();  // the next call
+    } else if (could_become(rest, kMistralMarker) && !p.final_) {
+      return p.cut();
+    } else {
+      return p.done();  // what follows the calls is dropped
+    }
+  }
+}
+
 ToolCallParse parse_mistral(std::string_view s, bool final) {
   Parser p(s, final);
   size_t j = p.content_before(kMistralMarker);
   if (j == kNpos) return p.done();
   j = skip_ws(s, j + kMistralMarker.size());
   if (j >= s.size()) return p.cut();
+  if (name_char(s[j])) return parse_mistral_args(p, s, j);
   const bool array = s[j] == '[';
   if (array) j = skip_ws(s, j + 1);
   for (;;) {
@@ -284,6 +338,7 @@ namespace {
 constexpr std::pair<ToolCallFormat, const char*> kFormatNames[] = {{ToolCallFormat::kHermes, "hermes"},
                                                                    {ToolCallFormat::kLlama3Json, "llama3_json"},
                                                                    {ToolCallFormat::kMistral, "mistral"},
+                                                                   {ToolCallFormat::kMistralArgs, "mistral_args"},
                                                                    {ToolCallFormat::kNone, "none"}};
 }  // namespace
 
@@ -301,7 +356,8 @@ const char* tool_call_format_name(ToolCallFormat f) {
 
 ToolCallFormat detect_tool_call_format(std::string_view t) {
   if (t.find(kHermesOpen) != kNpos) return ToolCallFormat::kHermes;
-  if (t.find(kMistralMarker) != kNpos) return ToolCallFormat::kMistral;
+  if (t.find(kMistralMarker) != kNpos)
+    return t.find(kMistralArgs) != kNpos ? ToolCallFormat::kMistralArgs : ToolCallFormat::kMistral;
   if (t.find(kPythonTag) != kNpos || t.find("ipython") != kNpos) return ToolCallFormat::kLlama3Json;
   return ToolCallFormat::kNone;
 }
@@ -315,6 +371,8 @@ ToolCallSyntax tool_call_syntax(ToolCallFormat f, std::string_view name) {
       return {head + "\"parameters\": ", "}"};
     case ToolCallFormat::kMistral:
       return {std::string(kMistralMarker) + "[" + head + "\"arguments\": ", "}]"};
+    case ToolCallFormat::kMistralArgs:
+      return {std::string(kMistralMarker) + std::string(name) + std::string(kMistralArgs), ""};
     case ToolCallFormat::kNone:
       break;
   }
@@ -328,6 +386,7 @@ ToolCallParse parse_tool_calls(ToolCallFormat f, std::string_view text, bool fin
     case ToolCallFormat::kLlama3Json:
       return parse_llama3(text, final);
     case ToolCallFormat::kMistral:
+    case ToolCallFormat::kMistralArgs:
       return parse_mistral(text, final);
     case ToolCallFormat::kNone:
       break;

@@ -1,6 +1,6 @@
 // Tool calls in a chat reply (docs/design.md §3.2d): the tool-call syntax of the chat template
 // families we ship (Hermes `<tool_call>{...}</tool_call>` as Qwen 2.5/3 write it, Llama 3.1's bare
-// JSON, Mistral's `[TOOL_CALLS][...]`), found in a template's text or named by the router's
+// JSON, Mistral's `[TOOL_CALLS][...]` and `[TOOL_CALLS]name[ARGS]{...}`), found in a template's text or named by the router's
 // --tool-call-parser, and a reply's text split into content and calls, whole or as it streams.
 // Text only: no grammar engine, no RPC (the enforcement grammar is router/openai_tools.h's).
 #pragma once
@@ -13,17 +13,21 @@
 namespace yoco {
 
 enum class ToolCallFormat {
-  kNone,        // tool calls are not parsed (only tool_choice "none" is served)
-  kHermes,      // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, one or more
-  kLlama3Json,  // {"name": ..., "parameters": {...}} as the whole reply (after <|python_tag|>), ";" between
-  kMistral,     // [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
+  kNone,         // tool calls are not parsed (only tool_choice "none" is served)
+  kHermes,       // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, one or more
+  kLlama3Json,   // {"name": ..., "parameters": {...}} as the whole reply (after <|python_tag|>), ";" between
+  kMistral,      // [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (read: the later form too)
+  kMistralArgs,  // [TOOL_CALLS]name[ARGS]{...}, one marker per call (read: the earlier form too; a
+                 // [CALL_ID]id between name and [ARGS] is read and dropped)
 };
 
-// vLLM's --tool-call-parser names: "hermes", "llama3_json", "mistral"; "none" is kNone.
+// vLLM's --tool-call-parser names: "hermes", "llama3_json", "mistral"; "mistral_args" is ours (vLLM's
+// "mistral" picks the form from the tokenizer's version); "none" is kNone.
 std::optional<ToolCallFormat> tool_call_format_named(std::string_view name);
 const char* tool_call_format_name(ToolCallFormat f);
-// The family whose markers a chat template writes: "<tool_call>" Hermes, "[TOOL_CALLS]" Mistral,
-// "<|python_tag|>" or an "ipython" role Llama 3 JSON; kNone for a template with none of them.
+// The family whose markers a chat template writes: "<tool_call>" Hermes, "[TOOL_CALLS]" Mistral
+// (with "[ARGS]" too, the later form), "<|python_tag|>" or an "ipython" role Llama 3 JSON; kNone
+// for a template with none of them.
 ToolCallFormat detect_tool_call_format(std::string_view chat_template);
 
 // The text around the arguments' JSON of one call to `name` as the family writes it: what the

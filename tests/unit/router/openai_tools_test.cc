@@ -129,7 +129,8 @@ TEST(OpenAiTools, AnEnforcedCallIsAGrammarTheCheckTakes) {
   ASSERT_TRUE(std::holds_alternative<ApiError>(none));
   EXPECT_EQ(std::get<ApiError>(none).param, "tool_choice");
   if (!structured_outputs_enabled()) GTEST_SKIP() << "built without xgrammar (scripts/setup.sh)";
-  for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral}) {
+  for (ToolCallFormat f :
+       {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral, ToolCallFormat::kMistralArgs}) {
     auto c = tool_call_constraint(t, f);
     ASSERT_TRUE(std::holds_alternative<StructuredOutput>(c)) << std::get<ApiError>(c).message;
     const StructuredOutput& so = std::get<StructuredOutput>(c);
@@ -149,9 +150,11 @@ TEST(OpenAiTools, CallIds) {
   EXPECT_EQ(a.rfind("call_", 0), 0u);
   EXPECT_EQ(a.size(), 29u);
   EXPECT_NE(a, b);
-  const std::string m = new_tool_call_id(ToolCallFormat::kMistral);  // Mistral's templates check 9 alphanumerics
-  EXPECT_EQ(m.size(), 9u);
-  for (char c : m) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c)));
+  for (ToolCallFormat f : {ToolCallFormat::kMistral, ToolCallFormat::kMistralArgs}) {
+    const std::string m = new_tool_call_id(f);  // Mistral's templates check 9 alphanumerics
+    EXPECT_EQ(m.size(), 9u);
+    for (char c : m) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c)));
+  }
 }
 
 }  // namespace

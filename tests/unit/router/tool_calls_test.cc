@@ -31,7 +31,10 @@ TEST(ToolCalls, TheFamilyIsFoundInTheTemplatesWeShip) {
   EXPECT_EQ(detect_tool_call_format(read_template("mistral_small3.jinja")), F::kMistral);
   EXPECT_EQ(detect_tool_call_format(read_template("chatml.jinja")), F::kNone);
   EXPECT_EQ(detect_tool_call_format(read_template("gemma2.jinja")), F::kNone);
-  for (F f : {F::kNone, F::kHermes, F::kLlama3Json, F::kMistral})
+  // The later Mistral templates write each call as [TOOL_CALLS]name[ARGS]arguments (this line's shape).
+  EXPECT_EQ(detect_tool_call_format("{{- '[TOOL_CALLS]' + tool['function']['name'] + '[ARGS]' + arguments }}"),
+            F::kMistralArgs);
+  for (F f : {F::kNone, F::kHermes, F::kLlama3Json, F::kMistral, F::kMistralArgs})
     EXPECT_EQ(tool_call_format_named(tool_call_format_name(f)), f);
   EXPECT_FALSE(tool_call_format_named("auto"));
   EXPECT_FALSE(tool_call_format_named("Hermes"));
@@ -114,9 +117,52 @@ TEST(ToolCalls, Mistral) {
   EXPECT_EQ(p.content, "[TOOL_CALLS][]");
 }
 
+// [TOOL_CALLS]name[ARGS]{...} per call (and the [CALL_ID] and bare name{...} variants); either
+// Mistral format reads both forms.
+TEST(ToolCalls, MistralArgs) {
+  const std::string text =
+      "Let me check.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"q\": \"[ARGS]}\"}"
+      "[TOOL_CALLS]get_time[ARGS]{}";
+  for (F f : {F::kMistralArgs, F::kMistral}) {
+    ToolCallParse p = parse_tool_calls(f, text, true);
+    EXPECT_EQ(p.content, "Let me check.");
+    ASSERT_EQ(p.calls.size(), 2u);
+    expect_call(p.calls[0], "get_weather", R"({"city": "Paris", "q": "[ARGS]}"})");
+    expect_call(p.calls[1], "get_time", "{}");
+  }
+  ToolCallParse p = parse_tool_calls(F::kMistralArgs, "[TOOL_CALLS]f[CALL_ID]a1B2c3D4e[ARGS]{\"x\": 1}", true);
+  ASSERT_EQ(p.calls.size(), 1u);
+  expect_call(p.calls[0], "f", R"({"x": 1})");
+  p = parse_tool_calls(F::kMistralArgs, "[TOOL_CALLS] my.tool-2{\"x\": [1]}\nignored", true);
+  ASSERT_EQ(p.calls.size(), 1u);
+  expect_call(p.calls[0], "my.tool-2", R"({"x": [1]})");
+  p = parse_tool_calls(F::kMistralArgs, "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}]", true);
+  ASSERT_EQ(p.calls.size(), 1u);
+  expect_call(p.calls[0], "a", "{}");
+  // Whole replies that are not calls stay content: arguments not an object, cut inside the
+  // arguments, a name with no arguments, no name.
+  for (const char* t : {"[TOOL_CALLS]f[ARGS][1]", "[TOOL_CALLS]f[ARGS]{\"a\": ", "[TOOL_CALLS]f", "[TOOL_CALLS]f[ARGS]",
+                        "[TOOL_CALLS]f!{}", "[TOOL_CALLS][ARGS]{}", "[TOOL_CALLS]a[ARGS]{}[TOOL_CALLS]b"}) {
+    p = parse_tool_calls(F::kMistralArgs, t, true);
+    EXPECT_TRUE(p.calls.empty()) << t;
+    EXPECT_EQ(p.content, t);
+  }
+  // While streaming, a call begins with its name once [ARGS] follows it.
+  p = parse_tool_calls(F::kMistralArgs, "Hi [TOOL_CALLS]get_wea", false);
+  EXPECT_EQ(p.content, "Hi ");
+  EXPECT_TRUE(p.calls.empty());
+  p = parse_tool_calls(F::kMistralArgs, "Hi [TOOL_CALLS]get_weather[AR", false);
+  EXPECT_TRUE(p.calls.empty());
+  p = parse_tool_calls(F::kMistralArgs, "Hi [TOOL_CALLS]get_weather[ARGS]{\"ci", false);
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.calls[0].arguments, "{\"ci");
+  EXPECT_FALSE(p.calls[0].complete);
+}
+
 // The syntax an enforced call is written in is what the parser reads back.
 TEST(ToolCalls, TheEnforcedSyntaxParsesBack) {
-  for (F f : {F::kHermes, F::kLlama3Json, F::kMistral}) {
+  for (F f : {F::kHermes, F::kLlama3Json, F::kMistral, F::kMistralArgs}) {
     const ToolCallSyntax s = tool_call_syntax(f, "get_weather");
     const std::string args = R"({"city": "Paris", "unit": "celsius"})";
     ToolCallParse p = parse_tool_calls(f, s.prefix + args + s.suffix, true);
@@ -207,6 +253,15 @@ TEST(ToolCalls, StreamedEqualsWholeInEverySplit) {
       "[TOOL no",
   };
   for (const char* t : mistral) expect_stream_equals_whole(F::kMistral, t);
+  const char* mistral_args[] = {
+      "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Pa[TOOL_CALLS]ris\", \"n\": [1, {\"m\": 2}]}"
+      "[TOOL_CALLS]get_time[CALL_ID]x9Y8z7W6v[ARGS]{\"tz\": \"UTC\"}",
+      "[TOOL_CALLS]f{\"a\": true}",
+      "[TOOL_CALLS]f[ARGS]{\"a\": 1} and prose after",
+      "[TOOL_CALLS]f[ARGS][1]",
+      "[TOOL_CALL is not a marker",
+  };
+  for (const char* t : mistral_args) expect_stream_equals_whole(F::kMistralArgs, t);
 }
 
 TEST(ToolCalls, ArgumentsStreamAsTheyArrive) {
