@@ -1025,6 +1025,33 @@ TEST_F(TransferTest, CommitToAPeerThatIsGoneFailsByItsDeadline) {
   EXPECT_EQ(sender->in_flight(), 0);
 }
 
+// A socket that listens and never accepts: a stopped receiver (its kernel completes the
+// connection, nothing answers). Returns the descriptor (-1 on failure) and sets `address`.
+int hung_listener(std::string& address) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd, 16) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  return fd;
+}
+
+// A receiver on loopback tcp over `pool` (the hung-peer cases).
+std::unique_ptr<KvReceiver> tcp_receiver(KvPool& pool, const ModelConfig& cfg, bool peer_errors = true) {
+  UcxReceiverOptions ro;
+  ro.listen_host = "127.0.0.1";
+  ro.transports = kTcp;
+  ro.peer_error_handling = peer_errors;
+  return std::move(test::make_receiver(pool, cfg, kFp, ro).value());
+}
+
 // A receiver that hangs before the endpoint is wired up (a stopped process: its kernel accepts
 // the connection, nothing answers): the puts and the commit wait for the endpoint. An abort (the
 // prefill job cancelled) must end that commit at once, not at its deadline, or the committer and
@@ -1032,22 +1059,11 @@ TEST_F(TransferTest, CommitToAPeerThatIsGoneFailsByItsDeadline) {
 TEST_F(TransferTest, AbortEndsACommitWaitingForAHungPeersEndpoint) {
   ModelConfig cfg = preset("tiny-gret");
   auto pool = std::move(KvPool::create(8, 32, cfg.kv_dim()).value());
-  UcxReceiverOptions ro;
-  ro.listen_host = "127.0.0.1";
-  ro.transports = kTcp;
-  auto receiver = std::move(test::make_receiver(*pool, cfg, kFp, ro).value());
+  auto receiver = tcp_receiver(*pool, cfg);
   auto d = receiver->reserve("hung", 10, in(seconds(30)));
   ASSERT_TRUE(d.ok());
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);  // listens, never accepts: a stopped receiver
+  const int fd = hung_listener(d->address);
   ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
-  ASSERT_EQ(listen(fd, 16), 0);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  d->address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
   auto d2 = receiver->reserve("hung-too", 10, in(seconds(30)));
   ASSERT_TRUE(d2.ok());
   d2->address = d->address;
@@ -1080,34 +1096,13 @@ TEST_F(TransferTest, AbortEndsACommitWaitingForAHungPeersEndpoint) {
   sender.reset();
 }
 
-// A socket that listens and never accepts: a stopped receiver (its kernel completes the
-// connection, nothing answers). Returns the descriptor (-1 on failure) and sets `address`.
-int hung_listener(std::string& address) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd, 16) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    return -1;
-  }
-  address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
-  return fd;
-}
-
 // A sender torn down while its endpoint to a hung receiver is still wiring up (a prefill
 // worker's shutdown while a decode worker is stopped): the endpoint is closed by force, the
 // destruction returns, nothing aborts, and the receiver serves the next sender.
 TEST_F(TransferTest, SenderTeardownWithAHungPeersEndpointReturns) {
   ModelConfig cfg = preset("tiny-gret");
   auto pool = std::move(KvPool::create(8, 32, cfg.kv_dim()).value());
-  UcxReceiverOptions ro;
-  ro.listen_host = "127.0.0.1";
-  ro.transports = kTcp;
-  auto receiver = std::move(test::make_receiver(*pool, cfg, kFp, ro).value());
+  auto receiver = tcp_receiver(*pool, cfg);
   auto d = receiver->reserve("hung", 10, in(seconds(30)));
   ASSERT_TRUE(d.ok());
   const int fd = hung_listener(d->address);
@@ -1140,11 +1135,7 @@ TEST_F(TransferTest, SenderTeardownWithoutPeerErrorsLeavesTheWorkerToTheExit) {
       {
         ModelConfig cfg = preset("tiny-gret");
         auto pool = std::move(KvPool::create(8, 32, cfg.kv_dim()).value());
-        UcxReceiverOptions ro;
-        ro.listen_host = "127.0.0.1";
-        ro.transports = kTcp;
-        ro.peer_error_handling = false;
-        auto receiver = std::move(test::make_receiver(*pool, cfg, kFp, ro).value());
+        auto receiver = tcp_receiver(*pool, cfg, /*peer_errors=*/false);
         auto d = receiver->reserve("hung", 10, in(seconds(30)));
         if (!d.ok()) _exit(2);
         const int fd = hung_listener(d->address);
