@@ -243,12 +243,7 @@ void UcxKvReceiver::teardown() {
     if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
   }
   conns_.clear();
-  ucx_->progress_until([&] { return reap_requests(closing_); }, Clock::now() + std::chrono::seconds(2));
-  if (!closing_.empty()) {
-    YOCO_LOG(LogLevel::kWarn, "kv receiver: endpoints did not close at shutdown; left to the process's exit",
-             LogFields().kv("endpoints", static_cast<int64_t>(closing_.size())));
-    ucx_->abandon();  // destroying the worker now would abort in UCX 1.13 (transfer/ucx_worker.h)
-  }
+  ucx_->finish_closing(closing_, "kv receiver");
 }
 
 // ---- callbacks: record and return --------------------------------------------------------

@@ -159,12 +159,7 @@ void UcxKvSender::teardown() {
   // stopped decode worker) cannot flush; with peer error handling it is closed by force.
   for (auto& [addr, p] : peers_) close_peer(*p, p->failed || (!p->ready && opt_.peer_error_handling));
   peers_.clear();
-  ucx_->progress_until([&] { return reap_requests(closing_); }, Clock::now() + std::chrono::seconds(2));
-  if (!closing_.empty()) {
-    YOCO_LOG(LogLevel::kWarn, "kv sender: endpoints did not close at shutdown; left to the process's exit",
-             LogFields().kv("endpoints", static_cast<int64_t>(closing_.size())));
-    ucx_->abandon();
-  }
+  ucx_->finish_closing(closing_, "kv sender");
 }
 
 Status UcxKvSender::check_descriptor(const ReservationDescriptor& d) const {

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <string>
+
+#include "common/log.h"
 
 namespace yoco::transfer_detail {
 
@@ -98,7 +101,7 @@ Result<std::unique_ptr<UcxWorker>> UcxWorker::create(const std::string& transpor
 
 UcxWorker::~UcxWorker() {
   stop();
-  if (abandoned_) {  // left to the process's exit (ucx_worker.h, abandon); no progress runs on them again
+  if (abandoned_) {  // left to the process's exit (ucx_worker.h, finish_closing); no progress runs on them again
     worker_ = nullptr;
     context_ = nullptr;
   }
@@ -164,6 +167,14 @@ void UcxWorker::progress_until(const std::function<bool()>& done, std::chrono::s
   while (!done() && std::chrono::steady_clock::now() < deadline) {
     if (ucp_worker_progress(worker_) == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+}
+
+void UcxWorker::finish_closing(std::vector<void*>& closing, const char* side) {
+  progress_until([&] { return reap_requests(closing); }, std::chrono::steady_clock::now() + std::chrono::seconds(2));
+  if (closing.empty()) return;
+  YOCO_LOG(LogLevel::kWarn, std::string(side) + ": endpoints did not close at shutdown; left to the process's exit",
+           LogFields().kv("endpoints", static_cast<int64_t>(closing.size())));
+  abandoned_ = true;
 }
 
 void UcxWorker::stop() {

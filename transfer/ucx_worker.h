@@ -38,19 +38,20 @@ class UcxWorker {
   void start(std::function<bool()> tick);
   // Runs fn on the progress thread, never inside a UCX callback.
   void post(std::function<void()> fn);
-  // Progresses the worker until `done` or the deadline; only from the progress thread (teardown).
-  void progress_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
   // Runs the queued commands, then stops and joins the thread. Idempotent.
   void stop();
-  // For a teardown whose endpoints did not all close (a peer that never answered the wire-up or
-  // the flush): the destructor then leaves the UCP worker and context to the process's exit, as
-  // destroying a worker with such an endpoint aborts the process in UCX 1.13 ("pending request
-  // ... should have been flushed"). Only from the progress thread (teardown).
-  void abandon() { abandoned_ = true; }
+  // A teardown's last step: progresses until the endpoints' close requests `closing` complete, at
+  // most two seconds. Where some do not (a peer that never answered the wire-up or the flush), it
+  // logs that for `side` and the destructor leaves the UCP worker and context to the process's
+  // exit, as destroying a worker with such an endpoint aborts the process in UCX 1.13 ("pending
+  // request ... should have been flushed"). Only from the progress thread.
+  void finish_closing(std::vector<void*>& closing, const char* side);
   bool on_progress_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
  private:
   UcxWorker() = default;
+  // Progresses the worker until `done` or the deadline; only from the progress thread (teardown).
+  void progress_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
   void loop();
   void wake();
   bool run_commands();
