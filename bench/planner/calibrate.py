@@ -10,7 +10,9 @@ scenarios, each shown next to a measured run of the configuration it recommends.
                              [--scenarios] [--quick]
 
 Without --profile it first measures one (bench/planner/profile.py, with the cluster's router for
-the per-request overhead). The load levels are 30%, 60% and 85% of the rate at which the simulated
+the per-request overhead). Lone requests taken before the first round of runs and after each
+(profile.py's lengths) give a second simulation beside the first: the profile with its prefill
+refitted from them, the machine's speed over the runs' own minutes (sitting_profile). The load levels are 30%, 60% and 85% of the rate at which the simulated
 cluster reaches its knee (TTFT p90 at 5× the unloaded one). bench/planner/calibrate.sh runs it end to end; run it on an
 idle machine (bench/README.md, "SLA planner"): about 9 minutes.
 """
@@ -28,10 +30,21 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tools", "planner"))
 
 from errors import PlanError  # noqa: E402
-from profiles import load_profile  # noqa: E402
+from profiles import Profile, load_profile  # noqa: E402
 from search import Search, Slo  # noqa: E402
 from simulator import Cluster, simulate  # noqa: E402
 from traces import load_trace, synthetic, write_trace  # noqa: E402
+
+def _load_profile_tool():
+    """bench/planner/profile.py as a module (its name is the standard library's profile's)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("planner_profile_tool", os.path.join(HERE, "profile.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+profile_tool = _load_profile_tool()
 
 
 TRACES = {  # name: the synthetic trace's shape (prompt and output ranges, documents)
@@ -158,18 +171,24 @@ def calibrate(a, profile, out):
                 write_trace(reqs, f)
             cells.append({"trace": name, "level": level, "rate": rate, "requests": len(reqs), "path": path,
                           "runs": []})
+    probes = []  # lone requests before the first round and after each, on the measured cluster
     with LocalCluster(a, a.prefill, a.decode) as lc:
         for rep in range(a.repeats):
+            probes += probe(a, lc.router, seed=5000 + 100 * rep)
             for i, c in enumerate(cells):
                 seed = 11 + 100 * i + rep
                 m = measure(a, lc.router, c["path"], seed=seed)
                 c["runs"].append({"seed": seed, "ttft_ms": m["ttft_ms"], "itl_ms": m["itl_ms"],
                                   "completed": m["completed"]})
                 print(json.dumps({"trace": c["trace"], "level": c["level"], "run": c["runs"][-1]}), flush=True)
+        probes += probe(a, lc.router, seed=5000 + 100 * a.repeats)
+    sitting = sitting_profile(profile, probes)
     rows = []
     for c in cells:
         runs = c["runs"]
-        s = simulate(profile, cluster, load_trace(c.pop("path"))).summary()
+        trace = load_trace(c.pop("path"))
+        s = simulate(profile, cluster, trace).summary()
+        s2 = simulate(sitting, cluster, trace).summary()
         measured = {k + "_ms": {p: round(median_of([r[k + "_ms"][p] for r in runs]), 3) for p in ("p50", "p90")}
                     for k in ("ttft", "itl")}
         measured["completed"] = min(r["completed"] for r in runs)
@@ -178,8 +197,29 @@ def calibrate(a, profile, out):
                    measured_range={"%s_%s" % (k, p): [min(r[k + "_ms"][p] for r in runs),
                                                       max(r[k + "_ms"][p] for r in runs)] for k, p in keys})
         row["error_pct"] = {"%s_%s" % (k, p): err(s[k + "_ms"][p], measured[k + "_ms"][p]) for k, p in keys}
+        row["sitting"] = {"ttft_ms": s2["ttft_ms"], "itl_ms": s2["itl_ms"], "completed": s2["completed"],
+                          "error_pct": {"%s_%s" % (k, p): err(s2[k + "_ms"][p], measured[k + "_ms"][p])
+                                        for k, p in keys}}
         rows.append(row)
-    return rows
+    return rows, sitting, probes
+
+
+def probe(a, router, seed):
+    """Lone requests through the measured cluster (bench/planner/profile.py's lengths, two each):
+    the prefill's speed as the runs around them met it."""
+    return profile_tool.lone_requests(argparse.Namespace(build_dir=a.build_dir, router=router),
+                                      profile_tool.LONE_LENGTHS, 2, seed)
+
+
+def sitting_profile(profile, probes):
+    """The profile with its prefill refitted (prefill_scale, request_overhead_seconds: profile.py's
+    fit) from the lone requests taken between the calibration's rounds, pooled over the sitting:
+    the prefill's speed over the same minutes as the runs whose medians are compared, where the
+    profile's own lone requests took one minute before them. Everything else as measured."""
+    doc = json.loads(json.dumps(profile.to_json()))
+    doc["prefill_scale"], doc["request_overhead_seconds"] = profile_tool.fit_prefill(profile, probes)
+    doc["sitting_lone_requests"] = [[n, round(t, 6)] for n, t in probes]
+    return Profile(doc, profile.path + " (the sitting's prefill)")
 
 
 def scenarios(a, profile, out):
@@ -220,7 +260,9 @@ def scenarios(a, profile, out):
     return results
 
 
-def table(rows, scen):
+def table(rows, scen, sim="simulated"):
+    """The markdown table of measured against simulated (sim: "simulated", the profile as
+    measured before the runs; "sitting", the profile with the sitting's prefill)."""
     lines = ["| trace | load | rate req/s | TTFT p50 ms meas [runs] / sim (err) | TTFT p90 ms meas [runs] / sim (err) | "
              "ITL p50 ms meas [runs] / sim (err) | ITL p90 ms meas [runs] / sim (err) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -229,11 +271,12 @@ def table(rows, scen):
             for p in ("p50", "p90"):
                 lo, hi = r.get("measured_range", {}).get("%s_%s" % (k, p), [None, None])
                 spread = " [%.1f–%.1f]" % (lo, hi) if lo is not None and len(r.get("runs", [])) > 1 else ""
+                got = r[sim] if sim != "simulated" else dict(r["simulated"], error_pct=r["error_pct"])
                 cells.append("%.1f%s / %.1f (%+.0f%%)" % (r["measured"][k + "_ms"][p], spread,
-                                                          r["simulated"][k + "_ms"][p],
-                                                          r["error_pct"]["%s_%s" % (k, p)] or 0))
+                                                          got[k + "_ms"][p], got["error_pct"]["%s_%s" % (k, p)] or 0))
         lines.append("| %s | %d%% | %.2f | %s |" % (r["trace"], r["level"] * 100, r["rate"], " | ".join(cells)))
-    errs = [abs(v) for r in rows for v in r["error_pct"].values() if v is not None]
+    errs = [abs(v) for r in rows for v in (r["error_pct"] if sim == "simulated" else r[sim]["error_pct"]).values()
+            if v is not None]
     worst = max(errs, default=0)
     lines.append("")
     lines.append("Measured: the medians over %d run(s) per cell. "
@@ -315,11 +358,18 @@ def main():
                            + (["--prefill-lens", "16,64,256", "--decode-batches", "1,4", "--decode-contexts", "64,512",
                                "--repeats", "1"] if a.quick else []), check=True)
     profile = load_profile(prof_path)
-    rows = calibrate(a, profile, a.out_dir)
+    rows, sitting, probes = calibrate(a, profile, a.out_dir)
     scen = scenarios(a, profile, a.out_dir) if a.scenarios else []
     with open(os.path.join(a.out_dir, "calibration.json"), "w") as f:
-        json.dump({"profile": prof_path, "rows": rows, "scenarios": scen}, f, indent=1)
+        json.dump({"profile": prof_path, "rows": rows, "scenarios": scen,
+                   "sitting_prefill": {"prefill_scale": sitting.prefill_scale,
+                                       "request_overhead_seconds": sitting.request_overhead,
+                                       "lone_requests": [[n, round(t, 6)] for n, t in probes]}}, f, indent=1)
     md = table(rows, scen)
+    md += ("\nWith the sitting's prefill (the profile's prefill_scale %.3f and request overhead %.1f ms refitted "
+           "from %d lone requests taken between the rounds: %.3f and %.1f ms; everything else as measured):\n\n"
+           % (profile.prefill_scale, profile.request_overhead * 1e3, len(probes), sitting.prefill_scale,
+              sitting.request_overhead * 1e3)) + table(rows, [], sim="sitting")
     with open(os.path.join(a.out_dir, "calibration.md"), "w") as f:
         f.write(md)
     plot(rows, os.path.join(a.out_dir, "calibration.png"))

@@ -279,6 +279,33 @@ def measure_under_load(a, doc, path):
                          "batches_measured": sorted(loaded), "steady_scale": round(k, 4)}
 
 
+LONE_LENGTHS = (16, 64, 256, 512)
+
+
+def lone_requests(a, lengths, reps, seed):
+    """Lone requests through the router (a.router): (prompt tokens, TTFT seconds) for each length,
+    reps times, each with a seed of its own (no prompt shares a prefix with an earlier one)."""
+    out = []
+    for n in lengths:
+        for rep in range(reps):
+            d = cli_bench(a, "--requests", 1, "--prompt-tokens", n, "--max-tokens", 2, "--seed", seed + len(out))
+            out.append((n, d["ttft_ms"]["p50"] / 1e3))
+    return out
+
+
+def fit_prefill(p, lone):
+    """The prefill as the worker runs it, from lone requests' TTFTs: TTFT less the modelled
+    transfer and first step, fitted over prompt lengths as request overhead + prefill_scale · the
+    engine's prefill time (least squares; the intercept is the fixed cost of a request outside the
+    workers' compute: router, RPC hops, reservation, commit acknowledgement). Returns
+    (prefill_scale, request_overhead_seconds)."""
+    xs = [p.engine_prefill_time(n) for n, _ in lone]
+    ys = [t - p.transfer_time(n * p.kv_bytes_per_token + p.state_bytes) - p.decode_step(1, n) for n, t in lone]
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    scale = round(max(0.5, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)), 4)
+    return scale, max(0.0, my - scale * mx)
+
+
 def measure_overhead(a, doc, path):
     """Lone requests through the router: the decode step's overhead (a lone stream's ITL p50 minus
     the engine's step), and the prefill as the worker runs it: TTFT less the modelled transfer and
@@ -312,17 +339,9 @@ def measure_overhead(a, doc, path):
     doc["decode"]["batch_points"] = [[b, round(y, 7)] for b, y in zip(bs, steps)]
     doc["decode"]["step_overhead_seconds"] = 0.0
     p = Profile(doc, path)
-    xs, ys = [], []
-    for n in (16, 64, 256, 512):
-        for rep in range(3):  # a seed per request: no prompt shares a prefix with an earlier one
-            d = cli_bench(a, "--requests", 1, "--prompt-tokens", n, "--max-tokens", 2, "--seed", 100 + len(xs))
-            xs.append(p.engine_prefill_time(n))
-            ys.append(d["ttft_ms"]["p50"] / 1e3 - p.transfer_time(n * p.kv_bytes_per_token + p.state_bytes)
-                      - p.decode_step(1, n))
-    mx, my = statistics.mean(xs), statistics.mean(ys)
-    scale = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    doc["prefill_scale"] = round(max(0.5, scale), 4)
-    doc["request_overhead_seconds"] = max(0.0, my - doc["prefill_scale"] * mx)
+    lone = lone_requests(a, LONE_LENGTHS, 3, seed=100)
+    doc["lone_requests"] = [[n, round(t, 6)] for n, t in lone]
+    doc["prefill_scale"], doc["request_overhead_seconds"] = fit_prefill(p, lone)
     # Resuming from a cached document (the store's lookup, read and checks, the state restored):
     # lone requests of 64 tokens on one cached 256-token document, TTFT less the model of them.
     p = Profile(doc, path)

@@ -48,5 +48,37 @@ class TokenGaps(unittest.TestCase):
             self.assertEqual(g[3], w[3])
 
 
+class FitPrefill(unittest.TestCase):
+    def profile(self):
+        import sys
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "planner"))
+        from profiles import SCHEMA, Profile
+        return Profile({"schema": SCHEMA, "device": "cpu", "kv_bytes_per_token": 1000.0, "state_bytes": 5000,
+                        "prefill": [{"tokens": 16, "seconds": 0.002}, {"tokens": 256, "seconds": 0.020},
+                                    {"tokens": 512, "seconds": 0.050}],
+                        "decode": {"base_seconds": 0.001, "per_sequence_seconds": 0.0002,
+                                   "per_context_token_seconds": 1e-7},
+                        "transfer": {"latency_seconds": 1e-4, "bytes_per_second": 1e9}})
+
+    def test_recovers_scale_and_overhead(self):
+        p = self.profile()
+        lone = []
+        for n in (16, 64, 256, 512):
+            for noise in (-1e-4, 1e-4):  # symmetric: the least-squares line is unchanged
+                t = 0.003 + 1.2 * p.engine_prefill_time(n) + p.transfer_time(n * 1000 + 5000) + p.decode_step(1, n)
+                lone.append((n, t + noise))
+        scale, overhead = tool.fit_prefill(p, lone)
+        self.assertAlmostEqual(scale, 1.2, places=4)
+        self.assertAlmostEqual(overhead, 0.003, places=5)
+
+    def test_scale_floor_and_overhead_never_negative(self):
+        p = self.profile()
+        # TTFTs shrinking with length: the slope is clamped at 0.5, the intercept at 0.
+        lone = [(16, 0.020), (256, 0.010), (512, 0.001)]
+        scale, overhead = tool.fit_prefill(p, lone)
+        self.assertEqual(scale, 0.5)
+        self.assertGreaterEqual(overhead, 0.0)
+
+
 if __name__ == "__main__":
     unittest.main()
