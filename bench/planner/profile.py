@@ -145,22 +145,45 @@ class Background:
 
 
 def measure_shared_host(a, doc, path):
-    """Through the running cluster, with the workers sharing this host: how much slower a prefill
-    runs while a decode worker steps (TTFT of 256-token prompts beside four streams, less the
-    larger first step, against alone; five alternations, the median of their ratios: a shared
-    host is noisy). The decode side is measured under load (measure_under_load)."""
-    prompt = ("--requests", 5, "--concurrency", 1, "--prompt-tokens", 256, "--max-tokens", 1)
+    """Through the running cluster, with the workers sharing this host: how much longer a request
+    waits while a decode worker steps (TTFT of 32- and 256-token prompts beside four streams, less
+    the larger first step, against alone; five alternations, the median of each length's
+    differences: a shared host is noisy), split by the two lengths into a part proportional to
+    the prefill's compute (prefill_slowdown_beside_decode: the prefill worker is held longer) and a
+    fixed part (request_delay_beside_decode_seconds: the router's, the client's and the hops'
+    turns for a core, which hold no worker). The decode side is measured under load
+    (measure_under_load)."""
     p = Profile(doc, path)
-    extra_step = p.decode_step(5, 4 * 100 + 256) - p.decode_step(1, 256)
-    prefill_ratios = []
+    lengths = (32, 256)
+    extra = {}
     for rep in range(5):
         seed = 600 + 10 * rep
-        t_alone = cli_bench(a, *prompt, "--seed", seed + 3)["ttft_ms"]["p50"] / 1e3
-        with Background(a, "--requests", 100000, "--concurrency", 4, "--prompt-tokens", 16, "--max-tokens", 4000,
-                        "--seed", seed + 4):
-            t_beside = cli_bench(a, *prompt, "--seed", seed + 5)["ttft_ms"]["p50"] / 1e3
-        prefill_ratios.append((t_beside - t_alone - extra_step) / p.prefill_time(256))
-    doc["shared_host"] = {"prefill_slowdown_beside_decode": round(max(0.0, statistics.median(prefill_ratios)), 4)}
+        for j, n in enumerate(lengths):
+            prompt = ("--requests", 5, "--concurrency", 1, "--prompt-tokens", n, "--max-tokens", 1)
+            t_alone = cli_bench(a, *prompt, "--seed", seed + 3 + 1000 * j)["ttft_ms"]["p50"] / 1e3
+            with Background(a, "--requests", 100000, "--concurrency", 4, "--prompt-tokens", 16, "--max-tokens", 4000,
+                            "--seed", seed + 4 + 1000 * j):
+                t_beside = cli_bench(a, *prompt, "--seed", seed + 5 + 1000 * j)["ttft_ms"]["p50"] / 1e3
+            extra_step = p.decode_step(5, 4 * 100 + n) - p.decode_step(1, n)
+            extra.setdefault(n, []).append(t_beside - t_alone - extra_step)
+    slow, delay = split_beside(p, {n: statistics.median(v) for n, v in extra.items()})
+    doc["shared_host"] = {"prefill_slowdown_beside_decode": slow, "request_delay_beside_decode_seconds": delay,
+                          "ttft_extra_beside_decode": [[n, round(statistics.median(v), 6)] for n, v in sorted(extra.items())]}
+
+
+def split_beside(p, extra):
+    """From the extra TTFT beside a busy decode worker at two prompt lengths ({tokens: seconds}):
+    (prefill_slowdown_beside_decode, request_delay_beside_decode_seconds) with
+    extra(n) = delay + slowdown · prefill_time(n), both clamped at 0 (the other then takes it all)."""
+    (n0, e0), (n1, e1) = sorted(extra.items())
+    t0, t1 = p.prefill_time(n0), p.prefill_time(n1)
+    slow = (e1 - e0) / (t1 - t0)
+    delay = e0 - slow * t0
+    if slow < 0:
+        slow, delay = 0.0, statistics.mean((e0, e1))
+    elif delay < 0:
+        slow, delay = e1 / t1, 0.0
+    return round(max(0.0, slow), 4), round(max(0.0, delay), 6)
 
 
 def knee_rate(profile, cluster, shape, n=150):

@@ -80,5 +80,23 @@ class FitPrefill(unittest.TestCase):
         self.assertGreaterEqual(overhead, 0.0)
 
 
+class SplitBeside(unittest.TestCase):
+    def test_fixed_and_proportional_parts(self):
+        p = FitPrefill().profile()  # prefill 2 ms at 16 tokens, 20 ms at 256
+        t32, t256 = p.prefill_time(32), p.prefill_time(256)
+        slow, delay = tool.split_beside(p, {32: 0.003 + 0.4 * t32, 256: 0.003 + 0.4 * t256})
+        self.assertAlmostEqual(slow, 0.4, places=4)
+        self.assertAlmostEqual(delay, 0.003, places=6)
+
+    def test_clamps(self):
+        p = FitPrefill().profile()
+        # Longer prompts gaining less than short ones: no proportional part, the mean as the delay.
+        self.assertEqual(tool.split_beside(p, {32: 0.004, 256: 0.002}), (0.0, 0.003))
+        # A line through a negative delay: all proportional, through the longer prompt's point.
+        slow, delay = tool.split_beside(p, {32: 0.0, 256: 0.010})
+        self.assertEqual(delay, 0.0)
+        self.assertAlmostEqual(slow, 0.010 / p.prefill_time(256), places=4)
+
+
 if __name__ == "__main__":
     unittest.main()

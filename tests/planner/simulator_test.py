@@ -201,5 +201,24 @@ class MeasuredThroughTheCluster(unittest.TestCase):
         for gap in shared.seqs[0].itl:
             self.assertAlmostEqual(gap, 0.011 * 1.5, places=6)
 
+    def test_shared_host_slows_a_prefill_beside_decode_and_delays_its_commit(self):
+        p = profile(shared_host={"prefill_slowdown_beside_decode": 0.5, "request_delay_beside_decode_seconds": 0.004})
+        # A stream of 60 tokens (its steps 11 ms), and a 100-token prompt at 0.1 s while it runs:
+        # on one host its prefill takes 0.1 s × 1.5 and its commit waits 4 ms more, which holds no
+        # worker; then it waits at most the running turn, and its first logits take 11 ms.
+        reqs = [Request(0, 0.0, 10, 60), Request(1, 0.1, 100, 2)]
+        transfer = 0.002 + (100 * 1000 + 5000) / 1e6
+        apart = simulate(p, Cluster(), reqs)
+        shared = simulate(p, Cluster(shared_host=1), reqs)
+        for r, commit in ((apart, 0.1 + 0.1 + transfer), (shared, 0.1 + 0.15 + transfer + 0.004)):
+            first = r.seqs[1].first
+            self.assertGreaterEqual(first, commit + 0.011 - 1e-9)
+            self.assertLessEqual(first, commit + 0.011 + 0.012 + 1e-9)
+        # The stream's own prefill ran with the decode worker idle: as apart.
+        self.assertAlmostEqual(shared.seqs[0].first, apart.seqs[0].first, places=9)
+        # The prefill worker was held for the slowed compute alone, not the delay.
+        self.assertAlmostEqual(shared.prefill_busy[0] * shared.wall, 0.010 + 0.15, places=9)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -105,6 +105,10 @@ class Profile:
         h = _Getter(g.opt("shared_host", dict, {}), path, "shared_host")
         self.decode_slowdown_beside_prefill = h.opt_num("decode_slowdown_beside_prefill", 0.0)
         self.prefill_slowdown_beside_decode = h.opt_num("prefill_slowdown_beside_decode", 0.0)
+        # And the part of a request's wait beside a busy decode worker that holds no worker (the
+        # router's, the client's and the RPC hops' turns for a core): seconds added to its commit
+        # when its last prefill step started while a decode worker stepped.
+        self.request_delay_beside_decode = h.opt_num("request_delay_beside_decode_seconds", 0.0)
         # A device profile may size the decode pool: its bytes for K/V (and, with state_in_pool,
         # for each sequence's fixed state too, as a GPU engine holds the self-decoder's state
         # beside the K/V; the CPU pool holds K/V rows only).

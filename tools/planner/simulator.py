@@ -287,13 +287,16 @@ class Simulator:
             cost += p.slice_time(s.pos, n)
             slices.append((s, n, cost))
             budget -= n
+        delay = 0.0
         if c.shared_host and any(w.busy for w in self.decode):
             cost *= 1.0 + p.prefill_slowdown_beside_decode
+            slices = [(s, n, end * (1.0 + p.prefill_slowdown_beside_decode)) for s, n, end in slices]
+            delay = p.request_delay_beside_decode
         pw.busy = True
         pw.busy_time += cost
-        self.at(self.now + cost, self.prefill_step_done, pw, self.now, slices)
+        self.at(self.now + cost, self.prefill_step_done, pw, self.now, slices, delay)
 
-    def prefill_step_done(self, pw, start, slices):
+    def prefill_step_done(self, pw, start, slices, delay=0.0):
         pw.busy = False
         for s, n, end in slices:
             s.pos += n
@@ -305,7 +308,9 @@ class Simulator:
                 # travelled behind the compute.
                 pw.active.remove(s)
                 shipped = n * self.p.kv_bytes_per_token + self.p.state_bytes
-                self.at(start + end + self.p.transfer_time(shipped), self.committed, s)
+                # Beside a busy decode worker on one host, the hops after it wait for a core too
+                # (Profile.request_delay_beside_decode), holding no worker.
+                self.at(start + end + self.p.transfer_time(shipped) + delay, self.committed, s)
         self.kick_prefill(pw)
 
     # --- decode worker: the continuous batcher -----------------------------------------------
