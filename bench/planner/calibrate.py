@@ -12,7 +12,8 @@ scenarios, each shown next to a measured run of the configuration it recommends.
 Without --profile it first measures one (bench/planner/profile.py, with the cluster's router for
 the per-request overhead). Lone requests taken before the first round of runs and after each
 (profile.py's lengths) give a second simulation beside the first: the profile with its prefill
-refitted from them, the machine's speed over the runs' own minutes (sitting_profile). The load levels are 30%, 60% and 85% of the rate at which the simulated
+refitted from them and its decode steps scaled by the steady steps measured with them, the
+machine's speed over the runs' own minutes (sitting_profile). The load levels are 30%, 60% and 85% of the rate at which the simulated
 cluster reaches its knee (TTFT p90 at 5× the unloaded one). bench/planner/calibrate.sh runs it end to end; run it on an
 idle machine (bench/README.md, "SLA planner"): about 9 minutes.
 """
@@ -173,16 +174,25 @@ def calibrate(a, profile, out):
                           "runs": []})
     probes = []  # lone requests before the first round and after each, on the measured cluster
     with LocalCluster(a, a.prefill, a.decode) as lc:
+        # Warm-up rounds over the cells' own traces, with prompts of their own, not compared: after
+        # the launcher's warm-up the first round still ran slower than the next ones (in two
+        # sittings of 2026-12-04, TTFT p50 of the plain trace at 60% load 38.0 and 44.0 ms in the
+        # first round against 24.1-29.0 in the four after it): the workers' buffers and pools
+        # growing to the traces' prompts and documents.
+        for rep in range(a.warmup_rounds):
+            for i, c in enumerate(cells):
+                m = measure(a, lc.router, c["path"], seed=90000 + 100 * i + rep)
+                c.setdefault("warmup_runs", []).append({"ttft_ms": m["ttft_ms"], "itl_ms": m["itl_ms"]})
         for rep in range(a.repeats):
-            probes += probe(a, lc.router, seed=5000 + 100 * rep)
+            probes.append(probe(a, lc.router, profile, seed=5000 + 100 * rep))
             for i, c in enumerate(cells):
                 seed = 11 + 100 * i + rep
                 m = measure(a, lc.router, c["path"], seed=seed)
                 c["runs"].append({"seed": seed, "ttft_ms": m["ttft_ms"], "itl_ms": m["itl_ms"],
                                   "completed": m["completed"]})
                 print(json.dumps({"trace": c["trace"], "level": c["level"], "run": c["runs"][-1]}), flush=True)
-        probes += probe(a, lc.router, seed=5000 + 100 * a.repeats)
-    sitting = sitting_profile(profile, probes)
+        probes.append(probe(a, lc.router, profile, seed=5000 + 100 * a.repeats))
+    sitting, decode_scale = sitting_profile(profile, probes)
     rows = []
     for c in cells:
         runs = c["runs"]
@@ -201,25 +211,40 @@ def calibrate(a, profile, out):
                           "error_pct": {"%s_%s" % (k, p): err(s2[k + "_ms"][p], measured[k + "_ms"][p])
                                         for k, p in keys}}
         rows.append(row)
-    return rows, sitting, probes
+    return rows, sitting, decode_scale, probes
 
 
-def probe(a, router, seed):
-    """Lone requests through the measured cluster (bench/planner/profile.py's lengths, two each):
-    the prefill's speed as the runs around them met it."""
-    return profile_tool.lone_requests(argparse.Namespace(build_dir=a.build_dir, router=router),
-                                      profile_tool.LONE_LENGTHS, 2, seed)
+PROBE_BATCHES = (1, 4, 16)
+
+
+def probe(a, router, profile, seed):
+    """The machine's speed as the runs around it met it, through the measured cluster: lone
+    requests (bench/planner/profile.py's lengths, two each) and the steady decode step at three
+    batch sizes (profile.py's steady streams). Returns {"lone": [(tokens, TTFT s)],
+    "steady": [(batch, step s)]}."""
+    ns = argparse.Namespace(build_dir=a.build_dir, router=router)
+    return {"lone": profile_tool.lone_requests(ns, profile_tool.LONE_LENGTHS, 2, seed),
+            "steady": [(b, profile_tool.steady_step(ns, profile, b, seed + 50 + b)) for b in PROBE_BATCHES]}
 
 
 def sitting_profile(profile, probes):
-    """The profile with its prefill refitted (prefill_scale, request_overhead_seconds: profile.py's
-    fit) from the lone requests taken between the calibration's rounds, pooled over the sitting:
-    the prefill's speed over the same minutes as the runs whose medians are compared, where the
-    profile's own lone requests took one minute before them. Everything else as measured."""
+    """The profile at the sitting's speed, from the probes taken before the calibration's first
+    round and after each, pooled over the sitting (the same minutes as the runs whose medians are
+    compared, where the profile's own measurements took the minutes before them): its prefill
+    refitted from the probes' lone requests (prefill_scale, request_overhead_seconds: profile.py's
+    fit), and its decode steps (decode.batch_points) scaled by the median over the probes of
+    their steady step against the profile's steady streams at the same batch size. Everything
+    else as measured. Returns (the profile, the decode scale)."""
     doc = json.loads(json.dumps(profile.to_json()))
-    doc["prefill_scale"], doc["request_overhead_seconds"] = profile_tool.fit_prefill(profile, probes)
-    doc["sitting_lone_requests"] = [[n, round(t, 6)] for n, t in probes]
-    return Profile(doc, profile.path + " (the sitting's prefill)")
+    lone = [x for pr in probes for x in pr["lone"]]
+    doc["prefill_scale"], doc["request_overhead_seconds"] = profile_tool.fit_prefill(profile, lone)
+    steady = dict(doc["decode"].get("steady_batch_points") or doc["decode"].get("batch_points") or [])
+    ratios = [t / steady[b] for pr in probes for b, t in pr["steady"] if b in steady]
+    scale = median_of(ratios) if ratios else 1.0
+    if "batch_points" in doc["decode"]:
+        doc["decode"]["batch_points"] = [[b, y * scale] for b, y in doc["decode"]["batch_points"]]
+    doc["sitting_probes"] = probes
+    return Profile(doc, profile.path + " (at the sitting's speed)"), scale
 
 
 def scenarios(a, profile, out):
@@ -248,6 +273,8 @@ def scenarios(a, profile, out):
             continue
         rec = plan["recommended"]
         with LocalCluster(a, rec["prefill"], rec["decode"]) as lc:
+            for rep in range(a.warmup_rounds):  # as the calibration's warm-up rounds: not compared
+                measure(a, lc.router, path, seed=91000 + 10 * len(results) + rep)
             runs = [measure(a, lc.router, path, seed=31 + 10 * len(results) + rep) for rep in range(a.repeats)]
         measured = {k + "_ms": {p: round(median_of([r[k + "_ms"][p] for r in runs]), 3) for p in ("p50", "p90")}
                     for k in ("ttft", "itl")}
@@ -338,6 +365,8 @@ def main():
     ap.add_argument("--decode", type=int, default=1)
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=5, help="measured runs per cell (their medians are compared)")
+    ap.add_argument("--warmup-rounds", type=int, default=1,
+                    help="rounds over the cells before the measured ones, not compared (kept in the JSON)")
     ap.add_argument("--prompt-cache", action="store_true",
                     help="keep the prefill workers' prompt cache on (the simulator does not model its write-back)")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results", "planner"))
@@ -348,6 +377,7 @@ def main():
     if a.quick:
         a.requests = 12
         a.repeats = 1
+        a.warmup_rounds = 0
         TRACES.pop("documents") if not a.scenarios else None
         globals()["LEVELS"] = (0.3,)
     prof_path = a.profile or os.path.join(a.out_dir, "profile-cpu.json")
@@ -358,18 +388,19 @@ def main():
                            + (["--prefill-lens", "16,64,256", "--decode-batches", "1,4", "--decode-contexts", "64,512",
                                "--repeats", "1"] if a.quick else []), check=True)
     profile = load_profile(prof_path)
-    rows, sitting, probes = calibrate(a, profile, a.out_dir)
+    rows, sitting, decode_scale, probes = calibrate(a, profile, a.out_dir)
     scen = scenarios(a, profile, a.out_dir) if a.scenarios else []
     with open(os.path.join(a.out_dir, "calibration.json"), "w") as f:
         json.dump({"profile": prof_path, "rows": rows, "scenarios": scen,
-                   "sitting_prefill": {"prefill_scale": sitting.prefill_scale,
-                                       "request_overhead_seconds": sitting.request_overhead,
-                                       "lone_requests": [[n, round(t, 6)] for n, t in probes]}}, f, indent=1)
+                   "sitting": {"prefill_scale": sitting.prefill_scale,
+                               "request_overhead_seconds": sitting.request_overhead,
+                               "decode_scale": round(decode_scale, 4), "probes": probes}}, f, indent=1)
     md = table(rows, scen)
-    md += ("\nWith the sitting's prefill (the profile's prefill_scale %.3f and request overhead %.1f ms refitted "
-           "from %d lone requests taken between the rounds: %.3f and %.1f ms; everything else as measured):\n\n"
-           % (profile.prefill_scale, profile.request_overhead * 1e3, len(probes), sitting.prefill_scale,
-              sitting.request_overhead * 1e3)) + table(rows, [], sim="sitting")
+    md += ("\nAt the sitting's speed (%d probes, before the first round and after each: the prefill refitted, "
+           "prefill_scale %.3f and request overhead %.1f ms against the profile's %.3f and %.1f ms; the decode "
+           "steps ×%.3f; everything else as measured):\n\n"
+           % (len(probes), sitting.prefill_scale, sitting.request_overhead * 1e3, profile.prefill_scale,
+              profile.request_overhead * 1e3, decode_scale)) + table(rows, [], sim="sitting")
     with open(os.path.join(a.out_dir, "calibration.md"), "w") as f:
         f.write(md)
     plot(rows, os.path.join(a.out_dir, "calibration.png"))

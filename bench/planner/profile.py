@@ -316,6 +316,15 @@ def lone_requests(a, lengths, reps, seed):
     return out
 
 
+def steady_step(a, p, batch, seed):
+    """The decode step as the worker runs it at one batch size: B streams of 128 tokens after
+    64-token prompts, started together; their ITL p50 less the engine's context term at the
+    streams' mean context (64 + 64)."""
+    itl = cli_bench(a, "--requests", batch, "--concurrency", batch, "--prompt-tokens", 64, "--max-tokens", 128,
+                    "--seed", seed)["itl_ms"]["p50"] / 1e3
+    return max(1e-6, itl - p.decode_per_ctx * batch * 128)
+
+
 def fit_prefill(p, lone):
     """The prefill as the worker runs it, from lone requests' TTFTs: TTFT less the modelled
     transfer and first step, fitted over prompt lengths as request overhead + prefill_scale · the
@@ -348,9 +357,7 @@ def measure_overhead(a, doc, path):
     got = {b: [] for b in batches}
     for rep, order in enumerate((batches, batches[::-1], batches)):
         for b in order:
-            itl = cli_bench(a, "--requests", b, "--concurrency", b, "--prompt-tokens", 64, "--max-tokens", 128,
-                            "--seed", 500 + b + 1000 * rep)["itl_ms"]["p50"] / 1e3
-            got[b].append(max(1e-6, itl - p.decode_per_ctx * b * 128))
+            got[b].append(steady_step(a, p, b, 500 + b + 1000 * rep))
     bs = batches
     steps = isotonic([statistics.median(got[b]) for b in bs])
     mb, ms = statistics.mean(bs), statistics.mean(steps)
