@@ -109,15 +109,31 @@ class LocalCluster:
         self.stop()
 
 
+def cpu_ticks():
+    """(all, steal) of /proc/stat's cpu line, or None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(v), (v[7] if len(v) > 7 else 0)
+
+
 def measure(a, router, trace_path, seed):
     """One measured run. Each run draws its prompts from a seed of its own: runs on one cluster
-    sharing prompts would find each other's prefixes cached, which the simulated trace does not."""
+    sharing prompts would find each other's prefixes cached, which the simulated trace does not.
+    The run's share of CPU time stolen by the hypervisor (/proc/stat) comes back as steal_pct."""
     cli = os.path.join(a.build_dir, "tools", "yoco-cli")
+    t0 = cpu_ticks()
     out = subprocess.run([cli, "bench", "--router", router, "--trace", trace_path, "--seed", str(seed), "--json"],
                          capture_output=True, text=True, timeout=900)
+    t1 = cpu_ticks()
     if out.returncode != 0:
         raise SystemExit("calibrate.py: yoco-cli bench --trace %s failed:\n%s" % (trace_path, out.stderr[-2000:]))
-    return json.loads(out.stdout)
+    m = json.loads(out.stdout)
+    if t0 and t1 and t1[0] > t0[0]:
+        m["steal_pct"] = round(100.0 * (t1[1] - t0[1]) / (t1[0] - t0[0]), 2)
+    return m
 
 
 def capacity(profile, cluster, shape, n):
@@ -189,7 +205,7 @@ def calibrate(a, profile, out):
                 seed = 11 + 100 * i + rep
                 m = measure(a, lc.router, c["path"], seed=seed)
                 c["runs"].append({"seed": seed, "ttft_ms": m["ttft_ms"], "itl_ms": m["itl_ms"],
-                                  "completed": m["completed"]})
+                                  "completed": m["completed"], "steal_pct": m.get("steal_pct")})
                 print(json.dumps({"trace": c["trace"], "level": c["level"], "run": c["runs"][-1]}), flush=True)
         probes.append(probe(a, lc.router, profile, seed=5000 + 100 * a.repeats))
     sitting, decode_scale = sitting_profile(profile, probes)
