@@ -147,8 +147,9 @@ class Background:
 def measure_shared_host(a, doc, path):
     """Through the running cluster, with the workers sharing this host: how much longer a request
     waits while a decode worker steps (TTFT of 32- and 256-token prompts beside four streams, less
-    the larger first step, against alone; five alternations, the median of each length's
-    differences: a shared host is noisy), split by the two lengths into a part proportional to
+    the larger first step, against alone; ten alternations of ten requests a side, the median of
+    each length's differences: a shared host is noisy, and five of five gave 0.15-0.52 for the
+    slowdown in five sittings of 2026-12-04), split by the two lengths into a part proportional to
     the prefill's compute (prefill_slowdown_beside_decode: the prefill worker is held longer) and a
     fixed part (request_delay_beside_decode_seconds: the router's, the client's and the hops'
     turns for a core, which hold no worker). The decode side is measured under load
@@ -156,10 +157,10 @@ def measure_shared_host(a, doc, path):
     p = Profile(doc, path)
     lengths = (32, 256)
     extra = {}
-    for rep in range(5):
+    for rep in range(10):
         seed = 600 + 10 * rep
         for j, n in enumerate(lengths):
-            prompt = ("--requests", 5, "--concurrency", 1, "--prompt-tokens", n, "--max-tokens", 1)
+            prompt = ("--requests", 10, "--concurrency", 1, "--prompt-tokens", n, "--max-tokens", 1)
             t_alone = cli_bench(a, *prompt, "--seed", seed + 3 + 1000 * j)["ttft_ms"]["p50"] / 1e3
             with Background(a, "--requests", 100000, "--concurrency", 4, "--prompt-tokens", 16, "--max-tokens", 4000,
                             "--seed", seed + 4 + 1000 * j):
