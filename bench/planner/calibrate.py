@@ -55,6 +55,15 @@ TRACES = {  # name: the synthetic trace's shape (prompt and output ranges, docum
 LEVELS = (0.3, 0.6, 0.85)
 
 
+def pin_process(pid, cpu):
+    """Every thread of process pid onto one CPU (the threads it starts later inherit it)."""
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            os.sched_setaffinity(int(tid), {cpu})
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 class LocalCluster:
     def __init__(self, a, prefill, decode):
         need = (prefill + decode) * a.threads + 1  # the workers' threads, and the router with the client
@@ -83,7 +92,15 @@ class LocalCluster:
             self.stop()
             raise SystemExit("calibrate.py: the cluster was not ready in 180 s (%s)" % self.state)
         with open(path) as f:
-            self.router = json.load(f)["router"]["grpc"]
+            desc = json.load(f)
+        self.router = desc["router"]["grpc"]
+        if a.pin:
+            # Each worker's threads on one core of its own, in turn (prefill first, then decode);
+            # the router and the client stay free to run anywhere.
+            cpus = sorted(os.sched_getaffinity(0))
+            workers = desc.get("prefill", []) + desc.get("decode", [])
+            for i, w in enumerate(workers):
+                pin_process(w["pid"], cpus[i % len(cpus)])
         # Warm-up (first connections, the workers' first allocations and their pools' growth to a
         # loaded run's size: a first measured run after only a few requests ran 15-20% slower than
         # the next ones), with prompts of its own.
@@ -235,12 +252,13 @@ PROBE_BATCHES = (1, 4, 16)
 
 def probe(a, router, profile, seed):
     """The machine's speed as the runs around it met it, through the measured cluster: lone
-    requests (bench/planner/profile.py's lengths, two each) and the steady decode step at three
-    batch sizes (profile.py's steady streams). Returns {"lone": [(tokens, TTFT s)],
-    "steady": [(batch, step s)]}."""
+    requests (bench/planner/profile.py's lengths, two each), the steady decode step at three
+    batch sizes (profile.py's steady streams) and six requests resuming from a cached document. Returns {"lone": [(tokens, TTFT s)],
+    "steady": [(batch, step s)], "resume": TTFT s of lone requests on a cached document}."""
     ns = argparse.Namespace(build_dir=a.build_dir, router=router)
     return {"lone": profile_tool.lone_requests(ns, profile_tool.LONE_LENGTHS, 2, seed),
-            "steady": [(b, profile_tool.steady_step(ns, profile, b, seed + 50 + b)) for b in PROBE_BATCHES]}
+            "steady": [(b, profile_tool.steady_step(ns, profile, b, seed + 50 + b)) for b in PROBE_BATCHES],
+            "resume": profile_tool.resume_requests(ns, seed + 90)}
 
 
 def sitting_profile(profile, probes):
@@ -248,9 +266,11 @@ def sitting_profile(profile, probes):
     round and after each, pooled over the sitting (the same minutes as the runs whose medians are
     compared, where the profile's own measurements took the minutes before them): its prefill
     refitted from the probes' lone requests (prefill_scale, request_overhead_seconds: profile.py's
-    fit), and its decode steps (decode.batch_points) scaled by the median over the probes of
-    their steady step against the profile's steady streams at the same batch size. Everything
-    else as measured. Returns (the profile, the decode scale)."""
+    fit), its decode steps (decode.batch_points) scaled by the median over the probes of their
+    steady step against the profile's steady streams at the same batch size, and the cost of
+    resuming from a cached document refitted from the probes' resume requests (their median
+    TTFT; profile.py's fit). Everything else as measured. Returns (the profile, the decode
+    scale)."""
     doc = json.loads(json.dumps(profile.to_json()))
     lone = [x for pr in probes for x in pr["lone"]]
     doc["prefill_scale"], doc["request_overhead_seconds"] = profile_tool.fit_prefill(profile, lone)
@@ -259,6 +279,10 @@ def sitting_profile(profile, probes):
     scale = median_of(ratios) if ratios else 1.0
     if "batch_points" in doc["decode"]:
         doc["decode"]["batch_points"] = [[b, y * scale] for b, y in doc["decode"]["batch_points"]]
+    resumes = [pr["resume"] for pr in probes if "resume" in pr]
+    if resumes:
+        doc["store"]["resume_overhead_seconds"] = profile_tool.fit_resume(Profile(doc, profile.path),
+                                                                          median_of(resumes))
     doc["sitting_probes"] = probes
     return Profile(doc, profile.path + " (at the sitting's speed)"), scale
 
@@ -383,6 +407,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=5, help="measured runs per cell (their medians are compared)")
     ap.add_argument("--warmup-rounds", type=int, default=1,
                     help="rounds over the cells before the measured ones, not compared (kept in the JSON)")
+    ap.add_argument("--pin", action="store_true",
+                    help="each worker's threads on one core of its own, in turn (the router and the client free)")
     ap.add_argument("--prompt-cache", action="store_true",
                     help="keep the prefill workers' prompt cache on (the simulator does not model its write-back)")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "results", "planner"))
@@ -414,9 +440,10 @@ def main():
     md = table(rows, scen)
     md += ("\nAt the sitting's speed (%d probes, before the first round and after each: the prefill refitted, "
            "prefill_scale %.3f and request overhead %.1f ms against the profile's %.3f and %.1f ms; the decode "
-           "steps ×%.3f; everything else as measured):\n\n"
+           "steps ×%.3f; the document resume's overhead %.1f ms against %.1f; everything else as measured):\n\n"
            % (len(probes), sitting.prefill_scale, sitting.request_overhead * 1e3, profile.prefill_scale,
-              profile.request_overhead * 1e3, decode_scale)) + table(rows, [], sim="sitting")
+              profile.request_overhead * 1e3, decode_scale, sitting.resume_overhead * 1e3,
+              profile.resume_overhead * 1e3)) + table(rows, [], sim="sitting")
     with open(os.path.join(a.out_dir, "calibration.md"), "w") as f:
         f.write(md)
     plot(rows, os.path.join(a.out_dir, "calibration.png"))
