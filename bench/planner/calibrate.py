@@ -15,7 +15,7 @@ the per-request overhead). Lone requests taken before the first round of runs an
 refitted from them and its decode steps scaled by the steady steps measured with them, the
 machine's speed over the runs' own minutes (sitting_profile). The load levels are 30%, 60% and 85% of the rate at which the simulated
 cluster reaches its knee (TTFT p90 at 5× the unloaded one). bench/planner/calibrate.sh runs it end to end; run it on an
-idle machine (bench/README.md, "SLA planner"): about 9 minutes.
+idle machine (bench/README.md, "SLA planner"): about 7 minutes.
 """
 
 import argparse
