@@ -10,10 +10,10 @@ scenarios, each shown next to a measured run of the configuration it recommends.
                              [--scenarios] [--quick]
 
 Without --profile it first measures one (bench/planner/profile.py, with the cluster's router for
-the per-request overhead). Lone requests taken before the first round of runs and after each
-(profile.py's lengths) give a second simulation beside the first: the profile with its prefill
-refitted from them and its decode steps scaled by the steady steps measured with them, the
-machine's speed over the runs' own minutes (sitting_profile). The load levels are 30%, 60% and 85% of the rate at which the simulated
+the per-request overhead). Probes taken before the first round of runs and after each (lone
+requests, steady decode streams, document resumes: profile.py's measurements) give a second
+simulation beside the first, the profile at the machine's speed over the runs' own minutes
+(sitting_profile). The load levels are 30%, 60% and 85% of the rate at which the simulated
 cluster reaches its knee (TTFT p90 at 5× the unloaded one). bench/planner/calibrate.sh runs it end to end; run it on an
 idle machine (bench/README.md, "SLA planner"): about 7 minutes.
 """
@@ -35,6 +35,7 @@ from profiles import Profile, load_profile  # noqa: E402
 from search import Search, Slo  # noqa: E402
 from simulator import Cluster, simulate  # noqa: E402
 from traces import load_trace, synthetic, write_trace  # noqa: E402
+
 
 def _load_profile_tool():
     """bench/planner/profile.py as a module (its name is the standard library's profile's)."""
@@ -205,7 +206,7 @@ def calibrate(a, profile, out):
                 write_trace(reqs, f)
             cells.append({"trace": name, "level": level, "rate": rate, "requests": len(reqs), "path": path,
                           "runs": []})
-    probes = []  # lone requests before the first round and after each, on the measured cluster
+    probes = []  # the machine's speed before the first round and after each, on the measured cluster (probe)
     with LocalCluster(a, a.prefill, a.decode) as lc:
         # Warm-up rounds over the cells' own traces, with prompts of their own, not compared: after
         # the launcher's warm-up the first round still ran slower than the next ones (in two
@@ -253,8 +254,8 @@ PROBE_BATCHES = (1, 4, 16)
 def probe(a, router, profile, seed):
     """The machine's speed as the runs around it met it, through the measured cluster: lone
     requests (bench/planner/profile.py's lengths, two each), the steady decode step at three
-    batch sizes (profile.py's steady streams) and six requests resuming from a cached document. Returns {"lone": [(tokens, TTFT s)],
-    "steady": [(batch, step s)], "resume": TTFT s of lone requests on a cached document}."""
+    batch sizes (profile.py's steady streams) and six requests resuming from a cached document.
+    Returns {"lone": [(tokens, TTFT s)], "steady": [(batch, step s)], "resume": their TTFT s}."""
     ns = argparse.Namespace(build_dir=a.build_dir, router=router)
     return {"lone": profile_tool.lone_requests(ns, profile_tool.LONE_LENGTHS, 2, seed),
             "steady": [(b, profile_tool.steady_step(ns, profile, b, seed + 50 + b)) for b in PROBE_BATCHES],
@@ -327,9 +328,15 @@ def scenarios(a, profile, out):
     return results
 
 
+def simulated_of(row, sim):
+    """A row's simulated figures and their errors: sim "simulated" (the profile as measured
+    before the runs, its errors in row["error_pct"]) or "sitting" (the profile at the sitting's
+    speed, all under row["sitting"])."""
+    return dict(row["simulated"], error_pct=row["error_pct"]) if sim == "simulated" else row[sim]
+
+
 def table(rows, scen, sim="simulated"):
-    """The markdown table of measured against simulated (sim: "simulated", the profile as
-    measured before the runs; "sitting", the profile with the sitting's prefill)."""
+    """The markdown table of measured against simulated (sim: simulated_of's)."""
     lines = ["| trace | load | rate req/s | TTFT p50 ms meas [runs] / sim (err) | TTFT p90 ms meas [runs] / sim (err) | "
              "ITL p50 ms meas [runs] / sim (err) | ITL p90 ms meas [runs] / sim (err) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -338,12 +345,11 @@ def table(rows, scen, sim="simulated"):
             for p in ("p50", "p90"):
                 lo, hi = r.get("measured_range", {}).get("%s_%s" % (k, p), [None, None])
                 spread = " [%.1f–%.1f]" % (lo, hi) if lo is not None and len(r.get("runs", [])) > 1 else ""
-                got = r[sim] if sim != "simulated" else dict(r["simulated"], error_pct=r["error_pct"])
+                got = simulated_of(r, sim)
                 cells.append("%.1f%s / %.1f (%+.0f%%)" % (r["measured"][k + "_ms"][p], spread,
                                                           got[k + "_ms"][p], got["error_pct"]["%s_%s" % (k, p)] or 0))
         lines.append("| %s | %d%% | %.2f | %s |" % (r["trace"], r["level"] * 100, r["rate"], " | ".join(cells)))
-    errs = [abs(v) for r in rows for v in (r["error_pct"] if sim == "simulated" else r[sim]["error_pct"]).values()
-            if v is not None]
+    errs = [abs(v) for r in rows for v in simulated_of(r, sim)["error_pct"].values() if v is not None]
     worst = max(errs, default=0)
     lines.append("")
     lines.append("Measured: the medians over %d run(s) per cell. "

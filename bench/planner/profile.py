@@ -149,7 +149,7 @@ def measure_shared_host(a, doc, path):
     waits while a decode worker steps (TTFT of 32- and 256-token prompts beside four streams, less
     the larger first step, against alone; ten alternations of ten requests a side, the median of
     each length's differences: a shared host is noisy, and five of five gave 0.15-0.52 for the
-    slowdown in five sittings of 2026-12-04), split by the two lengths into a part proportional to
+    slowdown in four sittings of 2026-12-04), split by the two lengths into a part proportional to
     the prefill's compute (prefill_slowdown_beside_decode: the prefill worker is held longer) and a
     fixed part (request_delay_beside_decode_seconds: the router's, the client's and the hops'
     turns for a core, which hold no worker). The decode side is measured under load
@@ -157,6 +157,7 @@ def measure_shared_host(a, doc, path):
     p = Profile(doc, path)
     lengths = (32, 256)
     extra = {}
+    extra_step = {n: p.decode_step(5, 4 * 100 + n) - p.decode_step(1, n) for n in lengths}  # the larger first step
     for rep in range(10):
         seed = 600 + 10 * rep
         for j, n in enumerate(lengths):
@@ -165,11 +166,11 @@ def measure_shared_host(a, doc, path):
             with Background(a, "--requests", 100000, "--concurrency", 4, "--prompt-tokens", 16, "--max-tokens", 4000,
                             "--seed", seed + 4 + 1000 * j):
                 t_beside = cli_bench(a, *prompt, "--seed", seed + 5 + 1000 * j)["ttft_ms"]["p50"] / 1e3
-            extra_step = p.decode_step(5, 4 * 100 + n) - p.decode_step(1, n)
-            extra.setdefault(n, []).append(t_beside - t_alone - extra_step)
-    slow, delay = split_beside(p, {n: statistics.median(v) for n, v in extra.items()})
+            extra.setdefault(n, []).append(t_beside - t_alone - extra_step[n])
+    medians = {n: statistics.median(v) for n, v in extra.items()}
+    slow, delay = split_beside(p, medians)
     doc["shared_host"] = {"prefill_slowdown_beside_decode": slow, "request_delay_beside_decode_seconds": delay,
-                          "ttft_extra_beside_decode": [[n, round(statistics.median(v), 6)] for n, v in sorted(extra.items())]}
+                          "ttft_extra_beside_decode": [[n, round(t, 6)] for n, t in sorted(medians.items())]}
 
 
 def split_beside(p, extra):
